@@ -1,0 +1,20 @@
+package api
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	kyvernov1alpha2 "github.com/tally-dev/tally/api/kyverno/v1alpha2"
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+)
+
+var schemeBuilder = runtime.NewSchemeBuilder(
+	kyvernov1.AddToScheme,
+	kyvernov2.AddToScheme,
+	kyvernov1alpha2.AddToScheme,
+	wgv1alpha2.AddToScheme,
+)
+
+// AddToScheme adds every kind of every version in api/ to a scheme.
+func AddToScheme(s *runtime.Scheme) error { return schemeBuilder.AddToScheme(s) }

@@ -1,0 +1,29 @@
+package cluster
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// InstallCRDs installs (or updates) every CRD of tally's config/crd/bases and
+// waits until they are established.
+func InstallCRDs(cfg *rest.Config) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(root, "config", "crd", "bases")
+	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+		Paths:              []string{dir},
+		ErrorIfPathMissing: true,
+		MaxTime:            60 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("install CRDs from %s: %w", dir, err)
+	}
+	return nil
+}
