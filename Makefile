@@ -43,11 +43,13 @@ test-unit:
 
 ## cluster-up: a local control plane for hand use; prints how to reach it
 cluster-up:
-	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) run ./hack/cluster up --dir $(CLUSTER_DIR)
+	$(GO) build -o $(BIN)/cluster ./hack/cluster
+	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(BIN)/cluster up --dir $(CLUSTER_DIR)
 
 ## cluster-down: stop the local control plane started by cluster-up
 cluster-down:
-	$(GO) run ./hack/cluster down --dir $(CLUSTER_DIR)
+	$(GO) build -o $(BIN)/cluster ./hack/cluster
+	$(BIN)/cluster down --dir $(CLUSTER_DIR)
 
 ## e2e-kind: the conformance suite on a kind cluster (needs Docker and kind)
 e2e-kind:

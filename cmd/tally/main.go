@@ -1,0 +1,43 @@
+// Command tally is tally's CLI: it evaluates Kyverno policies offline
+// (test, apply) and reads reports.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes, as opa test / terraform test use them.
+const (
+	exitOK          = 0
+	exitCouldNotRun = 1
+	exitFailed      = 2
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		var exit exitError
+		if asExit(err, &exit) {
+			if exit.msg != "" {
+				fmt.Fprintln(stderr, "tally:", exit.msg)
+			}
+			return exit.code
+		}
+		fmt.Fprintln(stderr, "tally:", err)
+		return exitCouldNotRun
+	}
+	return exitOK
+}

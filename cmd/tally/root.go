@@ -1,0 +1,54 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// exitError carries an exit code out of a command.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.msg) }
+
+func asExit(err error, target *exitError) bool { return errors.As(err, target) }
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tally",
+		Short: "Kubernetes policy reports from Kyverno policies, with a fraction of the cost",
+		Long: `tally evaluates Kyverno validate policies against Kubernetes resources and
+produces the standard PolicyReport / ClusterPolicyReport objects.
+
+This CLI runs the engine offline: test policies against their declared
+expectations, or apply them to manifests.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newVersionCommand())
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print tally's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			version := "(devel)"
+			if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+				version = info.Main.Version
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "tally", version)
+			return nil
+		},
+	}
+}
