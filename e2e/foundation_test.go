@@ -39,7 +39,7 @@ func sampleResults() []wgv1alpha2.PolicyReportResult {
 		Source: "kyverno", Policy: "ns/restrict", Rule: "r1",
 		Timestamp: metav1.Timestamp{Seconds: 1700000001},
 		Result:    wgv1alpha2.ResultPass, Scored: true,
-		Message:   "validation rule 'r1' passed.",
+		Message: "validation rule 'r1' passed.",
 	}}
 }
 
@@ -232,4 +232,3 @@ func TestEveryKindRoundTrips(t *testing.T) {
 		}).Feature()
 	testenv.Test(t, f)
 }
-
