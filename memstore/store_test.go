@@ -1,0 +1,153 @@
+package memstore
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func newStore(t testing.TB) *Store {
+	t.Helper()
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func pod(uid, ns, name string, labels map[string]string) *Resource {
+	return &Resource{UID: uid, Version: "v1", Kind: "Pod", Namespace: ns, Name: name, Labels: labels,
+		Object: map[string]any{"apiVersion": "v1", "kind": "Pod"}}
+}
+
+func TestResourceIndexes(t *testing.T) {
+	s := newStore(t)
+	err := s.Write(func(w *WriteTxn) error {
+		for _, r := range []*Resource{
+			pod("u1", "a", "p1", map[string]string{"app": "web"}),
+			pod("u2", "a", "p2", map[string]string{"app": "db"}),
+			pod("u3", "b", "p3", map[string]string{"app": "web"}),
+			{UID: "u4", Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "a", Name: "d"},
+		} {
+			if err := w.PutResource(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.Read()
+	tests := map[string]struct {
+		read func() ([]*Resource, error)
+		want int
+	}{
+		"pods of every namespace":     {func() ([]*Resource, error) { return r.ResourcesOfKind("", "Pod", "") }, 3},
+		"pods of one namespace":       {func() ([]*Resource, error) { return r.ResourcesOfKind("", "Pod", "a") }, 2},
+		"deployments are apart":       {func() ([]*Resource, error) { return r.ResourcesOfKind("apps", "Deployment", "") }, 1},
+		"a kind prefix does not leak": {func() ([]*Resource, error) { return r.ResourcesOfKind("", "Po", "") }, 0},
+		"by label":                    {func() ([]*Resource, error) { return r.ResourcesWithLabel("app", "web") }, 2},
+		"by namespace":                {func() ([]*Resource, error) { return r.ResourcesInNamespace("a") }, 3},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := tc.read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != tc.want {
+				t.Errorf("got %d resources, want %d", len(got), tc.want)
+			}
+		})
+	}
+}
+
+func result(uid, policy, rule, outcome string, at time.Time) *Result {
+	return &Result{ResourceUID: uid, Policy: policy, Rule: rule, Result: outcome, Message: outcome, Changed: at}
+}
+
+func TestReplaceResults(t *testing.T) {
+	s := newStore(t)
+	t0, t1 := time.Unix(100, 0), time.Unix(200, 0)
+	replace := func(uid, policy string, rs ...*Result) bool {
+		t.Helper()
+		var changed bool
+		if err := s.Write(func(w *WriteTxn) (err error) {
+			changed, err = w.ReplaceResults(uid, policy, rs)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return changed
+	}
+	if !replace("u1", "p", result("u1", "p", "r1", "pass", t0), result("u1", "p", "r2", "fail", t0)) {
+		t.Error("first results reported no change")
+	}
+	replace("u1", "q", result("u1", "q", "r1", "pass", t0))
+	if replace("u1", "p", result("u1", "p", "r1", "pass", t1), result("u1", "p", "r2", "fail", t1)) {
+		t.Error("identical results reported a change")
+	}
+	got, _ := s.Read().Results("u1")
+	if len(got) != 3 || !got[0].Changed.Equal(t0) {
+		t.Fatalf("unchanged results must keep their first time: %+v", got)
+	}
+	if !replace("u1", "p", result("u1", "p", "r1", "fail", t1)) {
+		t.Error("a changed result and a removed one reported no change")
+	}
+	got, _ = s.Read().Results("u1")
+	want := []string{"p/r1/fail", "q/r1/pass"}
+	if len(got) != len(want) {
+		t.Fatalf("got %d results, want %v", len(got), want)
+	}
+	for i, r := range got {
+		if s := fmt.Sprintf("%s/%s/%s", r.Policy, r.Rule, r.Result); s != want[i] {
+			t.Errorf("result %d = %s, want %s", i, s, want[i])
+		}
+	}
+	if err := s.Write(func(w *WriteTxn) error { _, err := w.ReplaceResults("u1", "p", []*Result{result("u2", "p", "r", "pass", t0)}); return err }); err == nil {
+		t.Error("a result of another resource was accepted")
+	}
+}
+
+func TestDeletesCascade(t *testing.T) {
+	s := newStore(t)
+	err := s.Write(func(w *WriteTxn) error {
+		for _, uid := range []string{"u1", "u2"} {
+			if err := w.PutResource(pod(uid, "a", uid, nil)); err != nil {
+				return err
+			}
+			for _, p := range []string{"p", "q"} {
+				if _, err := w.ReplaceResults(uid, p, []*Result{result(uid, p, "r", "pass", time.Time{})}); err != nil {
+					return err
+				}
+			}
+		}
+		if err := w.PutPolicy(&Policy{Name: "p"}); err != nil {
+			return err
+		}
+		return w.SetLastScan("p", time.Unix(5, 0))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(func(w *WriteTxn) error { return w.DeleteResource("u1") }); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ := s.Read().Results("u1"); len(rs) != 0 {
+		t.Errorf("results of a deleted resource remain: %d", len(rs))
+	}
+	if err := s.Write(func(w *WriteTxn) error { return w.DeletePolicy("p") }); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Read()
+	if rs, _ := r.ResultsOfPolicy("p"); len(rs) != 0 {
+		t.Errorf("results of a deleted policy remain: %d", len(rs))
+	}
+	if rs, _ := r.ResultsOfPolicy("q"); len(rs) != 1 {
+		t.Errorf("results of another policy went too: %d left, want 1", len(rs))
+	}
+	if last, _ := r.LastScan("p"); !last.IsZero() {
+		t.Errorf("scan state of a deleted policy remains: %v", last)
+	}
+}
