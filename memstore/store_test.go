@@ -105,7 +105,10 @@ func TestReplaceResults(t *testing.T) {
 			t.Errorf("result %d = %s, want %s", i, s, want[i])
 		}
 	}
-	if err := s.Write(func(w *WriteTxn) error { _, err := w.ReplaceResults("u1", "p", []*Result{result("u2", "p", "r", "pass", t0)}); return err }); err == nil {
+	if err := s.Write(func(w *WriteTxn) error {
+		_, err := w.ReplaceResults("u1", "p", []*Result{result("u2", "p", "r", "pass", t0)})
+		return err
+	}); err == nil {
 		t.Error("a result of another resource was accepted")
 	}
 }

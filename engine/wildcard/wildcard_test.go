@@ -1,4 +1,4 @@
-package match
+package wildcard
 
 import "testing"
 
@@ -29,8 +29,8 @@ func TestWildcardMatch(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := wildcardMatch(tc.pattern, tc.s); got != tc.want {
-				t.Errorf("wildcardMatch(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
+			if got := Match(tc.pattern, tc.s); got != tc.want {
+				t.Errorf("Match(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
 			}
 		})
 	}

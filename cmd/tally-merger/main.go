@@ -1,0 +1,74 @@
+// Command tally-merger reconciles AdmissionReports and BackgroundScanReports
+// into the final PolicyReports and ClusterPolicyReports.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2/textlogger"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/merge"
+	"github.com/tally-dev/tally/internal/process"
+)
+
+func main() {
+	var o process.Options
+	o.Bind(flag.CommandLine, "tally-merger")
+	workers := flag.Int("workers", 2, "resources merged in parallel")
+	allowed := flag.String("allowed-results", "", "comma-separated results to report (default: all of pass,fail,warn,error,skip)")
+	flag.Parse()
+
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(logr.NewContext(ctx, log), o, *workers, *allowed)
+	stop()
+	if err != nil {
+		log.Error(err, "tally-merger failed")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o process.Options, workers int, allowed string) error {
+	filter, err := parseAllowed(allowed)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.RESTConfig()
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	m := merge.New(dyn, merge.Options{Workers: workers, Filter: filter, Registry: reg})
+	return process.Run(ctx, o, cfg, reg, m)
+}
+
+func parseAllowed(s string) (merge.Filter, error) {
+	var f merge.Filter
+	if s == "" {
+		return f, nil
+	}
+	f.AllowedResults = map[wgv1alpha2.Result]bool{}
+	for _, r := range strings.Split(s, ",") {
+		switch v := wgv1alpha2.Result(strings.TrimSpace(r)); v {
+		case wgv1alpha2.ResultPass, wgv1alpha2.ResultFail, wgv1alpha2.ResultWarn, wgv1alpha2.ResultError, wgv1alpha2.ResultSkip:
+			f.AllowedResults[v] = true
+		default:
+			return f, fmt.Errorf("--allowed-results: %q is not one of pass, fail, warn, error, skip", r)
+		}
+	}
+	return f, nil
+}

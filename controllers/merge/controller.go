@@ -1,0 +1,330 @@
+package merge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/workqueue"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/report"
+)
+
+// GVRs the merger reads and writes.
+var (
+	GVRAdmissionReport             = kyvernov2.GroupVersion.WithResource("admissionreports")
+	GVRClusterAdmissionReport      = kyvernov2.GroupVersion.WithResource("clusteradmissionreports")
+	GVRBackgroundScanReport        = kyvernov2.GroupVersion.WithResource("backgroundscanreports")
+	GVRClusterBackgroundScanReport = kyvernov2.GroupVersion.WithResource("clusterbackgroundscanreports")
+	GVRClusterPolicy               = kyvernov1.GroupVersion.WithResource("clusterpolicies")
+	GVRPolicy                      = kyvernov1.GroupVersion.WithResource("policies")
+	GVRPolicyReport                = wgv1alpha2.GroupVersion.WithResource("policyreports")
+	GVRClusterPolicyReport         = wgv1alpha2.GroupVersion.WithResource("clusterpolicyreports")
+)
+
+// Labels the merger reads.
+const (
+	labelResourceUID    = "audit.kyverno.io/resource.uid"
+	labelResourceHash   = "audit.kyverno.io/resource.hash"
+	labelReportsDisable = "reports.kyverno.io/disabled"
+	fieldManager        = "tally-merger"
+)
+
+// Options configure a Merger.
+type Options struct {
+	Workers  int
+	Filter   Filter
+	Registry prometheus.Registerer
+}
+
+// Merger keeps every resource's final report equal to Merge of its
+// intermediate reports.
+type Merger struct {
+	opts    Options
+	client  dynamic.Interface
+	queue   workqueue.TypedRateLimitingInterface[string]
+	metrics *metrics
+
+	mu       sync.Mutex
+	ctx      context.Context
+	listed   map[schema.GroupVersionResource]bool
+	sources  []*watch.Source
+	states   map[string]*resourceState
+	policies map[string]PolicyInfo
+	written  map[string]writtenReport
+}
+
+type resourceState struct {
+	subject        report.Subject
+	admission      []wgv1alpha2.PolicyReportResult
+	background     []wgv1alpha2.PolicyReportResult
+	admissionHash  string
+	backgroundHash string
+	hasAdmission   bool
+	hasBackground  bool
+}
+
+type writtenReport struct {
+	namespace string
+	digest    uint64
+}
+
+// New builds a Merger; Run starts it.
+func New(client dynamic.Interface, opts Options) *Merger {
+	if opts.Workers <= 0 {
+		opts.Workers = 2
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	m := &Merger{
+		opts:   opts,
+		client: client,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "tally-merge"}),
+		listed:   map[schema.GroupVersionResource]bool{},
+		states:   map[string]*resourceState{},
+		policies: map[string]PolicyInfo{},
+		written:  map[string]writtenReport{},
+	}
+	m.metrics = newMetrics(opts.Registry, func() float64 { return float64(m.queue.Len()) })
+	return m
+}
+
+var watched = []schema.GroupVersionResource{
+	GVRClusterPolicy, GVRPolicy,
+	GVRAdmissionReport, GVRClusterAdmissionReport, GVRBackgroundScanReport, GVRClusterBackgroundScanReport,
+}
+
+// Run seeds from the existing final reports, watches, and reconciles until
+// ctx ends.
+func (m *Merger) Run(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx).WithName("merge")
+	ctx = logr.NewContext(ctx, log)
+	defer m.queue.ShutDown()
+	if err := m.seed(ctx); err != nil {
+		return fmt.Errorf("read existing policy reports: %w", err)
+	}
+	m.mu.Lock()
+	m.ctx = ctx
+	for _, gvr := range watched {
+		m.sources = append(m.sources, watch.Start(ctx, m.client, gvr, m))
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for range m.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	m.queue.ShutDown()
+	for _, s := range m.sources {
+		s.Stop()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Synced reports whether every watched kind was listed and the queue is empty.
+func (m *Merger) Synced() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, g := range watched {
+		if !m.listed[g] {
+			return false
+		}
+	}
+	return m.queue.Len() == 0
+}
+
+func (m *Merger) processNext(ctx context.Context) bool {
+	uid, shutdown := m.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer m.queue.Done(uid)
+	if err := m.reconcile(ctx, uid); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "merge failed; retrying", "uid", uid)
+		m.queue.AddRateLimited(uid)
+		return true
+	}
+	m.queue.Forget(uid)
+	return true
+}
+
+// reconcile writes the final report of one resource if it differs from what
+// was written, and deletes it when no result remains.
+func (m *Merger) reconcile(ctx context.Context, uid string) error {
+	m.mu.Lock()
+	st := m.states[uid]
+	in := Input{Policies: m.policies, Filter: m.opts.Filter}
+	var subject report.Subject
+	if st != nil {
+		subject = st.subject
+		in.Admission, in.Background = st.admission, st.background
+		in.BackgroundCurrent = st.hasBackground && (!st.hasAdmission || st.backgroundHash == st.admissionHash)
+	}
+	prev, hadReport := m.written[uid]
+	m.mu.Unlock()
+
+	var results []wgv1alpha2.PolicyReportResult
+	if st != nil {
+		results = Merge(in)
+	}
+	if len(results) == 0 {
+		if !hadReport {
+			return nil
+		}
+		gvr := finalGVR(prev.namespace)
+		err := m.client.Resource(gvr).Namespace(prev.namespace).Delete(ctx, uid, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete final report %s/%s: %w", prev.namespace, uid, err)
+		}
+		m.metrics.writes.WithLabelValues("delete").Inc()
+		m.mu.Lock()
+		delete(m.written, uid)
+		m.mu.Unlock()
+		return nil
+	}
+	polr, cpolr := report.Final(subject, results)
+	var obj any = polr
+	if polr == nil {
+		obj = cpolr
+	}
+	digest, err := digestOf(results, subject)
+	if err != nil {
+		return err
+	}
+	if hadReport && prev.digest == digest {
+		return nil
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return fmt.Errorf("convert final report of %s: %w", uid, err)
+	}
+	un := &unstructured.Unstructured{Object: u}
+	unstructured.RemoveNestedField(un.Object, "metadata", "creationTimestamp")
+	gvr := finalGVR(subject.Namespace)
+	if _, err := m.client.Resource(gvr).Namespace(subject.Namespace).Apply(ctx, un.GetName(), un,
+		metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
+		return fmt.Errorf("apply final report %s/%s: %w", subject.Namespace, un.GetName(), err)
+	}
+	op := "update"
+	if !hadReport {
+		op = "create"
+	}
+	m.metrics.writes.WithLabelValues(op).Inc()
+	m.mu.Lock()
+	m.written[uid] = writtenReport{namespace: subject.Namespace, digest: digest}
+	m.mu.Unlock()
+	return nil
+}
+
+func finalGVR(namespace string) schema.GroupVersionResource {
+	if namespace == "" {
+		return GVRClusterPolicyReport
+	}
+	return GVRPolicyReport
+}
+
+func digestOf(results []wgv1alpha2.PolicyReportResult, s report.Subject) (uint64, error) {
+	data, err := json.Marshal(struct {
+		S report.Subject
+		R []wgv1alpha2.PolicyReportResult
+	}{s, results})
+	if err != nil {
+		return 0, err
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return h.Sum64(), nil
+}
+
+// seed reads the final reports already written, so that unchanged ones are
+// not written again after a restart or failover.
+func (m *Merger) seed(ctx context.Context) error {
+	selector := report.LabelManagedBy + "=" + report.ManagedBy
+	for _, gvr := range []schema.GroupVersionResource{GVRPolicyReport, GVRClusterPolicyReport} {
+		opts := metav1.ListOptions{LabelSelector: selector, Limit: watch.ListPageSize}
+		for {
+			list, err := m.client.Resource(gvr).List(ctx, opts)
+			if err != nil {
+				return fmt.Errorf("list %s: %w", gvr.Resource, err)
+			}
+			for i := range list.Items {
+				var r wgv1alpha2.PolicyReport
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil || r.Scope == nil {
+					continue // not ours to repair: rewritten on the next change of its resource
+				}
+				s := report.Subject{APIVersion: r.Scope.APIVersion, Kind: r.Scope.Kind, Namespace: r.Scope.Namespace, Name: r.Scope.Name, UID: r.Scope.UID}
+				report.Sort(r.Results)
+				d, err := digestOf(r.Results, s)
+				if err != nil {
+					continue
+				}
+				m.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d}
+			}
+			if opts.Continue = list.GetContinue(); opts.Continue == "" {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// policyInfo reads what the merge needs of a policy, autogen rules included.
+func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
+	var compiled *engine.Policy
+	var spec *kyvernov1.Spec
+	if gvr == GVRPolicy {
+		var p kyvernov1.Policy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			return "", PolicyInfo{}, err
+		}
+		c, err := engine.CompilePolicy(&p)
+		if err != nil {
+			return "", PolicyInfo{}, err
+		}
+		compiled, spec = c, &p.Spec
+	} else {
+		var p kyvernov1.ClusterPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			return "", PolicyInfo{}, err
+		}
+		c, err := engine.CompileClusterPolicy(&p)
+		if err != nil {
+			return "", PolicyInfo{}, err
+		}
+		compiled, spec = c, &p.Spec
+	}
+	info := PolicyInfo{
+		Background:      spec.BackgroundEnabled(),
+		Admission:       spec.AdmissionEnabled(),
+		Rules:           map[string]bool{},
+		ReportsDisabled: u.GetLabels()[labelReportsDisable] == "true",
+		Scored:          compiled.Scored,
+	}
+	for _, r := range compiled.Rules {
+		info.Rules[r.Name] = true
+	}
+	return compiled.Name, info, nil
+}

@@ -1,0 +1,115 @@
+package merge
+
+import (
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/report"
+)
+
+// PolicyInfo is what the merge needs to know of a current policy.
+type PolicyInfo struct {
+	// Background and Admission are the policy's spec.background and
+	// spec.admission (both default true).
+	Background, Admission bool
+	// Rules are the names of its current validate rules (autogen included).
+	Rules map[string]bool
+	// ReportsDisabled is set by the label reports.kyverno.io/disabled: "true" (R27).
+	ReportsDisabled bool
+	// Scored is false for policies annotated policies.kyverno.io/scored: "false" (R24).
+	Scored bool
+}
+
+// Filter limits what is reported (R27). Empty fields allow everything.
+type Filter struct {
+	// AllowedResults lists the result values to keep ("pass", "fail", ...).
+	AllowedResults map[wgv1alpha2.Result]bool
+}
+
+// Input is everything known about one resource.
+type Input struct {
+	// Admission are the results of its AdmissionReport (CREATE/UPDATE requests).
+	Admission []wgv1alpha2.PolicyReportResult
+	// Background are the results of its BackgroundScanReport.
+	Background []wgv1alpha2.PolicyReportResult
+	// BackgroundCurrent says the background results were computed on the
+	// resource's current content: then they also tell which rules still
+	// match it, and an admission result for a rule the background scan no
+	// longer reports is stale (R19).
+	BackgroundCurrent bool
+	// Policies are the current policies by report name.
+	Policies map[string]PolicyInfo
+	Filter   Filter
+}
+
+type ruleKey struct{ policy, rule string }
+
+// Merge computes the final results of a resource from its intermediate
+// results, as a pure function:
+//
+//   - results of deleted policies or rules are dropped (R19);
+//   - background results of policies with background off, and admission
+//     results of policies with admission off, are dropped (R09, R10, R13, R19);
+//   - an admission result for a rule that the current background scan of a
+//     background policy no longer reports is dropped: the rule no longer
+//     matches (R19);
+//   - when admission and background both have a (policy, rule), the newer
+//     wins; on a tie the background result, being a fresh evaluation of the
+//     stored state, wins (R20);
+//   - a fail of an unscored policy is reported as warn with scored false (R24);
+//   - policies with reports disabled and filtered-out results are dropped (R27).
+//
+// The matrix cells R07-R10 follow: an Enforce failure never reaches an
+// AdmissionReport (the request was denied, R11), so new resources report only
+// passes for Enforce rules, while existing resources report whatever the
+// background scan found when background is on.
+func Merge(in Input) []wgv1alpha2.PolicyReportResult {
+	chosen := map[ruleKey]wgv1alpha2.PolicyReportResult{}
+	backgroundSeen := map[ruleKey]bool{}
+	for _, r := range in.Background {
+		p, ok := in.Policies[r.Policy]
+		if !ok || !p.Background || !p.Rules[r.Rule] {
+			continue
+		}
+		k := ruleKey{r.Policy, r.Rule}
+		backgroundSeen[k] = true
+		chosen[k] = r
+	}
+	for _, r := range in.Admission {
+		p, ok := in.Policies[r.Policy]
+		if !ok || !p.Admission || !p.Rules[r.Rule] {
+			continue
+		}
+		k := ruleKey{r.Policy, r.Rule}
+		if p.Background && in.BackgroundCurrent && !backgroundSeen[k] {
+			continue // the current background scan says the rule no longer applies
+		}
+		if prev, ok := chosen[k]; ok && !newer(r, prev) {
+			continue
+		}
+		chosen[k] = r
+	}
+	out := make([]wgv1alpha2.PolicyReportResult, 0, len(chosen))
+	for k, r := range chosen {
+		p := in.Policies[k.policy]
+		if p.ReportsDisabled {
+			continue
+		}
+		r.Scored = p.Scored
+		if !p.Scored && r.Result == wgv1alpha2.ResultFail {
+			r.Result = wgv1alpha2.ResultWarn
+		}
+		if len(in.Filter.AllowedResults) > 0 && !in.Filter.AllowedResults[r.Result] {
+			continue
+		}
+		out = append(out, r)
+	}
+	report.Sort(out)
+	return out
+}
+
+// newer reports whether a is strictly newer than b.
+func newer(a, b wgv1alpha2.PolicyReportResult) bool {
+	if a.Timestamp.Seconds != b.Timestamp.Seconds {
+		return a.Timestamp.Seconds > b.Timestamp.Seconds
+	}
+	return a.Timestamp.Nanos > b.Timestamp.Nanos
+}

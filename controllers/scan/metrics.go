@@ -1,0 +1,69 @@
+package scan
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric names.
+const (
+	metricResults          = "tally_scan_results"
+	metricScanDuration     = "tally_scan_duration_seconds"
+	metricResources        = "tally_scan_resources_processed_total"
+	metricQueueDepth       = "tally_scan_queue_depth"
+	metricSinceLastScan    = "tally_scan_seconds_since_last_complete_scan"
+	metricReportWrites     = "tally_scan_report_writes_total"
+	metricPolicyErrors     = "tally_scan_policy_errors_total"
+	metricKindErrors       = "tally_scan_kind_errors_total"
+	metricStoredResources  = "tally_scan_stored_resources"
+	labelPolicy, labelRule = "policy", "rule"
+	labelResult, labelOp   = "result", "operation"
+	labelReason, labelKind = "reason", "kind"
+)
+
+type metrics struct {
+	results       *prometheus.GaugeVec
+	scanDuration  prometheus.Histogram
+	resources     prometheus.Counter
+	queueDepth    prometheus.GaugeFunc
+	sinceLastScan *prometheus.GaugeVec
+	reportWrites  *prometheus.CounterVec
+	policyErrors  *prometheus.CounterVec
+	kindErrors    *prometheus.CounterVec
+	stored        prometheus.GaugeFunc
+}
+
+func newMetrics(reg prometheus.Registerer, queueLen, storedLen func() float64) *metrics {
+	m := &metrics{
+		results: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metricResults, Help: "Current background-scan results by policy, rule and result.",
+		}, []string{labelPolicy, labelRule, labelResult}),
+		scanDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: metricScanDuration, Help: "Time to evaluate one resource against the policies.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
+		}),
+		resources: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricResources, Help: "Resources evaluated.",
+		}),
+		queueDepth: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricQueueDepth, Help: "Resources waiting to be evaluated.",
+		}, queueLen),
+		sinceLastScan: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metricSinceLastScan, Help: "Seconds since each policy's last complete background scan.",
+		}, []string{labelPolicy}),
+		reportWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricReportWrites, Help: "BackgroundScanReport writes by operation (create, update, delete).",
+		}, []string{labelOp}),
+		policyErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricPolicyErrors, Help: "Policies rejected (invalid pattern, cron, background with userInfo, ...).",
+		}, []string{labelPolicy, labelReason}),
+		kindErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricKindErrors, Help: "Kinds that could not be listed or watched.",
+		}, []string{labelKind}),
+		stored: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricStoredResources, Help: "Resources held in the store.",
+		}, storedLen),
+	}
+	reg.MustRegister(m.results, m.scanDuration, m.resources, m.queueDepth, m.sinceLastScan,
+		m.reportWrites, m.policyErrors, m.kindErrors, m.stored)
+	return m
+}

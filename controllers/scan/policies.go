@@ -1,0 +1,328 @@
+package scan
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/match"
+	"github.com/tally-dev/tally/memstore"
+)
+
+// trackedPolicy is what the scanner knows of a policy it scans.
+type trackedPolicy struct {
+	name       string
+	object     runtime.Object // for Events
+	compiled   *engine.Policy
+	ruleHashes map[string]uint64
+	// ruleKinds are the kinds each rule can match.
+	ruleKinds map[string][]schema.GroupVersionResource
+	schedule  schedule
+	// background is false for policies kept only for admission.
+	background bool
+}
+
+func policyName(gvr schema.GroupVersionResource, namespace, name string) string {
+	if gvr == GVRPolicy {
+		return namespace + "/" + name
+	}
+	return name
+}
+
+// readPolicy converts and compiles a policy object.
+func readPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
+	if gvr == GVRPolicy {
+		var p kyvernov1.Policy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			return nil, nil, nil, err
+		}
+		p.APIVersion, p.Kind = kyvernov1.GroupVersion.String(), "Policy"
+		compiled, err := engine.CompilePolicy(&p)
+		return &p, compiled, &p.Spec, err
+	}
+	var p kyvernov1.ClusterPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+		return nil, nil, nil, err
+	}
+	p.APIVersion, p.Kind = kyvernov1.GroupVersion.String(), "ClusterPolicy"
+	compiled, err := engine.CompileClusterPolicy(&p)
+	return &p, compiled, &p.Spec, err
+}
+
+// ruleHashes hashes each validate rule together with the policy-level
+// settings that change its results, so that a status-only or cosmetic update
+// changes nothing and an edit of one rule changes one hash.
+func ruleHashes(p *engine.Policy) map[string]uint64 {
+	shared, _ := json.Marshal([]any{p.Scored, p.Category, p.Severity, p.Spec.ApplyRules, p.Namespace})
+	out := make(map[string]uint64, len(p.Rules))
+	for _, r := range p.Rules {
+		data, _ := json.Marshal(r.Raw) // plain API types: cannot fail
+		h := fnv.New64a()
+		_, _ = h.Write(shared)
+		_, _ = h.Write(data)
+		out[r.Name] = h.Sum64()
+	}
+	return out
+}
+
+func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	name := policyName(gvr, u.GetNamespace(), u.GetName())
+	log := s.log().WithValues("policy", name)
+	obj, compiled, spec, err := readPolicy(gvr, u)
+	if err == nil && spec.BackgroundEnabled() {
+		err = engine.ValidateBackground(spec)
+	}
+	var sched schedule
+	if err == nil {
+		sched, err = scheduleOf(u.GetAnnotations(), s.opts.Interval)
+	}
+	if err != nil {
+		log.Error(err, "policy rejected; its other results are kept out and the other policies go on")
+		s.metrics.policyErrors.WithLabelValues(name, "invalid").Inc()
+		if s.opts.Recorder != nil && obj != nil {
+			s.opts.Recorder.Eventf(obj, corev1.EventTypeWarning, "PolicyRejected", "tally cannot scan this policy: %v", err)
+		}
+		s.removePolicy(name)
+		return
+	}
+	if !spec.BackgroundEnabled() {
+		s.removePolicy(name) // R19: background entries go when background is turned off
+		s.mu.Lock()
+		s.policies[name] = &trackedPolicy{name: name, object: obj, compiled: compiled}
+		s.mu.Unlock()
+		return
+	}
+	tp := &trackedPolicy{name: name, object: obj, compiled: compiled, ruleHashes: ruleHashes(compiled), schedule: sched,
+		ruleKinds: map[string][]schema.GroupVersionResource{}, background: true}
+	var kindErrs []error
+	for _, r := range compiled.Rules {
+		gvrs, err := s.resolveKinds(match.Kinds(r.Raw.Match))
+		if err != nil {
+			kindErrs = append(kindErrs, fmt.Errorf("rule %s: %w", r.Name, err))
+		}
+		tp.ruleKinds[r.Name] = gvrs
+	}
+	if err := errors.Join(kindErrs...); err != nil {
+		log.Error(err, "some kinds of the policy cannot be scanned")
+		if s.opts.Recorder != nil {
+			s.opts.Recorder.Eventf(obj, corev1.EventTypeWarning, "KindUnavailable", "tally cannot scan some kinds: %v", err)
+		}
+	}
+
+	s.mu.Lock()
+	prev := s.policies[name]
+	if prev != nil && !prev.background {
+		prev = nil // it was not scanned: every rule is new to the scan
+	}
+	s.policies[name] = tp
+	s.mu.Unlock()
+
+	// Which rules changed: new, edited or removed.
+	changed := map[string]bool{}
+	for rule, h := range tp.ruleHashes {
+		if prev == nil || prev.ruleHashes[rule] != h {
+			changed[rule] = true
+		}
+	}
+	var removedRules []string
+	if prev != nil {
+		for rule := range prev.ruleHashes {
+			if _, ok := tp.ruleHashes[rule]; !ok {
+				removedRules = append(removedRules, rule)
+			}
+		}
+	}
+	if err := s.store.Write(func(w *memstore.WriteTxn) error {
+		return w.PutPolicy(&memstore.Policy{Name: name, Namespace: compiled.Namespace, ResourceVersion: u.GetResourceVersion(),
+			Background: true, RuleHashes: tp.ruleHashes, Compiled: compiled})
+	}); err != nil {
+		log.Error(err, "storing the policy failed")
+	}
+	s.ensureKinds(name, tp.kinds())
+	if len(changed) == 0 && len(removedRules) == 0 {
+		return // a status-only or cosmetic update
+	}
+	// Resources a changed rule can match now, and those it had results for.
+	for rule := range changed {
+		s.enqueueMatching(compiled.Rule(rule), tp.ruleKinds[rule], compiled.Namespace)
+	}
+	if len(changed) > 0 || len(removedRules) > 0 {
+		s.enqueueResultsOfRules(name, changed, removedRules)
+	}
+}
+
+func (tp *trackedPolicy) kinds() []schema.GroupVersionResource {
+	seen := map[schema.GroupVersionResource]bool{}
+	var out []schema.GroupVersionResource
+	for _, gvrs := range tp.ruleKinds {
+		for _, g := range gvrs {
+			if !seen[g] {
+				seen[g] = true
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}
+
+// removePolicy forgets a policy: its results go, and the reports of the
+// resources it had results for are rewritten.
+func (s *Scanner) removePolicy(name string) {
+	s.mu.Lock()
+	_, tracked := s.policies[name]
+	delete(s.policies, name)
+	s.mu.Unlock()
+	affected, _ := s.store.Read().ResultsOfPolicy(name)
+	if !tracked && len(affected) == 0 {
+		return
+	}
+	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeletePolicy(name) }); err != nil {
+		s.log().Error(err, "forgetting a policy failed", "policy", name)
+	}
+	for _, r := range affected {
+		s.queue.Add(r.ResourceUID)
+	}
+	s.ensureKinds(name, nil)
+}
+
+func (s *Scanner) dropMissingPolicies(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	present := map[string]bool{}
+	for _, u := range objs {
+		if gvr == GVRPolicyException {
+			present[u.GetNamespace()+"/"+u.GetName()] = true
+		} else {
+			present[policyName(gvr, u.GetNamespace(), u.GetName())] = true
+		}
+	}
+	if gvr == GVRPolicyException {
+		all, _ := s.store.Read().Exceptions()
+		for _, e := range all {
+			if !present[e.Name] {
+				s.removeException(e.Name)
+			}
+		}
+		return
+	}
+	s.mu.Lock()
+	var gone []string
+	for name := range s.policies {
+		namespaced := strings.Contains(name, "/")
+		if namespaced == (gvr == GVRPolicy) && !present[name] {
+			gone = append(gone, name)
+		}
+	}
+	s.mu.Unlock()
+	for _, name := range gone {
+		s.removePolicy(name)
+	}
+}
+
+// enqueueResultsOfRules enqueues the resources with results of some rules
+// of a policy: a rule that no longer matches them must drop its entry.
+func (s *Scanner) enqueueResultsOfRules(policy string, changed map[string]bool, removed []string) {
+	rules := map[string]bool{}
+	for r := range changed {
+		rules[r] = true
+	}
+	for _, r := range removed {
+		rules[r] = true
+	}
+	results, _ := s.store.Read().ResultsOfPolicy(policy)
+	for _, r := range results {
+		if rules[r.Rule] {
+			s.queue.Add(r.ResourceUID)
+		}
+	}
+}
+
+// enqueueMatching enqueues the stored resources of some kinds that a rule's
+// match/exclude selects (an index read by kind, then the compiled matcher).
+func (s *Scanner) enqueueMatching(rule *engine.Rule, gvrs []schema.GroupVersionResource, namespace string) {
+	if rule == nil {
+		return
+	}
+	r := s.store.Read()
+	for _, gvr := range gvrs {
+		group, kind := s.groupKind(gvr)
+		if kind == "" {
+			continue // not listed yet: its first list enqueues everything
+		}
+		resources, _ := r.ResourcesOfKind(group, kind, namespace)
+		for _, res := range resources {
+			var nsLabels map[string]string
+			if ns, _ := r.Namespace(res.Namespace); ns != nil {
+				nsLabels = ns.Labels
+			}
+			if rule.Applies(res.Object, nsLabels) {
+				s.queue.Add(res.UID)
+			}
+		}
+	}
+}
+
+// enqueuePolicies enqueues every resource the named policies can match.
+func (s *Scanner) enqueuePolicies(names []string) {
+	s.mu.Lock()
+	var todo []*trackedPolicy
+	for _, n := range names {
+		if tp := s.policies[n]; tp != nil {
+			todo = append(todo, tp)
+		}
+	}
+	s.mu.Unlock()
+	for _, tp := range todo {
+		s.enqueueKinds(tp.kinds(), tp.compiled.Namespace)
+	}
+}
+
+// enqueueKinds enqueues the stored resources of some kinds (in one namespace
+// for a namespaced Policy).
+func (s *Scanner) enqueueKinds(gvrs []schema.GroupVersionResource, namespace string) {
+	r := s.store.Read()
+	for _, gvr := range gvrs {
+		group, kind := s.groupKind(gvr)
+		if kind == "" {
+			continue // not listed yet: its first list enqueues everything
+		}
+		resources, _ := r.ResourcesOfKind(group, kind, namespace)
+		for _, res := range resources {
+			s.queue.Add(res.UID)
+		}
+	}
+}
+
+// activePolicies returns the policies background scans evaluate.
+func (s *Scanner) activePolicies() []*trackedPolicy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*trackedPolicy, 0, len(s.policies))
+	for _, tp := range s.policies {
+		if tp.background {
+			out = append(out, tp)
+		}
+	}
+	return out
+}
+
+// AdmissionPolicies returns the compiled policies with admission enabled
+// (background or not), for the admission bridge.
+func (s *Scanner) AdmissionPolicies() []*engine.Policy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*engine.Policy, 0, len(s.policies))
+	for _, tp := range s.policies {
+		if tp.compiled.Spec.AdmissionEnabled() {
+			out = append(out, tp.compiled)
+		}
+	}
+	return out
+}

@@ -1,0 +1,142 @@
+package scan
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/memstore"
+	"github.com/tally-dev/tally/report"
+)
+
+// reconcile evaluates one resource against every scanned policy, replaces
+// its results in the store and writes its report if the content changed. A
+// resource no longer in the store has its report deleted.
+func (s *Scanner) reconcile(ctx context.Context, uid string) error {
+	unlock := s.locks.lock(uid)
+	defer unlock()
+
+	r := s.store.Read()
+	res, err := r.Resource(uid)
+	if err != nil {
+		return err
+	}
+	if res == nil {
+		if !s.listedAll() {
+			// Not listed yet (start-up, or a kind just added): the resource may
+			// still arrive. Once everything is listed, sweepOrphans removes the
+			// reports of resources that did not.
+			return nil
+		}
+		return s.reports.remove(ctx, uid)
+	}
+	start := s.opts.Clock.Now()
+	policies := s.activePolicies()
+	req := &engine.Request{Object: res.Object, Background: true}
+	if res.Namespace != "" {
+		if ns, _ := r.Namespace(res.Namespace); ns != nil {
+			req.NamespaceLabels = ns.Labels
+		}
+	} else if res.Kind == "Namespace" {
+		req.NamespaceLabels = res.Labels
+	}
+	if exs, _ := r.Exceptions(); len(exs) > 0 {
+		for _, e := range exs {
+			req.Exceptions = append(req.Exceptions, e.Compiled.(*engine.Exception))
+		}
+	}
+
+	now := start
+	gvr := s.gvrFor(res.Group, res.Kind)
+	active := make(map[string]bool, len(policies))
+	perPolicy := make(map[string][]*memstore.Result, len(policies))
+	for _, tp := range policies {
+		active[tp.name] = true
+		if !tp.mayMatch(res, gvr) {
+			continue
+		}
+		for _, rr := range tp.compiled.Evaluate(ctx, req) {
+			entry := report.Result(tp.compiled, rr, report.ProcessBackground, now)
+			perPolicy[tp.name] = append(perPolicy[tp.name], &memstore.Result{
+				ResourceUID: uid, Policy: tp.name, Rule: rr.Rule, Result: string(rr.Result), Message: rr.Message,
+				Digest: resultDigest(entry), Changed: now, Payload: entry,
+			})
+		}
+	}
+	old, err := r.Results(uid)
+	if err != nil {
+		return err
+	}
+	stale := map[string]bool{}
+	for _, o := range old {
+		if !active[o.Policy] {
+			stale[o.Policy] = true
+		}
+	}
+	err = s.store.Write(func(w *memstore.WriteTxn) error {
+		for name := range active {
+			if _, err := w.ReplaceResults(uid, name, perPolicy[name]); err != nil {
+				return err
+			}
+		}
+		for name := range stale {
+			if _, err := w.ReplaceResults(uid, name, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store results of %s: %w", uid, err)
+	}
+	results, err := s.store.Read().Results(uid)
+	if err != nil {
+		return err
+	}
+	s.metrics.resources.Inc()
+	s.metrics.scanDuration.Observe(time.Since(start).Seconds())
+	return s.reports.ensure(ctx, res, gvr, results)
+}
+
+// mayMatch is a cheap pre-filter: the policy has a rule for the resource's
+// kind (and, for a Policy, namespace). The engine decides the rest.
+func (tp *trackedPolicy) mayMatch(res *memstore.Resource, gvr schema.GroupVersionResource) bool {
+	if tp.compiled.Namespace != "" && tp.compiled.Namespace != res.Namespace {
+		return false
+	}
+	for _, gvrs := range tp.ruleKinds {
+		for _, g := range gvrs {
+			if g == gvr {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// seedResults loads the results of reports written before a restart, so that
+// unchanged results keep their timestamps and unchanged reports are not
+// written again.
+func (s *Scanner) seedResults(seeded map[string][]wgv1alpha2.PolicyReportResult) error {
+	return s.store.Write(func(w *memstore.WriteTxn) error {
+		for uid, entries := range seeded {
+			byPolicy := map[string][]*memstore.Result{}
+			for _, e := range entries {
+				byPolicy[e.Policy] = append(byPolicy[e.Policy], &memstore.Result{
+					ResourceUID: uid, Policy: e.Policy, Rule: e.Rule, Result: string(e.Result), Message: e.Message,
+					Digest: resultDigest(e), Changed: time.Unix(e.Timestamp.Seconds, int64(e.Timestamp.Nanos)), Payload: e,
+				})
+			}
+			for p, rs := range byPolicy {
+				if _, err := w.ReplaceResults(uid, p, rs); err != nil {
+					return fmt.Errorf("seed results of %s: %w", uid, err)
+				}
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,232 @@
+package scan
+
+import (
+	"context"
+
+	"encoding/json"
+	"fmt"
+	"github.com/tally-dev/tally/controllers/watch"
+	"hash/fnv"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/memstore"
+	"github.com/tally-dev/tally/report"
+)
+
+// Labels of intermediate reports, as Kyverno set them, so that existing
+// tooling recognises them.
+const (
+	LabelResourceUID  = "audit.kyverno.io/resource.uid"
+	LabelResourceHash = "audit.kyverno.io/resource.hash"
+	LabelResourceGVR  = "audit.kyverno.io/resource.gvr"
+	fieldManager      = "tally-scanner"
+)
+
+// GVRs of the background reports.
+var (
+	GVRBackgroundScanReport        = kyvernov2.GroupVersion.WithResource("backgroundscanreports")
+	GVRClusterBackgroundScanReport = kyvernov2.GroupVersion.WithResource("clusterbackgroundscanreports")
+)
+
+// reportWriter writes one BackgroundScanReport per resource, only when its
+// content changed. It remembers the digest of what it last wrote (or found
+// at start-up) per resource UID.
+type reportWriter struct {
+	client  dynamic.Interface
+	metrics *metrics
+
+	mu      sync.Mutex
+	written map[string]writtenReport
+}
+
+type writtenReport struct {
+	namespace string
+	digest    uint64
+}
+
+func newReportWriter(client dynamic.Interface, m *metrics) *reportWriter {
+	return &reportWriter{client: client, metrics: m, written: map[string]writtenReport{}}
+}
+
+func reportGVR(namespace string) schema.GroupVersionResource {
+	if namespace == "" {
+		return GVRClusterBackgroundScanReport
+	}
+	return GVRBackgroundScanReport
+}
+
+// digestOf hashes a report's spec.
+func digestOf(spec *kyvernov2.ReportSpec) (uint64, error) {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return 0, err
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return h.Sum64(), nil
+}
+
+// resultDigest hashes a report entry without its timestamp: what makes a
+// result "changed".
+func resultDigest(r wgv1alpha2.PolicyReportResult) uint64 {
+	r.Timestamp = metav1.Timestamp{}
+	data, _ := json.Marshal(r) // a struct of plain fields: cannot fail
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return h.Sum64()
+}
+
+// ensure makes the report of res hold exactly results (nil/empty: no report).
+func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr schema.GroupVersionResource, results []*memstore.Result) error {
+	if len(results) == 0 {
+		return w.remove(ctx, res.UID)
+	}
+	entries := make([]wgv1alpha2.PolicyReportResult, 0, len(results))
+	for _, r := range results {
+		entries = append(entries, r.Payload.(wgv1alpha2.PolicyReportResult))
+	}
+	report.Sort(entries)
+	apiVersion := res.Version
+	if res.Group != "" {
+		apiVersion = res.Group + "/" + res.Version
+	}
+	spec := kyvernov2.ReportSpec{
+		Owner:   metav1.OwnerReference{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)},
+		Results: entries,
+		Summary: wgv1alpha2.SummaryOf(entries),
+	}
+	digest, err := digestOf(&spec)
+	if err != nil {
+		return fmt.Errorf("digest report of %s: %w", res.UID, err)
+	}
+	w.mu.Lock()
+	prev, ok := w.written[res.UID]
+	w.mu.Unlock()
+	if ok && prev.digest == digest {
+		return nil
+	}
+	kind := "BackgroundScanReport"
+	if res.Namespace == "" {
+		kind = "ClusterBackgroundScanReport"
+	}
+	obj := map[string]any{
+		"apiVersion": kyvernov2.GroupVersion.String(),
+		"kind":       kind,
+		"metadata": map[string]any{
+			"name":      res.UID,
+			"namespace": res.Namespace,
+			"labels": map[string]any{
+				report.LabelManagedBy: report.ManagedBy,
+				LabelResourceUID:      res.UID,
+				LabelResourceHash:     fmt.Sprintf("%x", res.Hash),
+				LabelResourceGVR:      gvrLabel(gvr),
+			},
+			"ownerReferences": []any{map[string]any{
+				"apiVersion": apiVersion, "kind": res.Kind, "name": res.Name, "uid": res.UID,
+			}},
+		},
+	}
+	specMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
+	if err != nil {
+		return fmt.Errorf("convert report of %s: %w", res.UID, err)
+	}
+	obj["spec"] = specMap
+	if res.Namespace == "" {
+		delete(obj["metadata"].(map[string]any), "namespace")
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	ri := w.client.Resource(reportGVR(res.Namespace)).Namespace(res.Namespace)
+	if _, err := ri.Apply(ctx, res.UID, u, metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
+		return fmt.Errorf("apply %s %s/%s: %w", kind, res.Namespace, res.UID, err)
+	}
+	op := "update"
+	if !ok {
+		op = "create"
+	}
+	w.metrics.reportWrites.WithLabelValues(op).Inc()
+	w.mu.Lock()
+	w.written[res.UID] = writtenReport{namespace: res.Namespace, digest: digest}
+	w.mu.Unlock()
+	return nil
+}
+
+// gvrLabel renders a GVR as a label value ("v1.pods", "apps.v1.deployments").
+func gvrLabel(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Version + "." + gvr.Resource
+	}
+	return gvr.Group + "." + gvr.Version + "." + gvr.Resource
+}
+
+// remove deletes the report of a resource, if one was written or found.
+func (w *reportWriter) remove(ctx context.Context, uid string) error {
+	w.mu.Lock()
+	prev, ok := w.written[uid]
+	w.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	err := w.client.Resource(reportGVR(prev.namespace)).Namespace(prev.namespace).Delete(ctx, uid, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete report %s/%s: %w", prev.namespace, uid, err)
+	}
+	w.metrics.reportWrites.WithLabelValues("delete").Inc()
+	w.mu.Lock()
+	delete(w.written, uid)
+	w.mu.Unlock()
+	return nil
+}
+
+// seed reads the reports written before a restart: their digests (so an
+// unchanged report is not written again) and their results (so results keep
+// the time they last changed). It returns the results by resource UID.
+func (w *reportWriter) seed(ctx context.Context) (map[string][]wgv1alpha2.PolicyReportResult, error) {
+	out := map[string][]wgv1alpha2.PolicyReportResult{}
+	selector := report.LabelManagedBy + "=" + report.ManagedBy
+	for _, gvr := range []schema.GroupVersionResource{GVRBackgroundScanReport, GVRClusterBackgroundScanReport} {
+		opts := metav1.ListOptions{LabelSelector: selector, Limit: watch.ListPageSize}
+		for {
+			list, err := w.client.Resource(gvr).List(ctx, opts)
+			if err != nil {
+				return nil, fmt.Errorf("list %s: %w", gvr.Resource, err)
+			}
+			for i := range list.Items {
+				var r kyvernov2.BackgroundScanReport
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil {
+					continue // not ours to repair: it is rewritten when its resource is scanned
+				}
+				d, err := digestOf(&r.Spec)
+				if err != nil {
+					continue
+				}
+				w.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d}
+				out[r.Name] = r.Spec.Results
+			}
+			if opts.Continue = list.GetContinue(); opts.Continue == "" {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// known lists the UIDs that have a report.
+func (w *reportWriter) known() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.written))
+	for uid := range w.written {
+		out = append(out, uid)
+	}
+	return out
+}

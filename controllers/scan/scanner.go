@@ -1,0 +1,234 @@
+package scan
+
+import (
+	"context"
+	"fmt"
+	"github.com/tally-dev/tally/controllers/watch"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/memstore"
+)
+
+// GVRs the scanner always watches.
+var (
+	GVRClusterPolicy   = kyvernov1.GroupVersion.WithResource("clusterpolicies")
+	GVRPolicy          = kyvernov1.GroupVersion.WithResource("policies")
+	GVRPolicyException = kyvernov2.GroupVersion.WithResource("policyexceptions")
+	GVRNamespace       = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+)
+
+// Options configure a Scanner.
+type Options struct {
+	// Workers evaluate resources in parallel.
+	Workers int
+	// Interval is the global background scan interval (a policy may override it).
+	Interval time.Duration
+	// StateNamespace and StateName locate the ConfigMap that persists each
+	// policy's last complete scan.
+	StateNamespace, StateName string
+	Clock                     clock.WithTicker
+	Registry                  prometheus.Registerer
+	Recorder                  record.EventRecorder
+}
+
+// Scanner keeps the store in step with the cluster and writes the
+// BackgroundScanReports. It is safe for one Run at a time.
+type Scanner struct {
+	opts    Options
+	client  dynamic.Interface
+	disc    discovery.DiscoveryInterface
+	store   *memstore.Store
+	queue   workqueue.TypedRateLimitingInterface[string]
+	reports *reportWriter
+	metrics *metrics
+	state   *scanState
+	locks   keyedMutex
+
+	mu        sync.Mutex
+	ctx       context.Context
+	sources   map[schema.GroupVersionResource]*watch.Source
+	synced    map[schema.GroupVersionResource]bool
+	kindUsers map[schema.GroupVersionResource]map[string]bool // policies that need a kind
+	policies  map[string]*trackedPolicy
+	kindOf    map[schema.GroupVersionResource]string
+	gvrOf     map[string]schema.GroupVersionResource
+}
+
+// New builds a Scanner; it starts nothing (Run does).
+func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *memstore.Store, opts Options) *Scanner {
+	if opts.Workers <= 0 {
+		opts.Workers = 2
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = time.Hour
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	s := &Scanner{
+		opts:   opts,
+		client: client,
+		disc:   disc,
+		store:  store,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "tally-scan"}),
+		sources:   map[schema.GroupVersionResource]*watch.Source{},
+		synced:    map[schema.GroupVersionResource]bool{},
+		kindUsers: map[schema.GroupVersionResource]map[string]bool{},
+		policies:  map[string]*trackedPolicy{},
+	}
+	s.metrics = newMetrics(opts.Registry, func() float64 { return float64(s.queue.Len()) }, func() float64 {
+		n, _ := store.Read().CountResources()
+		return float64(n)
+	})
+	s.reports = newReportWriter(client, s.metrics)
+	s.state = newScanState(client, opts.StateNamespace, opts.StateName)
+	return s
+}
+
+// Run starts watching, evaluating and scheduling, and blocks until ctx ends.
+func (s *Scanner) Run(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx).WithName("scan")
+	ctx = logr.NewContext(ctx, log)
+	defer s.queue.ShutDown()
+
+	seeded, err := s.reports.seed(ctx)
+	if err != nil {
+		return fmt.Errorf("read existing reports: %w", err)
+	}
+	if err := s.seedResults(seeded); err != nil {
+		return err
+	}
+	if err := s.state.load(ctx, s.store); err != nil {
+		log.Error(err, "reading scan state failed; policies are scanned as if never scanned")
+	}
+	log.Info("seeded from existing reports", "reports", len(seeded))
+
+	s.mu.Lock()
+	s.ctx = ctx
+	for _, gvr := range []schema.GroupVersionResource{GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy} {
+		s.sources[gvr] = watch.Start(ctx, s.client, gvr, s)
+	}
+	s.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for range s.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s.processNext(ctx) {
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.schedule(ctx)
+	}()
+	<-ctx.Done()
+	s.queue.ShutDown()
+	s.mu.Lock()
+	for _, src := range s.sources {
+		src.Cancel()
+	}
+	srcs := s.sources
+	s.mu.Unlock()
+	for _, src := range srcs {
+		<-src.Done()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Synced reports whether the policies and every kind they need were listed
+// once, and the queue is empty: the reports reflect the cluster.
+func (s *Scanner) Synced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.sources) == 0 {
+		return false
+	}
+	for gvr := range s.sources {
+		if !s.synced[gvr] {
+			return false
+		}
+	}
+	return s.queue.Len() == 0
+}
+
+func (s *Scanner) processNext(ctx context.Context) bool {
+	uid, shutdown := s.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer s.queue.Done(uid)
+	if err := s.reconcile(ctx, uid); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "scan failed; retrying", "uid", uid)
+		s.queue.AddRateLimited(uid)
+		return true
+	}
+	s.queue.Forget(uid)
+	return true
+}
+
+// keyedMutex serialises work on one key (a resource UID) between the queue
+// workers and the scheduler, with a fixed set of stripes.
+type keyedMutex struct{ stripes [64]sync.Mutex }
+
+func (k *keyedMutex) lock(key string) func() {
+	var h uint32 = 2166136261
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	m := &k.stripes[h%uint32(len(k.stripes))]
+	m.Lock()
+	return m.Unlock
+}
+
+// NamespaceLabels returns a namespace's labels as the scanner knows them.
+func (s *Scanner) NamespaceLabels(name string) map[string]string {
+	ns, err := s.store.Read().Namespace(name)
+	if err != nil || ns == nil {
+		return nil
+	}
+	return ns.Labels
+}
+
+// Exceptions returns the compiled PolicyExceptions.
+func (s *Scanner) Exceptions() []*engine.Exception {
+	all, err := s.store.Read().Exceptions()
+	if err != nil {
+		return nil
+	}
+	out := make([]*engine.Exception, 0, len(all))
+	for _, e := range all {
+		out = append(out, e.Compiled.(*engine.Exception))
+	}
+	return out
+}
+
+// PolicyResourceVersion is the resourceVersion of a policy as the scanner
+// last saw it ("" if unknown): for diagnostics and tests.
+func (s *Scanner) PolicyResourceVersion(name string) string {
+	p, err := s.store.Read().Policy(name)
+	if err != nil || p == nil {
+		return ""
+	}
+	return p.ResourceVersion
+}

@@ -1,0 +1,266 @@
+package scan
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/robfig/cron/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/tally-dev/tally/memstore"
+)
+
+// Annotations that give a policy its own background scan schedule.
+const (
+	AnnotationInterval = "scan.tally.dev/interval"
+	AnnotationSchedule = "scan.tally.dev/schedule"
+)
+
+// schedule says when a policy's next full scan is due after the last one.
+type schedule struct {
+	interval time.Duration
+	cron     cron.Schedule
+}
+
+func (s schedule) next(last time.Time) time.Time {
+	if s.cron != nil {
+		return s.cron.Next(last)
+	}
+	return last.Add(s.interval)
+}
+
+// period is the nominal time between scans, for spreading first scans.
+func (s schedule) period(now time.Time) time.Duration {
+	if s.cron != nil {
+		n := s.cron.Next(now)
+		return s.cron.Next(n).Sub(n)
+	}
+	return s.interval
+}
+
+// scheduleOf reads a policy's schedule annotations (at most one of them).
+func scheduleOf(annotations map[string]string, global time.Duration) (schedule, error) {
+	iv, hasInterval := annotations[AnnotationInterval]
+	cr, hasCron := annotations[AnnotationSchedule]
+	switch {
+	case hasInterval && hasCron:
+		return schedule{}, fmt.Errorf("a policy may have %s or %s, not both", AnnotationInterval, AnnotationSchedule)
+	case hasInterval:
+		d, err := time.ParseDuration(iv)
+		if err != nil || d <= 0 {
+			return schedule{}, fmt.Errorf("%s: %q is not a positive duration", AnnotationInterval, iv)
+		}
+		return schedule{interval: d}, nil
+	case hasCron:
+		c, err := cron.ParseStandard(cr)
+		if err != nil {
+			return schedule{}, fmt.Errorf("%s: %q is not a five-field cron schedule: %w", AnnotationSchedule, cr, err)
+		}
+		return schedule{cron: c}, nil
+	}
+	return schedule{interval: global}, nil
+}
+
+// jitter spreads the first scans of policies over their period, by a stable
+// hash of the name, so that a fleet of policies never rescans all at once.
+func jitter(name string, period time.Duration) time.Duration {
+	if period <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return time.Duration(h.Sum64() % uint64(period))
+}
+
+// schedule runs the periodic scans until ctx ends.
+func (s *Scanner) schedule(ctx context.Context) {
+	ticker := s.opts.Clock.NewTicker(time.Second)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+			s.runDueScans(ctx)
+		}
+	}
+}
+
+// runDueScans scans every policy whose next scan is due. A policy never
+// scanned before is taken as scanned by the initial sync, back-dated by its
+// jitter; missed cron runs become a single catch-up scan.
+func (s *Scanner) runDueScans(ctx context.Context) {
+	if !s.Synced() {
+		return
+	}
+	now := s.opts.Clock.Now()
+	for _, tp := range s.activePolicies() {
+		last, err := s.store.Read().LastScan(tp.name)
+		if err != nil {
+			continue
+		}
+		if last.IsZero() {
+			start := now.Add(-jitter(tp.name, tp.schedule.period(now)))
+			s.completeScan(ctx, tp.name, start)
+			continue
+		}
+		s.metrics.sinceLastScan.WithLabelValues(tp.name).Set(now.Sub(last).Seconds())
+		if tp.schedule.next(last).After(now) {
+			continue
+		}
+		if err := s.ScanPolicy(ctx, tp.name); err != nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "periodic scan failed", "policy", tp.name)
+		}
+	}
+}
+
+// ScanPolicy re-evaluates every resource a policy can match, now. Nothing is
+// written for resources whose results did not change.
+func (s *Scanner) ScanPolicy(ctx context.Context, name string) error {
+	s.mu.Lock()
+	tp := s.policies[name]
+	s.mu.Unlock()
+	if tp == nil {
+		return fmt.Errorf("policy %s is not scanned", name)
+	}
+	start := s.opts.Clock.Now()
+	if err := s.reconcileAll(ctx, s.resourcesOf(tp)); err != nil {
+		return err
+	}
+	s.completeScan(ctx, name, start)
+	return nil
+}
+
+// RescanAll re-evaluates every stored resource (a forced full rescan).
+func (s *Scanner) RescanAll(ctx context.Context) error {
+	all, err := s.store.Read().Resources()
+	if err != nil {
+		return err
+	}
+	uids := make([]string, len(all))
+	for i, r := range all {
+		uids[i] = r.UID
+	}
+	return s.reconcileAll(ctx, uids)
+}
+
+func (s *Scanner) resourcesOf(tp *trackedPolicy) []string {
+	r := s.store.Read()
+	var uids []string
+	for _, gvr := range tp.kinds() {
+		group, kind := s.groupKind(gvr)
+		if kind == "" {
+			continue
+		}
+		resources, _ := r.ResourcesOfKind(group, kind, tp.compiled.Namespace)
+		for _, res := range resources {
+			uids = append(uids, res.UID)
+		}
+	}
+	return uids
+}
+
+// reconcileAll reconciles resources with the scanner's worker count.
+func (s *Scanner) reconcileAll(ctx context.Context, uids []string) error {
+	work := make(chan string)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range s.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for uid := range work {
+				if err := s.reconcile(ctx, uid); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					s.queue.AddRateLimited(uid)
+				}
+			}
+		}()
+	}
+	for _, uid := range uids {
+		select {
+		case work <- uid:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	return firstErr
+}
+
+func (s *Scanner) completeScan(ctx context.Context, policy string, at time.Time) {
+	_ = s.store.Write(func(w *memstore.WriteTxn) error { return w.SetLastScan(policy, at) })
+	if err := s.state.save(ctx, policy, at); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "persisting the scan time failed", "policy", policy)
+	}
+}
+
+// scanState persists each policy's last complete scan in a ConfigMap, so
+// that a restart or failover neither rescans everything nor skips a window.
+type scanState struct {
+	client          dynamic.Interface
+	namespace, name string
+}
+
+var gvrConfigMap = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+func newScanState(client dynamic.Interface, namespace, name string) *scanState {
+	return &scanState{client: client, namespace: namespace, name: name}
+}
+
+// stateKey encodes a policy name as a ConfigMap key ("ns/name" -> "ns_name":
+// Kubernetes names never contain "_").
+func stateKey(policy string) string { return strings.ReplaceAll(policy, "/", "_") }
+
+func (st *scanState) load(ctx context.Context, store *memstore.Store) error {
+	if st.namespace == "" {
+		return nil
+	}
+	cm, err := st.client.Resource(gvrConfigMap).Namespace(st.namespace).Get(ctx, st.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get scan state %s/%s: %w", st.namespace, st.name, err)
+	}
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	return store.Write(func(w *memstore.WriteTxn) error {
+		for k, v := range data {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				continue // an unreadable entry means "never scanned"
+			}
+			if err := w.SetLastScan(strings.ReplaceAll(k, "_", "/"), t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (st *scanState) save(ctx context.Context, policy string, at time.Time) error {
+	if st.namespace == "" {
+		return nil
+	}
+	cm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": st.name, "namespace": st.namespace},
+		"data":     map[string]any{stateKey(policy): at.UTC().Format(time.RFC3339Nano)},
+	}}
+	_, err := st.client.Resource(gvrConfigMap).Namespace(st.namespace).Apply(ctx, st.name, cm, metav1.ApplyOptions{FieldManager: fieldManager + "-" + stateKey(policy), Force: true})
+	return err
+}

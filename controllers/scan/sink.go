@@ -1,0 +1,199 @@
+package scan
+
+import (
+	"github.com/tally-dev/tally/controllers/watch"
+	"maps"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/memstore"
+)
+
+var _ watch.Sink = (*Scanner)(nil)
+
+func (s *Scanner) log() logr.Logger {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return logr.FromContextOrDiscard(s.ctx)
+}
+
+func (s *Scanner) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	switch gvr {
+	case GVRClusterPolicy, GVRPolicy:
+		s.upsertPolicy(gvr, u)
+		return
+	case GVRPolicyException:
+		s.upsertException(u)
+		return
+	case GVRNamespace:
+		s.upsertNamespace(u)
+		if !s.kindNeeded(gvr) {
+			return
+		}
+	}
+	s.upsertResource(gvr, u)
+}
+
+func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	switch gvr {
+	case GVRClusterPolicy, GVRPolicy:
+		s.removePolicy(policyName(gvr, u.GetNamespace(), u.GetName()))
+		return
+	case GVRPolicyException:
+		s.removeException(u.GetNamespace() + "/" + u.GetName())
+		return
+	case GVRNamespace:
+		_ = s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteNamespace(u.GetName()) })
+	}
+	uid := string(u.GetUID())
+	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteResource(uid) }); err != nil {
+		s.log().Error(err, "forgetting a deleted resource failed", "uid", uid)
+	}
+	s.queue.Add(uid) // reconcile finds it gone and deletes its report
+}
+
+func (s *Scanner) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	present := make(map[string]bool, len(objs))
+	for _, u := range objs {
+		present[string(u.GetUID())] = true
+		s.Upsert(gvr, u)
+	}
+	switch gvr {
+	case GVRClusterPolicy, GVRPolicy, GVRPolicyException:
+		s.dropMissingPolicies(gvr, objs)
+		return
+	}
+	group, kind := s.groupKind(gvr)
+	if kind == "" {
+		return
+	}
+	stale, _ := s.store.Read().ResourcesOfKind(group, kind, "")
+	for _, r := range stale {
+		if !present[r.UID] {
+			s.Remove(gvr, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"uid": r.UID, "name": r.Name, "namespace": r.Namespace}}})
+		}
+	}
+}
+
+func (s *Scanner) Listed(gvr schema.GroupVersionResource) {
+	s.mu.Lock()
+	s.synced[gvr] = true
+	s.mu.Unlock()
+	if s.listedAll() {
+		s.sweepOrphans()
+	}
+}
+
+// listedAll reports whether every running source has listed its kind once.
+func (s *Scanner) listedAll() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for gvr := range s.sources {
+		if !s.synced[gvr] {
+			return false
+		}
+	}
+	return len(s.sources) > 0
+}
+
+// sweepOrphans enqueues the reports whose resource is not in the store, so
+// that reports of resources deleted while tally was down go.
+func (s *Scanner) sweepOrphans() {
+	r := s.store.Read()
+	for _, uid := range s.reports.known() {
+		if res, err := r.Resource(uid); err == nil && res == nil {
+			s.queue.Add(uid)
+		}
+	}
+}
+
+func (s *Scanner) upsertResource(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	res, err := compact(u)
+	if err != nil {
+		s.log().Error(err, "a resource could not be read; skipped", "gvr", gvr.String(), "uid", u.GetUID())
+		return
+	}
+	s.rememberKind(gvr, res.Group, res.Kind)
+	changed := true
+	err = s.store.Write(func(w *memstore.WriteTxn) error {
+		prev, err := w.Resource(res.UID)
+		if err != nil {
+			return err
+		}
+		changed = prev == nil || prev.Hash != res.Hash
+		return w.PutResource(res)
+	})
+	if err != nil {
+		s.log().Error(err, "storing a resource failed", "uid", res.UID)
+		return
+	}
+	if changed {
+		s.queue.Add(res.UID)
+	}
+}
+
+func (s *Scanner) upsertNamespace(u *unstructured.Unstructured) {
+	name := u.GetName()
+	labels := u.GetLabels()
+	changed := false
+	_ = s.store.Write(func(w *memstore.WriteTxn) error {
+		prev, err := w.Namespace(name)
+		if err != nil {
+			return err
+		}
+		changed = prev != nil && !maps.Equal(prev.Labels, labels)
+		return w.PutNamespace(&memstore.Namespace{Name: name, Labels: labels})
+	})
+	if !changed {
+		return
+	}
+	// namespaceSelector results of the namespace's resources may change.
+	resources, _ := s.store.Read().ResourcesInNamespace(name)
+	for _, r := range resources {
+		s.queue.Add(r.UID)
+	}
+}
+
+func (s *Scanner) upsertException(u *unstructured.Unstructured) {
+	var pe kyvernov2.PolicyException
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe); err != nil {
+		s.log().Error(err, "PolicyException could not be read; ignored", "name", u.GetNamespace()+"/"+u.GetName())
+		return
+	}
+	ex, err := engine.CompileException(&pe)
+	if err != nil {
+		s.log().Error(err, "PolicyException is invalid; ignored", "name", u.GetNamespace()+"/"+u.GetName())
+		return
+	}
+	policies := make([]string, 0, len(pe.Spec.Exceptions))
+	for _, e := range pe.Spec.Exceptions {
+		policies = append(policies, e.PolicyName)
+	}
+	name := pe.Namespace + "/" + pe.Name
+	if err := s.store.Write(func(w *memstore.WriteTxn) error {
+		return w.PutException(&memstore.Exception{Name: name, Policies: policies, Compiled: ex})
+	}); err != nil {
+		s.log().Error(err, "storing a PolicyException failed", "name", name)
+		return
+	}
+	s.enqueuePolicies(policies)
+}
+
+func (s *Scanner) removeException(name string) {
+	r := s.store.Read()
+	var policies []string
+	if all, err := r.Exceptions(); err == nil {
+		for _, e := range all {
+			if e.Name == name {
+				policies = e.Policies
+			}
+		}
+	}
+	_ = s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteException(name) })
+	s.enqueuePolicies(policies)
+}

@@ -1,0 +1,138 @@
+// Package watch lists then watches kinds through client-go reflectors that
+// feed a Sink directly, instead of an informer cache: the caller's own store
+// is the only copy of each object, which is what keeps tally's memory flat.
+package watch
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ListPageSize bounds each LIST page, so a large kind is read in pieces.
+const ListPageSize = 500
+
+// Sink receives what a Source sees. The objects are not shared with any
+// cache: a Sink may keep or modify them.
+type Sink interface {
+	Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured)
+	Remove(gvr schema.GroupVersionResource, u *unstructured.Unstructured)
+	// Replace says that objs is the complete current list of the kind.
+	Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured)
+	// Listed is called once the first complete list was delivered.
+	Listed(gvr schema.GroupVersionResource)
+}
+
+// Source lists then watches one kind through a client-go Reflector.
+type Source struct {
+	GVR    schema.GroupVersionResource
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start runs a Source until ctx ends or Stop is called.
+func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, s Sink) *Source {
+	ctx, cancel := context.WithCancel(ctx)
+	src := &Source{GVR: gvr, cancel: cancel, done: make(chan struct{})}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return client.Resource(gvr).List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return client.Resource(gvr).Watch(ctx, opts)
+		},
+	}
+	store := &storeAdapter{gvr: gvr, sink: s}
+	r := cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{}, store, cache.ReflectorOptions{
+		Name: "tally-scan " + gvr.String(),
+	})
+	r.WatchListPageSize = ListPageSize
+	go func() {
+		defer close(src.done)
+		r.RunWithContext(ctx)
+	}()
+	return src
+}
+
+// Stop ends the Source and waits for it.
+func (s *Source) Stop() {
+	s.cancel()
+	<-s.done
+}
+
+// Cancel asks the Source to end; Done is closed when it has.
+func (s *Source) Cancel() { s.cancel() }
+
+// Done is closed once the Source has ended.
+func (s *Source) Done() <-chan struct{} { return s.done }
+
+// storeAdapter is the cache.Store a Reflector writes to; it forwards to a Sink.
+type storeAdapter struct {
+	gvr      schema.GroupVersionResource
+	sink     Sink
+	replaced bool
+}
+
+var _ cache.Store = (*storeAdapter)(nil)
+
+func asUnstructured(obj any) (*unstructured.Unstructured, error) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("unexpected object %T", obj)
+	}
+	return u, nil
+}
+
+func (a *storeAdapter) Add(obj any) error {
+	u, err := asUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	a.sink.Upsert(a.gvr, u)
+	return nil
+}
+
+func (a *storeAdapter) Update(obj any) error { return a.Add(obj) }
+
+func (a *storeAdapter) Delete(obj any) error {
+	u, err := asUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	a.sink.Remove(a.gvr, u)
+	return nil
+}
+
+func (a *storeAdapter) Replace(list []any, _ string) error {
+	objs := make([]*unstructured.Unstructured, 0, len(list))
+	for _, o := range list {
+		u, err := asUnstructured(o)
+		if err != nil {
+			return err
+		}
+		objs = append(objs, u)
+	}
+	a.sink.Replace(a.gvr, objs)
+	if !a.replaced {
+		a.replaced = true
+		a.sink.Listed(a.gvr)
+	}
+	return nil
+}
+
+// The reflector never reads back from its store (no resync is configured).
+func (a *storeAdapter) List() []any                                { return nil }
+func (a *storeAdapter) ListKeys() []string                         { return nil }
+func (a *storeAdapter) Get(any) (item any, exists bool, err error) { return nil, false, nil }
+func (a *storeAdapter) GetByKey(string) (any, bool, error)         { return nil, false, nil }
+func (a *storeAdapter) Resync() error                              { return nil }

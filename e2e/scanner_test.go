@@ -1,0 +1,342 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/klient/wait"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/scan"
+	"github.com/tally-dev/tally/memstore"
+)
+
+// writeCounter counts the API writes of a client to one kind of resource.
+type writeCounter struct {
+	match string
+	n     atomic.Int64
+}
+
+func (c *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet && strings.Contains(req.URL.Path, c.match) {
+			c.n.Add(1)
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// runningScanner is a scanner started in-process against the test cluster.
+type runningScanner struct {
+	scanner *scan.Scanner
+	reg     *prometheus.Registry
+	writes  *writeCounter
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+func startScanner(t *testing.T, cfg *rest.Config, namespace string) *runningScanner {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	wc := &writeCounter{match: "backgroundscanreports"}
+	cfg.Wrap(wc.wrap)
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	s := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
+		Workers: 2, Interval: time.Hour, StateNamespace: namespace, StateName: "tally-scan-state", Registry: reg,
+	})
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 1})))
+	rs := &runningScanner{scanner: s, reg: reg, writes: wc, cancel: cancel, done: make(chan error, 1)}
+	go func() { rs.done <- s.Run(ctx) }()
+	return rs // the caller stops it (a feature's Teardown): t may be one step's subtest
+}
+
+var stopOnce sync.Map
+
+func (rs *runningScanner) stop() {
+	if _, loaded := stopOnce.LoadOrStore(rs, true); loaded {
+		return
+	}
+	rs.cancel()
+	<-rs.done
+}
+
+// counter reads a counter metric's value (summed over its labels).
+func (rs *runningScanner) counter(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := rs.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += counterValue(m)
+		}
+	}
+	return sum
+}
+
+func counterValue(m *dto.Metric) float64 {
+	if c := m.GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return m.GetGauge().GetValue()
+}
+
+func (rs *runningScanner) waitSynced(t *testing.T) {
+	t.Helper()
+	err := wait.For(func(context.Context) (bool, error) { return rs.scanner.Synced(), nil },
+		wait.WithTimeout(60*time.Second), wait.WithInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("scanner did not sync: %v", err)
+	}
+}
+
+// resultsOf reads the background report of a resource as "policy/rule=result"
+// strings; found is false only when the API server says it does not exist.
+func resultsOf(ctx context.Context, cfg *envconf.Config, ns string, uid string) (map[string]string, bool, error) {
+	var r kyvernov2.BackgroundScanReport
+	if err := cfg.Client().Resources(ns).Get(ctx, uid, ns, &r); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	out := map[string]string{}
+	for _, res := range r.Spec.Results {
+		out[res.Policy+"/"+res.Rule] = string(res.Result)
+	}
+	return out, true, nil
+}
+
+// waitForResults waits until a resource's report holds exactly want (nil: no report).
+func waitForResults(ctx context.Context, t *testing.T, cfg *envconf.Config, obj k8s.Object, want map[string]string) {
+	t.Helper()
+	var last map[string]string
+	err := wait.For(func(ctx context.Context) (bool, error) {
+		got, ok, err := resultsOf(ctx, cfg, obj.GetNamespace(), string(obj.GetUID()))
+		if err != nil {
+			return false, err
+		}
+		last = got
+		if want == nil {
+			return !ok, nil
+		}
+		if !ok || len(got) != len(want) {
+			return false, nil
+		}
+		for k, v := range want {
+			if got[k] != v {
+				return false, nil
+			}
+		}
+		return true, nil
+	}, wait.WithTimeout(60*time.Second), wait.WithInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("report of %s/%s: got %v, want %v", obj.GetNamespace(), obj.GetName(), last, want)
+	}
+}
+
+func labelPattern(label string) *apiextv1.JSON {
+	return &apiextv1.JSON{Raw: []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:"?*"}}}`, label))}
+}
+
+func requireLabelsPolicy(name string, podLabel, cmLabel string) *kyvernov1.ClusterPolicy {
+	rule := func(rule, kind, label string) kyvernov1.Rule {
+		return kyvernov1.Rule{
+			Name:     rule,
+			Match:    kyvernov1.MatchResources{Any: kyvernov1.ResourceFilters{{Resources: kyvernov1.ResourceDescription{Kinds: []string{kind}, Namespaces: []string{"scan-*"}}}}},
+			Validate: &kyvernov1.Validation{Message: "label " + label + " is required", Pattern: labelPattern(label)},
+		}
+	}
+	return &kyvernov1.ClusterPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
+			"pod-policies.kyverno.io/autogen-controllers": "none",
+		}},
+		Spec: kyvernov1.Spec{Rules: []kyvernov1.Rule{rule("pods", "Pod", podLabel), rule("configmaps", "ConfigMap", cmLabel)}},
+	}
+}
+
+func newPod(ns, name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx:1.27"}}},
+	}
+}
+
+func TestScannerWritesBackgroundReports(t *testing.T) {
+	const ns = "scan-a"
+	var (
+		scanner         *runningScanner
+		good, bad, bad2 *corev1.Pod
+		cm              *corev1.ConfigMap
+		policy          = requireLabelsPolicy("require-labels", "team", "owner")
+		pass, fail      = string(wgv1alpha2.ResultPass), string(wgv1alpha2.ResultFail)
+		podRule, cmRule = "require-labels/pods", "require-labels/configmaps"
+	)
+	f := features.New("background scan").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			r := cfg.Client().Resources()
+			if err := r.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			good, bad, bad2 = newPod(ns, "good", map[string]string{"team": "a"}), newPod(ns, "bad", nil), newPod(ns, "bad2", nil)
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: ns, Labels: map[string]string{"owner": "x"}}}
+			for _, o := range []k8s.Object{good, bad, bad2, cm, policy} {
+				if err := r.Create(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			scanner = startScanner(t, cfg.Client().RESTConfig(), "default")
+			return ctx
+		}).
+		Assess("existing resources get their results", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			waitForResults(ctx, t, cfg, good, map[string]string{podRule: pass})
+			waitForResults(ctx, t, cfg, bad, map[string]string{podRule: fail})
+			waitForResults(ctx, t, cfg, cm, map[string]string{cmRule: pass})
+			scanner.waitSynced(t)
+			return ctx
+		}).
+		Assess("updating a resource rewrites only its report", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			before := scanner.writes.n.Load()
+			bad.Labels = map[string]string{"team": "b"}
+			if err := cfg.Client().Resources().Update(ctx, bad); err != nil {
+				t.Fatal(err)
+			}
+			waitForResults(ctx, t, cfg, bad, map[string]string{podRule: pass})
+			scanner.waitSynced(t)
+			if got := scanner.writes.n.Load() - before; got != 1 {
+				t.Errorf("one resource changed, %d report writes", got)
+			}
+			return ctx
+		}).
+		Assess("editing one rule re-evaluates only what that rule matches", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			evaluated := scanner.counter(t, "tally_scan_resources_processed_total")
+			before := scanner.writes.n.Load()
+			var p kyvernov1.ClusterPolicy
+			r := cfg.Client().Resources()
+			if err := r.Get(ctx, policy.Name, "", &p); err != nil {
+				t.Fatal(err)
+			}
+			p.Spec.Rules[1].Validate.Pattern = labelPattern("tier") // the ConfigMap rule only
+			if err := r.Update(ctx, &p); err != nil {
+				t.Fatal(err)
+			}
+			waitForResults(ctx, t, cfg, cm, map[string]string{cmRule: fail})
+			scanner.waitSynced(t)
+			// The rule matches the ConfigMaps of scan-* namespaces: ours and
+			// the kube-root-ca.crt the controller manager publishes there.
+			var cms corev1.ConfigMapList
+			if err := cfg.Client().Resources(ns).List(ctx, &cms); err != nil {
+				t.Fatal(err)
+			}
+			if got := scanner.counter(t, "tally_scan_resources_processed_total") - evaluated; got != float64(len(cms.Items)) {
+				t.Errorf("a ConfigMap rule changed: %v resources evaluated, want %d (the ConfigMaps of %s)", got, len(cms.Items), ns)
+			}
+			if got := scanner.writes.n.Load() - before; got != 1 {
+				t.Errorf("one report changed, %d writes", got)
+			}
+			return ctx
+		}).
+		Assess("a status-only policy update does nothing", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			evaluated := scanner.counter(t, "tally_scan_resources_processed_total")
+			var p kyvernov1.ClusterPolicy
+			r := cfg.Client().Resources()
+			if err := r.Get(ctx, policy.Name, "", &p); err != nil {
+				t.Fatal(err)
+			}
+			p.Status.Ready = true
+			if err := r.UpdateStatus(ctx, &p); err != nil {
+				t.Fatal(err)
+			}
+			err := wait.For(func(context.Context) (bool, error) {
+				return scanner.scanner.PolicyResourceVersion(policy.Name) == p.ResourceVersion, nil
+			}, wait.WithTimeout(30*time.Second), wait.WithInterval(50*time.Millisecond))
+			if err != nil {
+				t.Fatalf("scanner never saw the status update: %v", err)
+			}
+			scanner.waitSynced(t)
+			if got := scanner.counter(t, "tally_scan_resources_processed_total") - evaluated; got != 0 {
+				t.Errorf("a status-only update caused %v evaluations, want 0", got)
+			}
+			return ctx
+		}).
+		Assess("deleting a resource deletes its report", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			if err := cfg.Client().Resources().Delete(ctx, bad2, func(o *metav1.DeleteOptions) { o.GracePeriodSeconds = ptr.To[int64](0) }); err != nil {
+				t.Fatal(err)
+			}
+			waitForResults(ctx, t, cfg, bad2, nil)
+			return ctx
+		}).
+		Assess("a restarted scanner writes nothing", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			scanner.stop()
+			restarted := startScanner(t, cfg.Client().RESTConfig(), "default")
+			restarted.waitSynced(t)
+			if err := restarted.scanner.RescanAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := restarted.writes.n.Load(); got != 0 {
+				t.Errorf("restart with nothing changed: %d report writes, want 0", got)
+			}
+			waitForResults(ctx, t, cfg, good, map[string]string{podRule: pass})
+			scanner = restarted
+			return ctx
+		}).
+		Assess("deleting the policy removes its entries", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			if err := cfg.Client().Resources().Delete(ctx, policy); err != nil {
+				t.Fatal(err)
+			}
+			waitForResults(ctx, t, cfg, good, nil)
+			waitForResults(ctx, t, cfg, cm, nil)
+			return ctx
+		}).
+		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			scanner.stop()
+			_ = cfg.Client().Resources().Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}

@@ -1,0 +1,195 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/engine/variables"
+)
+
+// UserInfo is the requesting user of an admission request.
+type UserInfo struct {
+	Username     string
+	UID          string
+	Groups       []string
+	Extra        map[string][]string
+	Roles        []string // "<namespace>:<role>"
+	ClusterRoles []string
+}
+
+// ValueSource supplies variables that the environment would otherwise load
+// (a values file in tests): dotted paths such as "request.object.metadata.name"
+// or "dictionary.data.env" mapped to values.
+type ValueSource interface {
+	// PolicyValues are set before any rule of the policy is evaluated.
+	PolicyValues(policy string) map[string]any
+	// RuleValues are set before the rule's context entries.
+	RuleValues(policy, rule string) map[string]any
+	// ForeachValues give, per key, the value of the i-th foreach iteration.
+	ForeachValues(policy, rule string) map[string][]any
+}
+
+// ContextLoader resolves context entries that read the outside world
+// (configMap, apiCall, imageRegistry, globalReference). Offline evaluation
+// has none: those variables come from a ValueSource or stay unresolved.
+type ContextLoader interface {
+	Load(ctx context.Context, entry kyvernov1.ContextEntry, data map[string]any) (any, error)
+}
+
+// requestData builds the JSON document variables are resolved against.
+func (req *Request) data(obj, old map[string]any) map[string]any {
+	request := map[string]any{
+		"operation": req.operation(),
+		"object":    nilIfEmpty(obj),
+		"oldObject": nilIfEmpty(old),
+	}
+	if ns := namespaceOf(obj, old); ns != "" {
+		request["namespace"] = ns
+	}
+	data := map[string]any{"request": request}
+	if u := req.UserInfo; u != nil {
+		groups := make([]any, len(u.Groups))
+		for i, g := range u.Groups {
+			groups[i] = g
+		}
+		request["userInfo"] = map[string]any{"username": u.Username, "uid": u.UID, "groups": groups}
+		request["roles"] = toAnyList(u.Roles)
+		request["clusterRoles"] = toAnyList(u.ClusterRoles)
+		if ns, name, ok := serviceAccount(u.Username); ok {
+			data["serviceAccountName"] = name
+			data["serviceAccountNamespace"] = ns
+		}
+	}
+	if imgs := imagesOf(obj); imgs != nil {
+		data["images"] = imgs
+	}
+	return data
+}
+
+func nilIfEmpty(m map[string]any) any {
+	if m == nil {
+		return nil
+	}
+	return m
+}
+
+func toAnyList(in []string) []any {
+	out := make([]any, len(in))
+	for i, s := range in {
+		out[i] = s
+	}
+	return out
+}
+
+func serviceAccount(username string) (ns, name string, ok bool) {
+	rest, found := strings.CutPrefix(username, "system:serviceaccount:")
+	if !found {
+		return "", "", false
+	}
+	ns, name, ok = strings.Cut(rest, ":")
+	return ns, name, ok
+}
+
+// setPath sets a dotted path in data, copying every map on the way so that
+// shared inputs (the resource) are never modified.
+func setPath(data map[string]any, path string, value any) {
+	keys := strings.Split(path, ".")
+	cur := data
+	for _, k := range keys[:len(keys)-1] {
+		next, _ := cur[k].(map[string]any)
+		cp := make(map[string]any, len(next)+1)
+		for kk, vv := range next {
+			cp[kk] = vv
+		}
+		cur[k] = cp
+		cur = cp
+	}
+	cur[keys[len(keys)-1]] = value
+}
+
+func cloneTop(data map[string]any) map[string]any {
+	cp := make(map[string]any, len(data)+4)
+	for k, v := range data {
+		cp[k] = v
+	}
+	return cp
+}
+
+// loadContext evaluates context entries into data (which the caller owns).
+func (e *evaluation) loadContext(entries []kyvernov1.ContextEntry, data map[string]any) error {
+	for i := range entries {
+		entry := &entries[i]
+		switch {
+		case entry.Variable != nil:
+			v, err := variableValue(entry.Variable, data)
+			if err != nil {
+				return fmt.Errorf("context entry %s: %w", entry.Name, err)
+			}
+			setPath(data, entry.Name, v)
+		default:
+			if _, ok := lookupPath(data, entry.Name); ok {
+				continue // supplied by a ValueSource
+			}
+			if e.req.Loader == nil {
+				continue // offline: references to it fail to resolve, as they should
+			}
+			v, err := e.req.Loader.Load(e.ctx, *entry, data)
+			if err != nil {
+				return fmt.Errorf("context entry %s: %w", entry.Name, err)
+			}
+			setPath(data, entry.Name, v)
+		}
+	}
+	return nil
+}
+
+func variableValue(v *kyvernov1.Variable, data map[string]any) (any, error) {
+	var value any
+	if v.Value != nil {
+		raw, err := decode(v.Value, "variable.value")
+		if err != nil {
+			return nil, err
+		}
+		if value, err = variables.Substitute(raw, data); err != nil {
+			return nil, err
+		}
+	}
+	if v.JMESPath != "" {
+		expr, err := variables.SubstituteString(v.JMESPath, data)
+		if err != nil {
+			return nil, err
+		}
+		source := any(data)
+		if v.Value != nil {
+			source = value
+		}
+		value, err = variables.Query(expr, source)
+		if err != nil && v.Default == nil {
+			return nil, fmt.Errorf("jmesPath %q: %w", v.JMESPath, err)
+		}
+	}
+	if value == nil && v.Default != nil {
+		def, err := decode(v.Default, "variable.default")
+		if err != nil {
+			return nil, err
+		}
+		return variables.Substitute(def, data)
+	}
+	return value, nil
+}
+
+func lookupPath(data map[string]any, path string) (any, bool) {
+	var cur any = data
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}

@@ -1,0 +1,305 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/engine/conditions"
+	"github.com/tally-dev/tally/engine/match"
+	"github.com/tally-dev/tally/engine/pattern"
+	"github.com/tally-dev/tally/engine/variables"
+)
+
+// Operations of an admission request; a background scan evaluates as CREATE.
+const (
+	OpCreate = "CREATE"
+	OpUpdate = "UPDATE"
+	OpDelete = "DELETE"
+)
+
+// Request is one evaluation: an existing resource in a background scan, or an
+// admission request.
+type Request struct {
+	// Object is the resource (nil for DELETE); OldObject its previous state (UPDATE, DELETE).
+	Object, OldObject map[string]any
+	// Operation defaults to CREATE.
+	Operation   string
+	Subresource string
+	// UserInfo is nil in background scans.
+	UserInfo *UserInfo
+	// NamespaceLabels are the labels of the resource's namespace (for namespaceSelector).
+	NamespaceLabels map[string]string
+	// Background is true in background scans: exceptions with background: false do not apply.
+	Background bool
+	Exceptions []*Exception
+	Values     ValueSource
+	Loader     ContextLoader
+}
+
+func (req *Request) operation() string {
+	if req.Operation == "" {
+		return OpCreate
+	}
+	return req.Operation
+}
+
+// subject is the object that matching and validation look at: the new
+// object, or the old one for a DELETE.
+func (req *Request) subject() map[string]any {
+	if req.Object != nil {
+		return req.Object
+	}
+	return req.OldObject
+}
+
+type evaluation struct {
+	ctx    context.Context
+	policy *Policy
+	req    *Request
+	res    match.Resource
+	adm    *match.Admission
+	base   map[string]any // request data shared by every rule (never modified)
+	obj    map[string]any // the subject after values were applied
+}
+
+// Evaluate applies every validate rule of the policy to the request and
+// returns one result per rule that matched. A rule that does not match (kind,
+// names, selectors, exclude, the Policy's namespace) yields nothing.
+func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
+	subject := req.subject()
+	if subject == nil {
+		return nil
+	}
+	e := &evaluation{ctx: ctx, policy: p, req: req, res: resourceOf(subject, req.Subresource)}
+	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
+		return nil
+	}
+	if req.UserInfo != nil {
+		e.adm = &match.Admission{
+			Operation: req.operation(), Username: req.UserInfo.Username, Groups: req.UserInfo.Groups,
+			Roles: req.UserInfo.Roles, ClusterRoles: req.UserInfo.ClusterRoles,
+		}
+	} else if req.Operation != "" && req.Operation != OpCreate {
+		e.adm = &match.Admission{Operation: req.Operation}
+	}
+	var results []RuleResult
+	for _, rule := range p.Rules {
+		if rule.matcher == nil { // the rule did not compile: report it where its kinds allow
+			if ok, _ := match.Matches(rule.Raw.Match, rule.Raw.Exclude, e.res, req.NamespaceLabels, e.adm); ok {
+				results = append(results, e.result(rule, Error, rule.Err.Error()))
+			}
+			continue
+		}
+		if !rule.matcher.Matches(&e.res, req.NamespaceLabels, e.adm) {
+			continue
+		}
+		results = append(results, e.rule(rule))
+		if p.Spec.ApplyRules != nil && *p.Spec.ApplyRules == "One" {
+			break
+		}
+	}
+	return results
+}
+
+func resourceOf(obj map[string]any, subresource string) match.Resource {
+	apiVersion, _ := obj["apiVersion"].(string)
+	group, version := "", apiVersion
+	if i := strings.Index(apiVersion, "/"); i >= 0 {
+		group, version = apiVersion[:i], apiVersion[i+1:]
+	}
+	kind, _ := obj["kind"].(string)
+	md, _ := obj["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	ns, _ := md["namespace"].(string)
+	return match.Resource{
+		Group: group, Version: version, Kind: kind, Subresource: subresource,
+		Name: name, Namespace: ns,
+		Labels: stringMap(md["labels"]), Annotations: stringMap(md["annotations"]),
+	}
+}
+
+func stringMap(v any) map[string]string {
+	m, _ := v.(map[string]any)
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, val := range m {
+		s, _ := val.(string)
+		out[k] = s
+	}
+	return out
+}
+
+func (e *evaluation) result(rule *Rule, r wgv1alpha2.Result, msg string) RuleResult {
+	if r == Fail && !e.policy.Scored {
+		r = Warn
+	}
+	return RuleResult{Policy: e.policy.Name, Rule: rule.Name, Result: r, Message: msg, Properties: rule.Raw.ReportProperties}
+}
+
+// baseData is built once per request and policy: the request document with
+// the policy-level values applied.
+func (e *evaluation) baseData() map[string]any {
+	if e.base != nil {
+		return e.base
+	}
+	subject := e.req.subject()
+	data := e.req.data(e.req.Object, e.req.OldObject)
+	if e.req.Values != nil {
+		for k, v := range e.req.Values.PolicyValues(e.policy.Name) {
+			setPath(data, k, v)
+		}
+	}
+	// Values may override parts of the object: validate what they produced.
+	e.obj = subject
+	if obj, ok := lookupPath(data, "request.object"); ok {
+		if m, ok := obj.(map[string]any); ok && e.req.Object != nil {
+			e.obj = m
+		}
+	}
+	e.base = data
+	return data
+}
+
+// rule evaluates one matched rule.
+func (e *evaluation) rule(rule *Rule) RuleResult {
+	if rule.Err != nil {
+		return e.result(rule, Error, rule.Err.Error())
+	}
+	data := cloneTop(e.baseData())
+	if names := e.exceptionsFor(rule, data); len(names) > 0 {
+		r := e.result(rule, Skip, "rule is skipped due to policy exception "+strings.Join(names, ", "))
+		r.Exceptions = names
+		return r
+	}
+	if e.req.Values != nil {
+		for k, v := range e.req.Values.RuleValues(e.policy.Name, rule.Name) {
+			setPath(data, k, v)
+		}
+	}
+	if err := e.loadContext(rule.Raw.Context, data); err != nil {
+		return e.result(rule, Error, err.Error())
+	}
+	if rule.preconditions != nil {
+		ok, _, err := conditions.AnyAll(rule.preconditions, data, conditions.Preconditions)
+		if err != nil {
+			return e.result(rule, Error, fmt.Sprintf("preconditions: %v", err))
+		}
+		if !ok {
+			return e.result(rule, Skip, "preconditions not met")
+		}
+	}
+	v := rule.Raw.Validate
+	switch {
+	case rule.pattern != nil:
+		return e.checkPattern(rule, v.Message, data, e.obj, rule.pattern)
+	case rule.anyPattern != nil:
+		return e.checkAnyPattern(rule, v.Message, data, e.obj, rule.anyPattern)
+	case rule.hasDeny:
+		return e.checkDeny(rule, v.Message, data, rule.deny)
+	case rule.foreach != nil:
+		return e.checkForEach(rule, data)
+	case rule.podSecurity != nil:
+		return e.checkPodSecurity(rule)
+	}
+	return e.result(rule, Error, "rule has no validation")
+}
+
+func (e *evaluation) message(msg string, data map[string]any) string {
+	if msg == "" || !strings.Contains(msg, "{{") {
+		return msg
+	}
+	out, err := variables.SubstituteString(msg, data)
+	if err != nil {
+		return msg
+	}
+	return out
+}
+
+func (e *evaluation) checkPattern(rule *Rule, msg string, data map[string]any, obj any, pat any) RuleResult {
+	pat, err := variables.Substitute(pat, data)
+	if err != nil {
+		return e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
+	}
+	res := pattern.Validate(obj, pat)
+	switch res.Status {
+	case pattern.Pass:
+		return e.result(rule, Pass, passMessage(rule.Name))
+	case pattern.Skip:
+		return e.result(rule, Skip, skipMessage(rule.Name, res))
+	}
+	return e.result(rule, Fail, failMessage(e.message(msg, data), rule.Name, res.Path))
+}
+
+func (e *evaluation) checkAnyPattern(rule *Rule, msg string, data map[string]any, obj any, pats []any) RuleResult {
+	subst, err := variables.Substitute(any(pats), data)
+	if err != nil {
+		return e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
+	}
+	list, _ := subst.([]any)
+	var fails []string
+	skipped := 0
+	for i, p := range list {
+		res := pattern.Validate(obj, p)
+		switch res.Status {
+		case pattern.Pass:
+			return e.result(rule, Pass, passMessage(rule.Name))
+		case pattern.Skip:
+			skipped++
+		default:
+			fails = append(fails, fmt.Sprintf("rule %s[%d] failed at path %s", rule.Name, i, res.Path))
+		}
+	}
+	if skipped == len(list) {
+		return e.result(rule, Skip, "rule "+rule.Name+" skipped: no pattern applied")
+	}
+	prefix := "validation error: "
+	if m := e.message(msg, data); m != "" {
+		prefix += m + ". "
+	}
+	return e.result(rule, Fail, prefix+strings.Join(fails, " "))
+}
+
+func (e *evaluation) checkDeny(rule *Rule, msg string, data map[string]any, deny any) RuleResult {
+	denied, _, err := conditions.AnyAll(deny, data, conditions.Deny)
+	if err != nil {
+		return e.result(rule, Error, fmt.Sprintf("deny conditions: %v", err))
+	}
+	if !denied {
+		return e.result(rule, Pass, passMessage(rule.Name))
+	}
+	m := e.message(msg, data)
+	if m == "" {
+		m = "validation error: rule " + rule.Name + " failed"
+	}
+	return e.result(rule, Fail, m)
+}
+
+func (e *evaluation) checkPodSecurity(rule *Rule) RuleResult {
+	kind, _ := e.obj["kind"].(string)
+	res, err := rule.podSecurity.Evaluate(kind, e.obj)
+	if err != nil {
+		return e.result(rule, Error, fmt.Sprintf("podSecurity: %v", err))
+	}
+	if res.Pass {
+		return e.result(rule, Pass, passMessage(rule.Name))
+	}
+	return e.result(rule, Fail, res.Message)
+}
+
+func failMessage(msg, rule, path string) string {
+	if msg == "" {
+		return "validation error: rule " + rule + " failed at path " + path
+	}
+	return "validation error: " + msg + ". rule " + rule + " failed at path " + path
+}
+
+func skipMessage(rule string, res pattern.Result) string {
+	if res.Message != "" {
+		return "rule " + rule + " skipped: " + res.Message
+	}
+	return "rule " + rule + " skipped"
+}

@@ -1,0 +1,62 @@
+package pattern
+
+// anchor is the kind of anchor a pattern key carries.
+type anchor uint8
+
+const (
+	anchorNone        anchor = iota
+	anchorCondition          // (key): if it holds, its siblings apply; else skip
+	anchorEquality           // =(key): if the key is present, it must match
+	anchorNegation           // X(key): the key must be absent
+	anchorExistence          // ^(key): some list element matches each pattern element
+	anchorGlobal             // <(key): if it does not hold, the whole rule is skipped
+	anchorAddIfAbsent        // +(key): mutate only; ignored by validation
+)
+
+// parseKey splits a pattern key into its anchor and the plain key. An anchor
+// is an optional modifier (one of "=X^<+"), then the key in parentheses; the
+// key must not be empty. Anything else is a plain key.
+func parseKey(k string) (anchor, string) {
+	n := len(k)
+	if n < 3 || k[n-1] != ')' {
+		return anchorNone, k
+	}
+	if k[0] == '(' {
+		return anchorCondition, k[1 : n-1]
+	}
+	if n < 4 || k[1] != '(' {
+		return anchorNone, k
+	}
+	name := k[2 : n-1]
+	switch k[0] {
+	case '=':
+		return anchorEquality, name
+	case 'X':
+		return anchorNegation, name
+	case '^':
+		return anchorExistence, name
+	case '<':
+		return anchorGlobal, name
+	case '+':
+		return anchorAddIfAbsent, name
+	}
+	return anchorNone, k
+}
+
+func (a anchor) String() string {
+	switch a {
+	case anchorCondition:
+		return "conditional"
+	case anchorEquality:
+		return "equality"
+	case anchorNegation:
+		return "negation"
+	case anchorExistence:
+		return "existence"
+	case anchorGlobal:
+		return "global"
+	case anchorAddIfAbsent:
+		return "add-if-not-present"
+	}
+	return "none"
+}

@@ -1,0 +1,260 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/engine/match"
+	"github.com/tally-dev/tally/engine/podsecurity"
+)
+
+// Annotations a policy may carry that change its results.
+const (
+	AnnotationScored   = "policies.kyverno.io/scored"
+	AnnotationCategory = "policies.kyverno.io/category"
+	AnnotationSeverity = "policies.kyverno.io/severity"
+)
+
+// Policy is a compiled ClusterPolicy or Policy: its validate rules, autogen
+// rules included, parsed once. A Policy is immutable once compiled and safe
+// for concurrent use.
+type Policy struct {
+	// Name is the report name: the ClusterPolicy's name, or "<namespace>/<name>".
+	Name string
+	// Namespace is empty for a ClusterPolicy.
+	Namespace   string
+	Annotations map[string]string
+	Spec        kyvernov1.Spec
+	// Rules are the validate rules, followed by the generated autogen rules.
+	Rules []*Rule
+	// Scored is false when the policy is annotated policies.kyverno.io/scored: "false".
+	Scored   bool
+	Category string
+	Severity string
+}
+
+// Rule is a compiled validate rule. A rule that could not be compiled keeps
+// its error and yields error results, so that one broken rule never hides
+// the others.
+type Rule struct {
+	Name string
+	Raw  kyvernov1.Rule
+	// Err is set when the rule cannot be evaluated; every result of the rule is an error naming it.
+	Err error
+
+	matcher       *match.Matcher
+	preconditions any
+	pattern       any
+	anyPattern    []any
+	deny          any
+	hasDeny       bool
+	foreach       []*forEach
+	podSecurity   *podsecurity.Compiled
+}
+
+type forEach struct {
+	list          string
+	elementScope  *bool
+	context       []kyvernov1.ContextEntry
+	preconditions any
+	pattern       any
+	anyPattern    []any
+	deny          any
+	hasDeny       bool
+	nested        []*forEach
+}
+
+// CompileClusterPolicy compiles a ClusterPolicy.
+func CompileClusterPolicy(p *kyvernov1.ClusterPolicy) (*Policy, error) {
+	return compile(p.Name, "", p.Annotations, p.Spec)
+}
+
+// CompilePolicy compiles a namespaced Policy.
+func CompilePolicy(p *kyvernov1.Policy) (*Policy, error) {
+	return compile(p.Namespace+"/"+p.Name, p.Namespace, p.Annotations, p.Spec)
+}
+
+func compile(name, namespace string, annotations map[string]string, spec kyvernov1.Spec) (*Policy, error) {
+	p := &Policy{
+		Name:        name,
+		Namespace:   namespace,
+		Annotations: annotations,
+		Spec:        spec,
+		Scored:      annotations[AnnotationScored] != "false",
+		Category:    annotations[AnnotationCategory],
+		Severity:    annotations[AnnotationSeverity],
+	}
+	rules, err := match.Autogen(annotations, spec.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: autogen: %w", name, err)
+	}
+	for i := range rules {
+		if rules[i].Validate == nil {
+			continue // mutate, generate and verifyImages rules are not evaluated
+		}
+		p.Rules = append(p.Rules, compileRule(rules[i]))
+	}
+	return p, nil
+}
+
+func compileRule(raw kyvernov1.Rule) *Rule {
+	r := &Rule{Name: raw.Name, Raw: raw}
+	if err := r.compile(); err != nil {
+		r.Err = fmt.Errorf("rule %s: %w", raw.Name, err)
+	}
+	return r
+}
+
+func (r *Rule) compile() error {
+	v := r.Raw.Validate
+	var err error
+	if r.matcher, err = match.Compile(r.Raw.Match, r.Raw.Exclude); err != nil {
+		return err
+	}
+	if r.preconditions, err = decode(r.Raw.Preconditions, "preconditions"); err != nil {
+		return err
+	}
+	switch {
+	case v.CEL != nil:
+		return fmt.Errorf("validate.cel is not supported")
+	case v.Manifests != nil:
+		return fmt.Errorf("validate.manifests is not supported")
+	case v.Assert != nil:
+		return fmt.Errorf("validate.assert is not supported")
+	}
+	set := 0
+	if v.Pattern != nil {
+		set++
+		if r.pattern, err = decode(v.Pattern, "validate.pattern"); err != nil {
+			return err
+		}
+	}
+	if v.AnyPattern != nil {
+		set++
+		if r.anyPattern, err = decodeList(v.AnyPattern, "validate.anyPattern"); err != nil {
+			return err
+		}
+	}
+	if v.Deny != nil {
+		set++
+		r.hasDeny = true
+		if r.deny, err = decode(v.Deny.Conditions, "validate.deny.conditions"); err != nil {
+			return err
+		}
+	}
+	if len(v.ForEach) > 0 {
+		set++
+		if r.foreach, err = compileForEach(v.ForEach); err != nil {
+			return err
+		}
+	}
+	if v.PodSecurity != nil {
+		set++
+		if r.podSecurity, err = podsecurity.Compile(*v.PodSecurity); err != nil {
+			return fmt.Errorf("validate.podSecurity: %w", err)
+		}
+	}
+	if set != 1 {
+		return fmt.Errorf("a validate rule needs exactly one of pattern, anyPattern, deny, foreach, podSecurity (found %d)", set)
+	}
+	return nil
+}
+
+func compileForEach(list []kyvernov1.ForEachValidation) ([]*forEach, error) {
+	out := make([]*forEach, 0, len(list))
+	for i := range list {
+		fe := &list[i]
+		c := &forEach{list: fe.List, elementScope: fe.ElementScope, context: fe.Context}
+		var err error
+		if c.preconditions, err = decode(fe.Preconditions, "foreach.preconditions"); err != nil {
+			return nil, err
+		}
+		if c.pattern, err = decode(fe.Pattern, "foreach.pattern"); err != nil {
+			return nil, err
+		}
+		if fe.AnyPattern != nil {
+			if c.anyPattern, err = decodeList(fe.AnyPattern, "foreach.anyPattern"); err != nil {
+				return nil, err
+			}
+		}
+		if fe.Deny != nil {
+			c.hasDeny = true
+			if c.deny, err = decode(fe.Deny.Conditions, "foreach.deny.conditions"); err != nil {
+				return nil, err
+			}
+		}
+		if fe.ForEach != nil {
+			var nested []kyvernov1.ForEachValidation
+			if err := json.Unmarshal(fe.ForEach.Raw, &nested); err != nil {
+				return nil, fmt.Errorf("foreach.foreach: %w", err)
+			}
+			if c.nested, err = compileForEach(nested); err != nil {
+				return nil, err
+			}
+		}
+		if strings.TrimSpace(c.list) == "" {
+			return nil, fmt.Errorf("foreach[%d]: list is required", i)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func decode(j *apiextv1.JSON, what string) (any, error) {
+	if j == nil || len(j.Raw) == 0 {
+		return nil, nil
+	}
+	var v any
+	if err := json.Unmarshal(j.Raw, &v); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return v, nil
+}
+
+func decodeList(j *apiextv1.JSON, what string) ([]any, error) {
+	v, err := decode(j, what)
+	if err != nil {
+		return nil, err
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s must be a list", what)
+	}
+	return list, nil
+}
+
+// HasRule reports whether the policy has a validate rule of that name, or
+// one autogen derived from it.
+func (p *Policy) HasRule(name string) bool {
+	for _, r := range p.Rules {
+		if r.Name == name || r.Name == "autogen-"+name || r.Name == "autogen-cronjob-"+name {
+			return true
+		}
+	}
+	return false
+}
+
+// Applies reports whether the rule's match/exclude selects a resource in a
+// background scan (no admission data). Rules that did not compile apply
+// nowhere.
+func (r *Rule) Applies(obj map[string]any, nsLabels map[string]string) bool {
+	if r.matcher == nil {
+		return false
+	}
+	res := resourceOf(obj, "")
+	return r.matcher.Matches(&res, nsLabels, nil)
+}
+
+// Rule returns a validate rule by name (nil if absent).
+func (p *Policy) Rule(name string) *Rule {
+	for _, r := range p.Rules {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}

@@ -1,0 +1,31 @@
+package engine
+
+import (
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+)
+
+// The result values, as reports spell them.
+const (
+	Pass  = wgv1alpha2.ResultPass
+	Fail  = wgv1alpha2.ResultFail
+	Warn  = wgv1alpha2.ResultWarn
+	Error = wgv1alpha2.ResultError
+	Skip  = wgv1alpha2.ResultSkip
+)
+
+// RuleResult is the outcome of one rule of one policy for one resource.
+type RuleResult struct {
+	// Policy is the policy's report name: "<name>" or "<namespace>/<name>".
+	Policy string
+	// Rule is the rule name (autogen rules carry their autogen- prefix).
+	Rule    string
+	Result  wgv1alpha2.Result
+	Message string
+	// Exceptions names the PolicyExceptions ("<namespace>/<name>") that
+	// turned the rule into a skip.
+	Exceptions []string
+	// Properties are the rule's reportProperties.
+	Properties map[string]string
+}
+
+func passMessage(rule string) string { return "validation rule '" + rule + "' passed." }

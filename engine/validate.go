@@ -1,0 +1,62 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+)
+
+// admissionOnlyVariable matches references to request data that exists only
+// at admission (REPORTING-RULES R06): request.userInfo, request.roles,
+// request.clusterRoles and the top-level serviceAccountName and
+// serviceAccountNamespace (not a field of that name, such as
+// request.object.spec.serviceAccountName).
+var admissionOnlyVariable = regexp.MustCompile(`(^|[^.\w])(request\.(userInfo|roles|clusterRoles)|serviceAccountName|serviceAccountNamespace)\b`)
+
+var variableRef = regexp.MustCompile(`\{\{(.*?)\}\}`)
+
+// ValidateBackground reports why a policy cannot run in background scans
+// (nil if it can, or if background is off): rules that read admission-only
+// request data, or that match or exclude by user, role or subject.
+func ValidateBackground(spec *kyvernov1.Spec) error {
+	if !spec.BackgroundEnabled() {
+		return nil
+	}
+	var errs []error
+	for i := range spec.Rules {
+		r := &spec.Rules[i]
+		if usesUserInfo(r.Match) || (r.Exclude != nil && usesUserInfo(*r.Exclude)) {
+			errs = append(errs, fmt.Errorf("rule %s: match/exclude on roles, clusterRoles or subjects needs admission data; set background: false", r.Name))
+			continue
+		}
+		// Every part of the rule but match/exclude may hold variables.
+		scan := *r
+		scan.Match, scan.Exclude = kyvernov1.MatchResources{}, nil
+		data, err := json.Marshal(scan)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rule %s: %w", r.Name, err))
+			continue
+		}
+		for _, m := range variableRef.FindAllSubmatch(data, -1) {
+			if v := admissionOnlyVariable.FindSubmatch(m[1]); v != nil {
+				errs = append(errs, fmt.Errorf("rule %s: variable %s is only available at admission; set background: false", r.Name, v[2]))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func usesUserInfo(m kyvernov1.MatchResources) bool {
+	if !m.UserInfo.IsEmpty() {
+		return true
+	}
+	for _, f := range append(append(kyvernov1.ResourceFilters{}, m.Any...), m.All...) {
+		if !f.UserInfo.IsEmpty() {
+			return true
+		}
+	}
+	return false
+}

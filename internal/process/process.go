@@ -1,0 +1,141 @@
+// Package process runs a tally daemon: Kubernetes client configuration,
+// /healthz, /readyz and /metrics, and leader election through a Lease, so
+// that only one replica writes at a time.
+package process
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// Options are the flags every daemon shares.
+type Options struct {
+	Name        string
+	Kubeconfig  string
+	Namespace   string
+	QPS         float64
+	Burst       int
+	Listen      string
+	LeaderElect bool
+	LeaseName   string
+	Identity    string
+	Verbosity   int
+}
+
+// Bind registers the shared flags.
+func (o *Options) Bind(fs *flag.FlagSet, name string) {
+	host, _ := os.Hostname()
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "tally-system"
+	}
+	o.Name = name
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	fs.StringVar(&o.Namespace, "namespace", ns, "namespace of tally's Lease and state")
+	fs.Float64Var(&o.QPS, "kube-api-qps", 20, "API requests per second (sustained)")
+	fs.IntVar(&o.Burst, "kube-api-burst", 50, "API requests in a burst")
+	fs.StringVar(&o.Listen, "listen", ":8080", "address of /healthz, /readyz and /metrics")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active replica through a Lease")
+	fs.StringVar(&o.LeaseName, "lease-name", name, "name of the leader-election Lease")
+	fs.StringVar(&o.Identity, "identity", host, "this replica's identity in the Lease")
+	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity")
+}
+
+// RESTConfig builds the client configuration with the daemon's rate limits.
+func (o *Options) RESTConfig() (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.QPS), o.Burst
+	cfg.UserAgent = o.Name
+	return cfg, nil
+}
+
+// Daemon is what a process runs while it leads.
+type Daemon interface {
+	Run(ctx context.Context) error
+	// Synced reports whether the daemon's writes reflect the cluster.
+	Synced() bool
+}
+
+// Run serves the probes and metrics and runs d, under leader election when
+// enabled. A standby replica is ready; the leader once d is synced.
+func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Registry, d Daemon) error {
+	log := logr.FromContextOrDiscard(ctx)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var leading atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if leading.Load() && !d.Synced() {
+			http.Error(w, "not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Addr: o.Listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "health and metrics server failed")
+		}
+	}()
+	defer func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+
+	if !o.LeaderElect {
+		leading.Store(true)
+		return d.Run(ctx)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: o.LeaseName, Namespace: o.Namespace},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
+	}
+	var runErr error
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock: lock, ReleaseOnCancel: true,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				log.Info("leading", "identity", o.Identity)
+				leading.Store(true)
+				defer leading.Store(false)
+				runErr = d.Run(ctx)
+			},
+			OnStoppedLeading: func() { log.Info("no longer leading", "identity", o.Identity) },
+		},
+	})
+	return runErr
+}

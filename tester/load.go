@@ -1,0 +1,267 @@
+package tester
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	"github.com/tally-dev/tally/engine"
+)
+
+// TestFileName is the name of the files `tally test` runs.
+const TestFileName = "kyverno-test.yaml"
+
+// Discover returns every test file under the given paths (a path may also
+// name a test file), sorted.
+func Discover(paths []string) ([]string, error) {
+	var files []string
+	for _, p := range paths {
+		info, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !info.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && (d.Name() == TestFileName || d.Name() == "kyverno-test.yml") {
+				files = append(files, path)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// Document is one YAML document of a file, decoded into a generic map.
+type Document struct {
+	File   string
+	Index  int
+	Object map[string]any
+}
+
+// ReadDocuments decodes every YAML document of a file; `List` kinds are
+// expanded into their items.
+func ReadDocuments(file string) ([]Document, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	reader := yaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs []Document
+	for i := 0; ; i++ {
+		chunk, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, i+1, err)
+		}
+		if len(bytes.TrimSpace(chunk)) == 0 {
+			continue
+		}
+		var obj map[string]any
+		if err := sigsyaml.Unmarshal(chunk, &obj); err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, i+1, err)
+		}
+		if obj == nil {
+			continue
+		}
+		if kind, _ := obj["kind"].(string); strings.HasSuffix(kind, "List") && obj["items"] != nil {
+			items, _ := obj["items"].([]any)
+			for _, it := range items {
+				if m, ok := it.(map[string]any); ok {
+					docs = append(docs, Document{File: file, Index: i, Object: m})
+				}
+			}
+			continue
+		}
+		docs = append(docs, Document{File: file, Index: i, Object: obj})
+	}
+	return docs, nil
+}
+
+// yamlFiles lists a file, or the YAML files of a folder (not recursive).
+func yamlFiles(path string) ([]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() && (strings.HasSuffix(e.Name(), ".yaml") || strings.HasSuffix(e.Name(), ".yml")) {
+			out = append(out, filepath.Join(path, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// LoadedPolicy is a policy read from a file: compiled, or why it could not be.
+type LoadedPolicy struct {
+	Name string // report name ("name" or "namespace/name")
+	Kind string
+	File string
+	// Policy is nil when the policy could not be compiled or its kind is not supported.
+	Policy *engine.Policy
+	// Invalid is set when the policy was rejected by validation (Kyverno skips such policies).
+	Invalid error
+	// Unsupported is set for kinds tally does not evaluate (ValidatingPolicy, ...).
+	Unsupported error
+}
+
+// LoadPolicies reads ClusterPolicies and Policies from files or folders.
+// Problems with one policy are recorded on it; the error is for unreadable input.
+func LoadPolicies(paths []string) ([]*LoadedPolicy, error) {
+	var out []*LoadedPolicy
+	var errs []error
+	for _, p := range paths {
+		files, err := yamlFiles(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, f := range files {
+			docs, err := ReadDocuments(f)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			for _, d := range docs {
+				out = append(out, loadPolicy(d))
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func loadPolicy(d Document) *LoadedPolicy {
+	kind, _ := d.Object["kind"].(string)
+	apiVersion, _ := d.Object["apiVersion"].(string)
+	md, _ := d.Object["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	ns, _ := md["namespace"].(string)
+	lp := &LoadedPolicy{Name: name, Kind: kind, File: d.File}
+	if kind == "Policy" {
+		if ns == "" {
+			ns = "default"
+		}
+		lp.Name = ns + "/" + name
+	}
+	if !strings.HasPrefix(apiVersion, "kyverno.io/") || (kind != "ClusterPolicy" && kind != "Policy") {
+		lp.Unsupported = fmt.Errorf("%s: %s %s (%s) is not supported by tally yet", d.File, kind, name, apiVersion)
+		return lp
+	}
+	data, err := sigsyaml.Marshal(d.Object)
+	if err != nil {
+		lp.Invalid = fmt.Errorf("%s: %s %s: %w", d.File, kind, name, err)
+		return lp
+	}
+	var spec *kyvernov1.Spec
+	var compile func() (*engine.Policy, error)
+	if kind == "ClusterPolicy" {
+		var cp kyvernov1.ClusterPolicy
+		err = sigsyaml.Unmarshal(data, &cp)
+		spec = &cp.Spec
+		compile = func() (*engine.Policy, error) { return engine.CompileClusterPolicy(&cp) }
+	} else {
+		var p kyvernov1.Policy
+		err = sigsyaml.Unmarshal(data, &p)
+		if p.Namespace == "" {
+			p.Namespace = "default"
+		}
+		spec = &p.Spec
+		compile = func() (*engine.Policy, error) { return engine.CompilePolicy(&p) }
+	}
+	if err != nil {
+		lp.Invalid = fmt.Errorf("%s: %s %s: %w", d.File, kind, name, err)
+		return lp
+	}
+	if err := engine.ValidateBackground(spec); err != nil {
+		lp.Invalid = fmt.Errorf("%s: %s %s: %w", d.File, kind, name, err)
+		return lp
+	}
+	if lp.Policy, err = compile(); err != nil {
+		lp.Invalid = fmt.Errorf("%s: %w", d.File, err)
+	}
+	return lp
+}
+
+// LoadExceptions reads PolicyExceptions from files.
+func LoadExceptions(paths []string) ([]*engine.Exception, error) {
+	var out []*engine.Exception
+	var errs []error
+	for _, p := range paths {
+		docs, err := ReadDocuments(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, d := range docs {
+			if kind, _ := d.Object["kind"].(string); kind != "PolicyException" {
+				continue
+			}
+			data, err := sigsyaml.Marshal(d.Object)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", p, err))
+				continue
+			}
+			var pe kyvernov2.PolicyException
+			if err := sigsyaml.Unmarshal(data, &pe); err != nil {
+				errs = append(errs, fmt.Errorf("%s: PolicyException: %w", p, err))
+				continue
+			}
+			ex, err := engine.CompileException(&pe)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", p, err))
+				continue
+			}
+			out = append(out, ex)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// ReadManifests reads every document of a file, or of the YAML files of a folder.
+func ReadManifests(path string) ([]Document, error) {
+	files, err := yamlFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []Document
+	var errs []error
+	for _, f := range files {
+		docs, err := ReadDocuments(f)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		out = append(out, docs...)
+	}
+	return out, errors.Join(errs...)
+}

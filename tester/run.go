@@ -1,0 +1,362 @@
+package tester
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/tally-dev/tally/engine"
+)
+
+// Status is the outcome of one expectation.
+type Status string
+
+// Expectation outcomes.
+const (
+	Passed  Status = "pass"
+	Failed  Status = "fail"
+	Skipped Status = "skip"
+)
+
+// Outcome is the check of one expectation: one policy, rule and resource.
+type Outcome struct {
+	File     string `json:"file"`
+	Test     string `json:"test"`
+	Policy   string `json:"policy"`
+	Rule     string `json:"rule"`
+	Resource string `json:"resource"`
+	Expected string `json:"expected"`
+	Got      string `json:"got,omitempty"`
+	Status   Status `json:"status"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// loaded is everything a test file names, read once.
+type loaded struct {
+	dir        string
+	test       *Test
+	policies   []*LoadedPolicy
+	resources  []resource
+	exceptions []*engine.Exception
+	userInfo   *engine.UserInfo
+	nsLabels   map[string]map[string]string
+}
+
+type resource struct {
+	obj             map[string]any
+	name, namespace string
+}
+
+// RunFile runs every test document of a kyverno-test.yaml file. An error
+// means the file itself could not be read; problems with what it names are
+// reported on the affected expectations.
+func RunFile(ctx context.Context, file string) ([]Outcome, error) {
+	docs, err := ReadDocuments(file)
+	if err != nil {
+		return nil, err
+	}
+	var out []Outcome
+	for _, d := range docs {
+		data, err := sigsyaml.Marshal(d.Object)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", file, err)
+		}
+		var t Test
+		if err := sigsyaml.Unmarshal(data, &t); err != nil {
+			return out, fmt.Errorf("%s: not a Test: %w", file, err)
+		}
+		if t.APIVersion == "" || t.Kind == "" {
+			return out, fmt.Errorf("%s: not a Test: apiVersion and kind are required", file)
+		}
+		out = append(out, runTest(ctx, file, &t)...)
+	}
+	return out, nil
+}
+
+func runTest(ctx context.Context, file string, t *Test) []Outcome {
+	l, loadErr := load(file, t)
+	responses := map[[2]int][]engine.RuleResult{}
+	evaluate := func(pi, ri int) []engine.RuleResult {
+		key := [2]int{pi, ri}
+		if r, ok := responses[key]; ok {
+			return r
+		}
+		r := l.evaluate(ctx, l.policies[pi], l.resources[ri], "")
+		responses[key] = r
+		return r
+	}
+
+	var out []Outcome
+	for _, tr := range t.Results {
+		expected := tr.Result
+		if expected == "" {
+			expected = tr.Status
+		}
+		names := tr.Resources
+		if tr.Resource != "" {
+			names = append(names, tr.Resource)
+		}
+		if len(names) == 0 {
+			for _, r := range l.resources {
+				names = append(names, r.name)
+			}
+		}
+		for _, name := range names {
+			o := Outcome{File: file, Test: t.Metadata.Name, Policy: tr.Policy, Rule: tr.Rule, Resource: name, Expected: expected}
+			switch {
+			case tr.PatchedResources != "" || tr.GeneratedResource != "" || tr.CloneSource != "" || len(tr.GeneratedList) > 0:
+				o.Status, o.Reason = Failed, "mutate and generate results are not supported"
+			case loadErr != nil:
+				o.Status, o.Reason = Failed, loadErr.Error()
+			default:
+				l.check(&o, tr, evaluate)
+			}
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// check decides one expectation.
+func (l *loaded) check(o *Outcome, tr TestResult, evaluate func(pi, ri int) []engine.RuleResult) {
+	pi := l.policyIndex(tr.Policy)
+	if pi < 0 {
+		o.Status, o.Reason = Failed, fmt.Sprintf("policy %s not found", tr.Policy)
+		return
+	}
+	lp := l.policies[pi]
+	switch {
+	case lp.Unsupported != nil:
+		o.Status, o.Reason = Failed, lp.Unsupported.Error()
+		return
+	case lp.Invalid != nil:
+		o.Status, o.Reason = Skipped, "invalid policy: "+lp.Invalid.Error()
+		return
+	}
+	expected := o.Expected
+	if expected == "fail" && !lp.Policy.Scored {
+		expected = "warn"
+	}
+	found, responded := false, false
+	for ri, r := range l.resources {
+		if !resourceNamed(r, o.Resource) {
+			continue
+		}
+		found = true
+		var results []engine.RuleResult
+		if tr.Operation() != "" {
+			results = l.evaluate(context.Background(), lp, r, tr.Operation())
+		} else {
+			results = evaluate(pi, ri)
+		}
+		if len(results) == 0 {
+			continue // the policy does not apply to this resource: counts as a pass
+		}
+		responded = true
+		got := ""
+		for _, rr := range results {
+			if rr.Rule == tr.Rule || rr.Rule == "autogen-"+tr.Rule || rr.Rule == "autogen-cronjob-"+tr.Rule || tr.Rule == "" {
+				got = string(rr.Result)
+				if got != expected {
+					o.Reason = rr.Message
+					break
+				}
+			}
+		}
+		o.Got = got
+		if got == "" {
+			if !lp.Policy.HasRule(tr.Rule) {
+				// Kyverno's CLI prints no row for a rule the policy does not
+				// have; it is a defect of the test, counted apart.
+				o.Status, o.Reason = Skipped, fmt.Sprintf("the policy has no rule %s (the test names a rule that does not exist)", tr.Rule)
+				return
+			}
+			// The rule exists but does not apply to this resource: as with a
+			// policy that does not apply, that counts as a pass.
+			o.Status, o.Reason = Passed, fmt.Sprintf("excluded: rule %s does not apply to %s", tr.Rule, o.Resource)
+			return
+		}
+		if got != expected {
+			o.Status = Failed
+			return
+		}
+	}
+	switch {
+	case !found:
+		o.Status, o.Reason = Failed, fmt.Sprintf("resource %s not found", o.Resource)
+	case !responded:
+		o.Status, o.Reason = Passed, "excluded: the policy does not apply to the resource"
+	default:
+		o.Status = Passed
+	}
+}
+
+// Operation of a TestResult, from the older `operation` field if present.
+func (tr TestResult) Operation() string { return strings.ToUpper(tr.Op) }
+
+// resourceNamed matches an expectation's "name" or "namespace/name"; a
+// manifest without a namespace is in "default", as Kyverno's CLI reads it.
+func resourceNamed(r resource, name string) bool {
+	ns := r.namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return name == r.name || name == ns+"/"+r.name
+}
+
+func (l *loaded) policyIndex(name string) int {
+	for i, p := range l.policies {
+		if p.Name == name {
+			return i
+		}
+	}
+	for i, p := range l.policies {
+		if _, plain, ok := strings.Cut(p.Name, "/"); ok && plain == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// evaluate runs one policy on one resource as Kyverno's CLI does: as a CREATE
+// (or the operation the values or the expectation name) with the test's user.
+func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op string) []engine.RuleResult {
+	if lp.Policy == nil {
+		return nil
+	}
+	vs := &valueSource{spec: l.test.Values, resource: r.name}
+	if op == "" {
+		if v, ok := vs.PolicyValues(lp.Name)["request.operation"].(string); ok {
+			op = strings.ToUpper(v)
+		}
+	}
+	req := &engine.Request{
+		Object:          r.obj,
+		Operation:       op,
+		UserInfo:        l.userInfo,
+		NamespaceLabels: l.namespaceLabels(r),
+		Exceptions:      l.exceptions,
+		Values:          vs,
+	}
+	switch op {
+	case engine.OpDelete:
+		req.Object, req.OldObject = nil, r.obj
+	case engine.OpUpdate:
+		req.OldObject = r.obj
+	}
+	return lp.Policy.Evaluate(ctx, req)
+}
+
+func (l *loaded) namespaceLabels(r resource) map[string]string {
+	ns := r.namespace
+	if kind, _ := r.obj["kind"].(string); kind == "Namespace" {
+		ns = r.name
+	}
+	if ns == "" {
+		return nil
+	}
+	return l.nsLabels[ns]
+}
+
+// load reads everything a test names. Unreadable parts make the whole test
+// fail with a message naming the file and the problem.
+func load(file string, t *Test) (*loaded, error) {
+	dir := filepath.Dir(file)
+	l := &loaded{dir: dir, test: t, nsLabels: map[string]map[string]string{}}
+	rel := func(paths []string) []string {
+		out := make([]string, 0, len(paths))
+		seen := map[string]bool{}
+		for _, p := range paths {
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(dir, p)
+			}
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	var errs []error
+	var err error
+	if l.policies, err = LoadPolicies(rel(t.Policies)); err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range rel(t.Resources) {
+		docs, err := ReadManifests(p)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, d := range docs {
+			md, _ := d.Object["metadata"].(map[string]any)
+			name, _ := md["name"].(string)
+			ns, _ := md["namespace"].(string)
+			l.resources = append(l.resources, resource{obj: d.Object, name: name, namespace: ns})
+		}
+	}
+	if l.exceptions, err = LoadExceptions(rel(t.Exceptions)); err != nil {
+		errs = append(errs, err)
+	}
+	if t.Variables != "" {
+		var v ValuesSpec
+		if err := readInto(rel([]string{t.Variables})[0], &v); err != nil {
+			errs = append(errs, err)
+		} else {
+			t.Values = mergeValues(t.Values, &v)
+		}
+	}
+	if t.UserInfo != "" {
+		var u UserInfoSpec
+		if err := readInto(rel([]string{t.UserInfo})[0], &u); err != nil {
+			errs = append(errs, err)
+		} else {
+			l.userInfo = &engine.UserInfo{
+				Username: u.UserInfo.Username, UID: u.UserInfo.UID, Groups: u.UserInfo.Groups,
+				Extra: u.UserInfo.Extra, Roles: u.Roles, ClusterRoles: u.ClusterRoles,
+			}
+		}
+	}
+	if t.Values != nil {
+		for _, s := range t.Values.NamespaceSelector {
+			l.nsLabels[s.Name] = s.Labels
+		}
+		for _, ns := range t.Values.Namespaces {
+			l.nsLabels[ns.Name] = ns.Labels
+		}
+	}
+	return l, errors.Join(errs...)
+}
+
+func readInto(file string, into any) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	if err := sigsyaml.Unmarshal(data, into); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	return nil
+}
+
+func mergeValues(inline, file *ValuesSpec) *ValuesSpec {
+	if inline == nil {
+		return file
+	}
+	merged := *file
+	merged.Policies = append(append([]PolicyValues{}, file.Policies...), inline.Policies...)
+	merged.NamespaceSelector = append(append([]NamespaceSelector{}, file.NamespaceSelector...), inline.NamespaceSelector...)
+	merged.Namespaces = append(append(merged.Namespaces[:0:0], file.Namespaces...), inline.Namespaces...)
+	merged.GlobalValues = map[string]any{}
+	for k, v := range file.GlobalValues {
+		merged.GlobalValues[k] = v
+	}
+	for k, v := range inline.GlobalValues {
+		merged.GlobalValues[k] = v
+	}
+	return &merged
+}

@@ -1,0 +1,100 @@
+package tester
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Test is a kyverno-test.yaml document (cli.kyverno.io/v1alpha1 Test).
+type Test struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Policies   []string       `json:"policies"`
+	Resources  []string       `json:"resources"`
+	Variables  string         `json:"variables,omitempty"`
+	Values     *ValuesSpec    `json:"values,omitempty"`
+	UserInfo   string         `json:"userinfo,omitempty"`
+	Exceptions []string       `json:"exceptions,omitempty"`
+	Results    []TestResult   `json:"results"`
+	Extra      map[string]any `json:"-"`
+}
+
+// TestResult is one expected result: a policy's rule on some resources.
+type TestResult struct {
+	Policy        string         `json:"policy"`
+	Rule          string         `json:"rule,omitempty"`
+	Result        string         `json:"result,omitempty"`
+	Status        string         `json:"status,omitempty"` // older alias of result
+	Kind          string         `json:"kind,omitempty"`
+	Resources     []string       `json:"resources,omitempty"`
+	Resource      string         `json:"resource,omitempty"` // older single form
+	ResourceSpecs []ResourceSpec `json:"resourceSpecs,omitempty"`
+	Namespace     string         `json:"namespace,omitempty"`
+	// Op runs this expectation with its own operation (CREATE, UPDATE, DELETE).
+	Op string `json:"operation,omitempty"`
+	// Kinds of results tally does not check (mutate/generate); their presence makes the expectation unsupported.
+	PatchedResources  string   `json:"patchedResources,omitempty"`
+	GeneratedResource string   `json:"generatedResource,omitempty"`
+	CloneSource       string   `json:"cloneSourceResource,omitempty"`
+	GeneratedList     []string `json:"generatedResources,omitempty"`
+	IsValidatingPol   bool     `json:"isValidatingPolicy,omitempty"`
+	IsVAP             bool     `json:"isValidatingAdmissionPolicy,omitempty"`
+}
+
+// ResourceSpec selects a resource by its coordinates.
+type ResourceSpec struct {
+	Group       string `json:"group,omitempty"`
+	Version     string `json:"version,omitempty"`
+	Kind        string `json:"kind,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
+	Subresource string `json:"subresource,omitempty"`
+	Name        string `json:"name,omitempty"`
+}
+
+// ValuesSpec is the body of a Values file.
+type ValuesSpec struct {
+	GlobalValues      map[string]any      `json:"globalValues,omitempty"`
+	Policies          []PolicyValues      `json:"policies,omitempty"`
+	NamespaceSelector []NamespaceSelector `json:"namespaceSelector,omitempty"`
+	Namespaces        []corev1.Namespace  `json:"namespaces,omitempty"`
+}
+
+// PolicyValues are the values of one policy.
+type PolicyValues struct {
+	Name      string           `json:"name"`
+	Rules     []RuleValues     `json:"rules,omitempty"`
+	Resources []ResourceValues `json:"resources,omitempty"`
+}
+
+// RuleValues are the values of one rule.
+type RuleValues struct {
+	Name          string           `json:"name"`
+	Values        map[string]any   `json:"values,omitempty"`
+	ForeachValues map[string][]any `json:"foreachValues,omitempty"`
+}
+
+// ResourceValues are the values for one resource.
+type ResourceValues struct {
+	Name   string         `json:"name"`
+	Values map[string]any `json:"values,omitempty"`
+}
+
+// NamespaceSelector gives a namespace's labels.
+type NamespaceSelector struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+}
+
+// UserInfoSpec is the body of a UserInfo file.
+type UserInfoSpec struct {
+	Roles        []string `json:"roles,omitempty"`
+	ClusterRoles []string `json:"clusterRoles,omitempty"`
+	UserInfo     struct {
+		Username string              `json:"username,omitempty"`
+		UID      string              `json:"uid,omitempty"`
+		Groups   []string            `json:"groups,omitempty"`
+		Extra    map[string][]string `json:"extra,omitempty"`
+	} `json:"userInfo"`
+}
