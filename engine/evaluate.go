@@ -9,6 +9,7 @@ import (
 	"github.com/tally-dev/tally/engine/conditions"
 	"github.com/tally-dev/tally/engine/match"
 	"github.com/tally-dev/tally/engine/pattern"
+	"github.com/tally-dev/tally/engine/podsecurity"
 	"github.com/tally-dev/tally/engine/variables"
 )
 
@@ -36,6 +37,38 @@ type Request struct {
 	Exceptions []*Exception
 	Values     ValueSource
 	Loader     ContextLoader
+
+	// cache holds what every policy evaluated on this request shares. A
+	// Request must not be evaluated by two goroutines at once.
+	cache requestCache
+}
+
+type requestCache struct {
+	filled bool
+	data   map[string]any // the request document, without policy values
+	res    match.Resource
+	pod    *podsecurity.Pod
+	podErr error
+}
+
+// shared fills the cache once per request.
+func (req *Request) shared() *requestCache {
+	c := &req.cache
+	if !c.filled {
+		c.data = req.data(req.Object, req.OldObject)
+		c.res = resourceOf(req.subject(), req.Subresource)
+		c.filled = true
+	}
+	return c
+}
+
+// podOf reads the pod of the subject once per request.
+func (req *Request) podOf(kind string, obj map[string]any) (*podsecurity.Pod, error) {
+	c := &req.cache
+	if c.pod == nil && c.podErr == nil {
+		c.pod, c.podErr = podsecurity.PodOf(kind, obj)
+	}
+	return c.pod, c.podErr
 }
 
 func (req *Request) operation() string {
@@ -62,17 +95,18 @@ type evaluation struct {
 	adm    *match.Admission
 	base   map[string]any // request data shared by every rule (never modified)
 	obj    map[string]any // the subject after values were applied
+	// objOverridden is set when values replaced parts of the subject.
+	objOverridden bool
 }
 
 // Evaluate applies every validate rule of the policy to the request and
 // returns one result per rule that matched. A rule that does not match (kind,
 // names, selectors, exclude, the Policy's namespace) yields nothing.
 func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
-	subject := req.subject()
-	if subject == nil {
+	if req.subject() == nil {
 		return nil
 	}
-	e := &evaluation{ctx: ctx, policy: p, req: req, res: resourceOf(subject, req.Subresource)}
+	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
 	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
 		return nil
 	}
@@ -146,18 +180,20 @@ func (e *evaluation) baseData() map[string]any {
 	if e.base != nil {
 		return e.base
 	}
-	subject := e.req.subject()
-	data := e.req.data(e.req.Object, e.req.OldObject)
+	data := e.req.shared().data
+	e.obj = e.req.subject()
 	if e.req.Values != nil {
-		for k, v := range e.req.Values.PolicyValues(e.policy.Name) {
-			setPath(data, k, v)
-		}
-	}
-	// Values may override parts of the object: validate what they produced.
-	e.obj = subject
-	if obj, ok := lookupPath(data, "request.object"); ok {
-		if m, ok := obj.(map[string]any); ok && e.req.Object != nil {
-			e.obj = m
+		if values := e.req.Values.PolicyValues(e.policy.Name); len(values) > 0 {
+			data = cloneTop(data)
+			for k, v := range values {
+				setPath(data, k, v)
+			}
+			// Values may override parts of the object: validate what they produced.
+			if obj, ok := lookupPath(data, "request.object"); ok {
+				if m, ok := obj.(map[string]any); ok && e.req.Object != nil {
+					e.obj, e.objOverridden = m, true
+				}
+			}
 		}
 	}
 	e.base = data
@@ -195,9 +231,9 @@ func (e *evaluation) rule(rule *Rule) RuleResult {
 	v := rule.Raw.Validate
 	switch {
 	case rule.pattern != nil:
-		return e.checkPattern(rule, v.Message, data, e.obj, rule.pattern)
+		return e.checkPattern(rule, v.Message, data, e.obj, rule.pattern, rule.patternVars)
 	case rule.anyPattern != nil:
-		return e.checkAnyPattern(rule, v.Message, data, e.obj, rule.anyPattern)
+		return e.checkAnyPattern(rule, v.Message, data, e.obj, rule.anyPattern, rule.patternVars)
 	case rule.hasDeny:
 		return e.checkDeny(rule, v.Message, data, rule.deny)
 	case rule.foreach != nil:
@@ -219,10 +255,12 @@ func (e *evaluation) message(msg string, data map[string]any) string {
 	return out
 }
 
-func (e *evaluation) checkPattern(rule *Rule, msg string, data map[string]any, obj any, pat any) RuleResult {
-	pat, err := variables.Substitute(pat, data)
-	if err != nil {
-		return e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
+func (e *evaluation) checkPattern(rule *Rule, msg string, data map[string]any, obj any, pat any, hasVars bool) RuleResult {
+	if hasVars {
+		var err error
+		if pat, err = variables.Substitute(pat, data); err != nil {
+			return e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
+		}
 	}
 	res := pattern.Validate(obj, pat)
 	switch res.Status {
@@ -234,12 +272,15 @@ func (e *evaluation) checkPattern(rule *Rule, msg string, data map[string]any, o
 	return e.result(rule, Fail, failMessage(e.message(msg, data), rule.Name, res.Path))
 }
 
-func (e *evaluation) checkAnyPattern(rule *Rule, msg string, data map[string]any, obj any, pats []any) RuleResult {
-	subst, err := variables.Substitute(any(pats), data)
-	if err != nil {
-		return e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
+func (e *evaluation) checkAnyPattern(rule *Rule, msg string, data map[string]any, obj any, pats []any, hasVars bool) RuleResult {
+	list := pats
+	if hasVars {
+		subst, err := variables.Substitute(any(pats), data)
+		if err != nil {
+			return e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
+		}
+		list, _ = subst.([]any)
 	}
-	list, _ := subst.([]any)
 	var fails []string
 	skipped := 0
 	for i, p := range list {
@@ -280,10 +321,17 @@ func (e *evaluation) checkDeny(rule *Rule, msg string, data map[string]any, deny
 
 func (e *evaluation) checkPodSecurity(rule *Rule) RuleResult {
 	kind, _ := e.obj["kind"].(string)
-	res, err := rule.podSecurity.Evaluate(kind, e.obj)
+	var pod *podsecurity.Pod
+	var err error
+	if e.objOverridden {
+		pod, err = podsecurity.PodOf(kind, e.obj)
+	} else {
+		pod, err = e.req.podOf(kind, e.obj)
+	}
 	if err != nil {
 		return e.result(rule, Error, fmt.Sprintf("podSecurity: %v", err))
 	}
+	res := rule.podSecurity.EvaluatePod(pod)
 	if res.Pass {
 		return e.result(rule, Pass, passMessage(rule.Name))
 	}

@@ -115,10 +115,13 @@ func (e *evaluation) element(rule *Rule, fe *forEach, d map[string]any, el any, 
 		e.forEach(rule, fe.nested, d, depth+1, out)
 		return
 	case fe.pattern != nil:
-		pat, err := variables.Substitute(fe.pattern, d)
-		if err != nil {
-			r = e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
-			break
+		pat := fe.pattern
+		if fe.patternVars {
+			var err error
+			if pat, err = variables.Substitute(fe.pattern, d); err != nil {
+				r = e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
+				break
+			}
 		}
 		res := pattern.Validate(target, pat)
 		switch res.Status {
@@ -131,7 +134,7 @@ func (e *evaluation) element(rule *Rule, fe *forEach, d map[string]any, el any, 
 		}
 		r = e.result(rule, Fail, failMessage(e.message(msg, d), rule.Name, res.Path))
 	case fe.anyPattern != nil:
-		r = e.checkAnyPattern(rule, msg, d, target, fe.anyPattern)
+		r = e.checkAnyPattern(rule, msg, d, target, fe.anyPattern, fe.patternVars)
 	case fe.hasDeny:
 		r = e.checkDeny(rule, msg, d, fe.deny)
 	default:

@@ -10,6 +10,7 @@ import (
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/engine/match"
 	"github.com/tally-dev/tally/engine/podsecurity"
+	"github.com/tally-dev/tally/engine/variables"
 )
 
 // Annotations a policy may carry that change its results.
@@ -50,6 +51,9 @@ type Rule struct {
 	preconditions any
 	pattern       any
 	anyPattern    []any
+	// patternVars says whether pattern or anyPattern hold variables; without
+	// them they are used as they are, never copied.
+	patternVars bool
 	deny          any
 	hasDeny       bool
 	foreach       []*forEach
@@ -63,6 +67,7 @@ type forEach struct {
 	preconditions any
 	pattern       any
 	anyPattern    []any
+	patternVars   bool
 	deny          any
 	hasDeny       bool
 	nested        []*forEach
@@ -161,6 +166,7 @@ func (r *Rule) compile() error {
 	if set != 1 {
 		return fmt.Errorf("a validate rule needs exactly one of pattern, anyPattern, deny, foreach, podSecurity (found %d)", set)
 	}
+	r.patternVars = variables.HasVariables(r.pattern) || variables.HasVariables(any(r.anyPattern))
 	return nil
 }
 
@@ -196,6 +202,7 @@ func compileForEach(list []kyvernov1.ForEachValidation) ([]*forEach, error) {
 				return nil, err
 			}
 		}
+		c.patternVars = variables.HasVariables(c.pattern) || variables.HasVariables(any(c.anyPattern))
 		if strings.TrimSpace(c.list) == "" {
 			return nil, fmt.Errorf("foreach[%d]: list is required", i)
 		}

@@ -236,8 +236,21 @@ func number(v any) (float64, bool) {
 	return 0, false
 }
 
+// startsNumeric is a cheap pre-check before parsing a number, quantity or
+// duration: each of them starts with a digit, a sign or a dot.
+func startsNumeric(s string) bool {
+	if s == "" {
+		return false
+	}
+	c := s[0]
+	return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.'
+}
+
 // measure reads two strings as numbers, quantities or durations of one kind.
 func measure(a, b string) (float64, float64, bool) {
+	if !startsNumeric(a) || !startsNumeric(b) {
+		return 0, 0, false
+	}
 	if x, err1 := strconv.ParseFloat(a, 64); err1 == nil {
 		if y, err2 := strconv.ParseFloat(b, 64); err2 == nil {
 			return x, y, true

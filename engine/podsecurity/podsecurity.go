@@ -149,15 +149,40 @@ func (c *Compiled) WithExclusions(extra []kyvernov1.PodSecurityStandard) (*Compi
 	return Compile(r)
 }
 
+// Pod is the pod part of a resource, read once and shared by every
+// podSecurity rule evaluated against it.
+type Pod struct {
+	Meta *metav1.ObjectMeta
+	Spec *corev1.PodSpec
+}
+
+// PodOf reads the pod of a Pod or a Pod controller given as JSON values.
+func PodOf(kind string, obj map[string]any) (*Pod, error) {
+	meta, spec, err := podOf(kind, obj)
+	if err != nil {
+		return nil, err
+	}
+	return &Pod{Meta: meta, Spec: spec}, nil
+}
+
 // Evaluate runs the rule on a Pod or a Pod controller given as JSON values.
 func (c *Compiled) Evaluate(kind string, obj map[string]any) (Result, error) {
 	if c.level == psaapi.LevelPrivileged {
 		return Result{Pass: true}, nil
 	}
-	meta, spec, err := podOf(kind, obj)
+	pod, err := PodOf(kind, obj)
 	if err != nil {
 		return Result{}, err
 	}
+	return c.EvaluatePod(pod), nil
+}
+
+// EvaluatePod runs the rule on a pod already read. It never modifies it.
+func (c *Compiled) EvaluatePod(pod *Pod) Result {
+	if c.level == psaapi.LevelPrivileged {
+		return Result{Pass: true}
+	}
+	meta, spec := pod.Meta, pod.Spec
 	var fails []CheckFailure
 	for _, chk := range c.checks {
 		r := chk.fn(meta, spec)
@@ -176,9 +201,9 @@ func (c *Compiled) Evaluate(kind string, obj map[string]any) (Result, error) {
 		fails = append(fails, CheckFailure{ID: string(chk.id), Reason: r.ForbiddenReason, Details: r.ForbiddenDetail})
 	}
 	if len(fails) == 0 {
-		return Result{Pass: true}, nil
+		return Result{Pass: true}
 	}
-	return Result{Checks: fails, Message: c.message(fails)}, nil
+	return Result{Checks: fails, Message: c.message(fails)}
 }
 
 // Evaluate is the one-shot form of Compile and Evaluate.

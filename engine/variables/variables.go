@@ -28,10 +28,15 @@ var cached struct {
 	n int
 }
 
-func compile(expr string) (jmespath.JMESPath, error) {
+func compile(expr string) (_ jmespath.JMESPath, err error) {
 	if c, ok := cache.Load(expr); ok {
 		return c.(jmespath.JMESPath), nil
 	}
+	defer func() { // the lexer panics on some malformed input (invalid UTF-8): an error, never a crash
+		if r := recover(); r != nil {
+			err = fmt.Errorf("invalid JMESPath %q: %v", expr, r)
+		}
+	}()
 	c, err := jmespath.Compile(expr, functions()...)
 	if err != nil {
 		return nil, fmt.Errorf("invalid JMESPath %q: %w", expr, err)
@@ -74,8 +79,37 @@ const (
 // keys included) replaced, in Strict mode.
 func Substitute(v any, data map[string]any) (any, error) { return SubstituteMode(v, data, Strict) }
 
-// SubstituteMode is Substitute with a choice of mode.
+// SubstituteMode is Substitute with a choice of mode. A value without
+// variables is returned as it is, not copied.
 func SubstituteMode(v any, data map[string]any, mode Mode) (any, error) {
+	if !HasVariables(v) {
+		return v, nil
+	}
+	return substitute(v, data, mode)
+}
+
+// HasVariables reports whether any string of v (map keys included) holds "{{".
+func HasVariables(v any) bool {
+	switch t := v.(type) {
+	case string:
+		return strings.Contains(t, "{{")
+	case map[string]any:
+		for k, val := range t {
+			if strings.Contains(k, "{{") || HasVariables(val) {
+				return true
+			}
+		}
+	case []any:
+		for _, val := range t {
+			if HasVariables(val) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func substitute(v any, data map[string]any, mode Mode) (any, error) {
 	switch t := v.(type) {
 	case string:
 		if !strings.Contains(t, "{{") {
@@ -93,7 +127,7 @@ func SubstituteMode(v any, data map[string]any, mode Mode) (any, error) {
 				}
 				nk = s
 			}
-			nv, err := SubstituteMode(val, data, mode)
+			nv, err := substitute(val, data, mode)
 			if err != nil {
 				return nil, err
 			}
@@ -103,7 +137,7 @@ func SubstituteMode(v any, data map[string]any, mode Mode) (any, error) {
 	case []any:
 		out := make([]any, len(t))
 		for i, val := range t {
-			nv, err := SubstituteMode(val, data, mode)
+			nv, err := substitute(val, data, mode)
 			if err != nil {
 				return nil, err
 			}
