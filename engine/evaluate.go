@@ -335,7 +335,7 @@ func (e *evaluation) checkPodSecurity(rule *Rule) RuleResult {
 	if res.Pass {
 		return e.result(rule, Pass, passMessage(rule.Name))
 	}
-	return e.result(rule, Fail, res.Message)
+	return e.result(rule, Fail, "Validation rule '"+rule.Name+"' failed. "+res.Message)
 }
 
 func failMessage(msg, rule, path string) string {

@@ -54,10 +54,10 @@ type Rule struct {
 	// patternVars says whether pattern or anyPattern hold variables; without
 	// them they are used as they are, never copied.
 	patternVars bool
-	deny          any
-	hasDeny       bool
-	foreach       []*forEach
-	podSecurity   *podsecurity.Compiled
+	deny        any
+	hasDeny     bool
+	foreach     []*forEach
+	podSecurity *podsecurity.Compiled
 }
 
 type forEach struct {
