@@ -28,7 +28,7 @@ func (w *WriteTxn) DeletePolicy(name string) error {
 	if _, err := w.txn.DeleteAll(tablePolicies, indexID, name); err != nil {
 		return fmt.Errorf("delete policy %s: %w", name, err)
 	}
-	if _, err := w.txn.DeleteAll(tableResults, indexPolicy, name); err != nil {
+	if err := w.deletePolicyResults(name); err != nil {
 		return fmt.Errorf("delete results of policy %s: %w", name, err)
 	}
 	if _, err := w.txn.DeleteAll(tableScans, indexID, name); err != nil {

@@ -69,7 +69,7 @@ func (w *WriteTxn) DeleteResource(uid string) error {
 	if _, err := w.txn.DeleteAll(tableResources, indexID, uid); err != nil {
 		return fmt.Errorf("delete resource %s: %w", uid, err)
 	}
-	if _, err := w.txn.DeleteAll(tableResults, indexResource, uid); err != nil {
+	if _, err := w.txn.DeleteAll(tableResults, indexID, uid); err != nil {
 		return fmt.Errorf("delete results of %s: %w", uid, err)
 	}
 	return nil

@@ -18,14 +18,12 @@ const (
 
 // Indexes. "id" is go-memdb's mandatory primary index.
 const (
-	indexID            = "id"
-	indexGroupKind     = "group_kind"
-	indexGroupKindNS   = "group_kind_namespace"
-	indexNamespace     = "namespace"
-	indexLabel         = "label"
-	indexResource      = "resource"
-	indexPolicy        = "policy"
-	indexResultOutcome = "result"
+	indexID          = "id"
+	indexGroupKind   = "group_kind"
+	indexGroupKindNS = "group_kind_namespace"
+	indexNamespace   = "namespace"
+	indexLabel       = "label"
+	indexPolicy      = "policy"
 )
 
 // schema is the whole store. Each table has its own function, and every
@@ -96,18 +94,19 @@ func namespacesTable() *memdb.TableSchema {
 	}
 }
 
-// resultsTable holds one entry per (resource UID, policy, rule).
+// resultsTable holds the results of each resource: one row per resource,
+// keyed by its UID, holding its (policy, rule) results sorted. A row per
+// resource rather than per rule keeps the radix trees small: with some twenty
+// rules a resource, per-rule rows in four indexes made results most of the
+// store's memory.
 func resultsTable() *memdb.TableSchema {
 	return &memdb.TableSchema{
 		Name: tableResults,
 		Indexes: map[string]*memdb.IndexSchema{
-			// The compound key is unique: one current result per rule and resource.
-			indexID: {Name: indexID, Unique: true, Indexer: resultKey{}},
-			// All results of a resource (its report), and of a policy (its deletion).
-			indexResource: {Name: indexResource, Indexer: stringKey(func(o any) string { return o.(*Result).ResourceUID })},
-			indexPolicy:   {Name: indexPolicy, Indexer: stringKey(func(o any) string { return o.(*Result).Policy })},
-			// Counts by outcome for metrics.
-			indexResultOutcome: {Name: indexResultOutcome, Indexer: stringKey(func(o any) string { return o.(*Result).Result })},
+			// One row per resource UID: unique.
+			indexID: {Name: indexID, Unique: true, Indexer: stringKey(func(o any) string { return o.(*resultSet).uid })},
+			// The resources a policy has results for (policy edits and deletion). Many per policy.
+			indexPolicy: {Name: indexPolicy, AllowMissing: true, Indexer: stringsKey(func(o any) []string { return o.(*resultSet).policies })},
 		},
 	}
 }
@@ -187,32 +186,4 @@ func (labelIndex) FromArgs(args ...any) ([]byte, error) {
 		return nil, fmt.Errorf("want string key and value")
 	}
 	return []byte(k + "=" + v + "\x00"), nil
-}
-
-// resultKey is the compound key (resource UID, policy, rule). A prefix read
-// with (uid) or (uid, policy) returns a resource's or a pair's results.
-type resultKey struct{}
-
-func (resultKey) FromObject(o any) (bool, []byte, error) {
-	r := o.(*Result)
-	return true, []byte(r.ResourceUID + "\x00" + r.Policy + "\x00" + r.Rule + "\x00"), nil
-}
-
-func (resultKey) FromArgs(args ...any) ([]byte, error) {
-	if len(args) != 3 {
-		return nil, fmt.Errorf("want uid, policy and rule, got %d arguments", len(args))
-	}
-	return resultKey{}.PrefixFromArgs(args...)
-}
-
-func (resultKey) PrefixFromArgs(args ...any) ([]byte, error) {
-	var key []byte
-	for _, a := range args {
-		s, ok := a.(string)
-		if !ok {
-			return nil, fmt.Errorf("want string arguments, got %T", a)
-		}
-		key = append(append(key, s...), 0)
-	}
-	return key, nil
 }

@@ -154,3 +154,32 @@ func TestDeletesCascade(t *testing.T) {
 		t.Errorf("scan state of a deleted policy remains: %v", last)
 	}
 }
+
+func TestSetResultsReplacesEveryPolicy(t *testing.T) {
+	s := newStore(t)
+	t0, t1 := time.Unix(100, 0), time.Unix(200, 0)
+	set := func(rs ...*Result) bool {
+		t.Helper()
+		var changed bool
+		if err := s.Write(func(w *WriteTxn) (err error) { changed, err = w.SetResults("u1", rs); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return changed
+	}
+	if !set(result("u1", "p", "r", "pass", t0), result("u1", "q", "r", "fail", t0)) {
+		t.Error("first results reported no change")
+	}
+	if set(result("u1", "q", "r", "fail", t1), result("u1", "p", "r", "pass", t1)) {
+		t.Error("the same results in another order reported a change")
+	}
+	if !set(result("u1", "p", "r", "pass", t1)) {
+		t.Error("dropping a policy's results reported no change")
+	}
+	got, _ := s.Read().Results("u1")
+	if len(got) != 1 || got[0].Policy != "p" || !got[0].Changed.Equal(t0) {
+		t.Errorf("got %+v, want only p/r with its first time", got)
+	}
+	if rs, _ := s.Read().ResultsOfPolicy("q"); len(rs) != 0 {
+		t.Errorf("the policy index still finds q: %d", len(rs))
+	}
+}

@@ -53,7 +53,7 @@ func run(ctx context.Context, o process.Options, workers int, allowed string) er
 	}
 	reg := prometheus.NewRegistry()
 	m := merge.New(dyn, merge.Options{Workers: workers, Filter: filter, Registry: reg})
-	return process.Run(ctx, o, cfg, reg, m)
+	return process.Run(ctx, o, cfg, reg, m, nil)
 }
 
 func parseAllowed(s string) (merge.Filter, error) {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -36,6 +37,7 @@ type options struct {
 	workers        int
 	interval       time.Duration
 	stateConfigMap string
+	rescanEndpoint bool
 }
 
 func main() {
@@ -44,6 +46,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 2, "resources evaluated in parallel")
 	flag.DurationVar(&o.interval, "background-scan-interval", time.Hour, "global background scan interval (policies may override it)")
 	flag.StringVar(&o.stateConfigMap, "state-configmap", "tally-scan-state", "ConfigMap persisting each policy's last complete scan")
+	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	flag.Parse()
 
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
@@ -89,5 +92,20 @@ func run(ctx context.Context, o options) error {
 		Workers: o.workers, Interval: o.interval, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
 		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
 	})
-	return process.Run(ctx, o.Options, cfg, reg, scanner)
+	rescan := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST to force a full rescan", http.StatusMethodNotAllowed)
+			return
+		}
+		if err := scanner.RescanAll(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = w.Write([]byte("rescanned"))
+	})
+	handlers := process.Handlers{}
+	if o.rescanEndpoint {
+		handlers["/rescan"] = rescan
+	}
+	return process.Run(ctx, o.Options, cfg, reg, scanner, handlers)
 }

@@ -52,45 +52,25 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 
 	now := start
 	gvr := s.gvrFor(res.Group, res.Kind)
-	active := make(map[string]bool, len(policies))
-	perPolicy := make(map[string][]*memstore.Result, len(policies))
+	var fresh []*memstore.Result
 	for _, tp := range policies {
-		active[tp.name] = true
 		if !tp.mayMatch(res, gvr) {
 			continue
 		}
 		for _, rr := range tp.compiled.Evaluate(ctx, req) {
 			entry := report.Result(tp.compiled, rr, report.ProcessBackground, now)
-			perPolicy[tp.name] = append(perPolicy[tp.name], &memstore.Result{
+			fresh = append(fresh, &memstore.Result{
 				ResourceUID: uid, Policy: tp.name, Rule: rr.Rule, Result: string(rr.Result), Message: rr.Message,
 				Digest: resultDigest(entry), Changed: now, Payload: entry,
 			})
 		}
 	}
-	old, err := r.Results(uid)
-	if err != nil {
+	// The whole set is replaced: results of deleted or no longer matching
+	// policies and rules vanish with it.
+	if err := s.store.Write(func(w *memstore.WriteTxn) error {
+		_, err := w.SetResults(uid, fresh)
 		return err
-	}
-	stale := map[string]bool{}
-	for _, o := range old {
-		if !active[o.Policy] {
-			stale[o.Policy] = true
-		}
-	}
-	err = s.store.Write(func(w *memstore.WriteTxn) error {
-		for name := range active {
-			if _, err := w.ReplaceResults(uid, name, perPolicy[name]); err != nil {
-				return err
-			}
-		}
-		for name := range stale {
-			if _, err := w.ReplaceResults(uid, name, nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		return fmt.Errorf("store results of %s: %w", uid, err)
 	}
 	results, err := s.store.Read().Results(uid)

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ type Options struct {
 	LeaseName   string
 	Identity    string
 	Verbosity   int
+	Profiling   bool
 }
 
 // Bind registers the shared flags.
@@ -56,6 +58,7 @@ func (o *Options) Bind(fs *flag.FlagSet, name string) {
 	fs.StringVar(&o.LeaseName, "lease-name", name, "name of the leader-election Lease")
 	fs.StringVar(&o.Identity, "identity", host, "this replica's identity in the Lease")
 	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity")
+	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/")
 }
 
 // RESTConfig builds the client configuration with the daemon's rate limits.
@@ -82,9 +85,12 @@ type Daemon interface {
 	Synced() bool
 }
 
+// Handlers are extra endpoints a daemon serves beside the probes.
+type Handlers map[string]http.Handler
+
 // Run serves the probes and metrics and runs d, under leader election when
 // enabled. A standby replica is ready; the leader once d is synced.
-func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Registry, d Daemon) error {
+func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Registry, d Daemon, extra Handlers) error {
 	log := logr.FromContextOrDiscard(ctx)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var leading atomic.Bool
@@ -98,6 +104,13 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Regis
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
+	if o.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	}
 	srv := &http.Server{Addr: o.Listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -1,0 +1,391 @@
+// Command scanbench measures tally-scanner against a real API server: N Pods
+// over M namespaces with the Pod Security Standards policies of the corpus.
+// It reports the time from start to all reports written, the scanner's peak
+// RSS, its API writes, then a forced full rescan with nothing changed (0
+// writes expected) and one policy edited.
+//
+//	go run ./hack/scanbench --pods 10000 --namespaces 50
+//
+// The cluster is the local control plane of e2e/cluster (or E2E_KUBECONFIG).
+// The scanner runs as its own process (built from ./cmd/tally-scanner), so
+// its RSS is its own.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tally-dev/tally/controllers/scan"
+	"github.com/tally-dev/tally/e2e/cluster"
+)
+
+func main() {
+	pods := flag.Int("pods", 1000, "Pods to create")
+	namespaces := flag.Int("namespaces", 50, "namespaces to spread them over")
+	corpus := flag.String("corpus", "../shared/corpus", "the corpus holding policy-library/pod-security")
+	flag.Parse()
+	if err := run(*pods, *namespaces, *corpus); err != nil {
+		fmt.Fprintln(os.Stderr, "scanbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(pods, namespaces int, corpus string) error {
+	ctx := context.Background()
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	c, err := cluster.Start(ctx, cluster.Options{NoControllerManager: true})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	if err := cluster.InstallCRDs(c.Config); err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+
+	start := time.Now()
+	if err := createPods(ctx, kube, pods, namespaces); err != nil {
+		return err
+	}
+	fmt.Printf("created %d pods in %d namespaces in %s\n", pods, namespaces, time.Since(start).Round(time.Millisecond))
+	policies, err := installPolicies(ctx, dyn, filepath.Join(corpus, "policy-library", "pod-security"))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("installed %d Pod Security Standards policies\n", len(policies))
+
+	bin := filepath.Join(os.TempDir(), "tally-scanner-bench")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/tally-scanner")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build tally-scanner: %w", err)
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	logf, err := os.CreateTemp("", "tally-scanner-bench-*.log")
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	scanner := exec.Command(bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false", "--namespace", "default",
+		"--listen", addr, "--rescan-endpoint", "--profiling", "--kube-api-qps", "200", "--kube-api-burst", "400")
+	scanner.Stdout, scanner.Stderr = logf, logf
+	t0 := time.Now()
+	if err := scanner.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = scanner.Process.Kill(); _ = scanner.Wait() }()
+	m := &metricsClient{base: "http://" + addr}
+
+	// 1. Full scan from start.
+	if err := m.waitSynced(float64(pods), 15*time.Minute); err != nil {
+		return fmt.Errorf("%w (scanner log: %s)", err, logf.Name())
+	}
+	full := time.Since(t0)
+	writes, _ := m.value("tally_scan_report_writes_total")
+	reports, err := countReports(ctx, dyn)
+	if err != nil {
+		return err
+	}
+	rss := peakRSS(scanner.Process.Pid)
+	fmt.Printf("full scan: %s to all reports written; %d reports; %.0f API writes; scanner peak RSS %.1f MiB\n",
+		full.Round(time.Millisecond), reports, writes, float64(rss)/1024)
+	if out := os.Getenv("SCANBENCH_HEAP"); out != "" {
+		if err := fetch(m.base+"/debug/pprof/heap", out); err != nil {
+			return err
+		}
+	}
+
+	// 2. Forced full rescan with nothing changed.
+	before, _ := m.value("tally_scan_report_writes_total")
+	evalBefore, _ := m.value("tally_scan_resources_processed_total")
+	t1 := time.Now()
+	resp, err := http.Post(m.base+"/rescan", "text/plain", nil)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	rescan := time.Since(t1)
+	after, _ := m.value("tally_scan_report_writes_total")
+	evalAfter, _ := m.value("tally_scan_resources_processed_total")
+	fmt.Printf("forced full rescan, nothing changed: %s; %.0f resources evaluated; %.0f API writes\n",
+		rescan.Round(time.Millisecond), evalAfter-evalBefore, after-before)
+
+	// 3. One policy edited: its first rule's message changes, so the rule is
+	// re-evaluated wherever it can apply, and failures' messages change.
+	target := policies[0]
+	before = after
+	t2 := time.Now()
+	if err := editPolicy(ctx, dyn, target); err != nil {
+		return err
+	}
+	if err := m.waitSettled(evalAfter, 5*time.Minute); err != nil {
+		return err
+	}
+	edit := time.Since(t2)
+	after, _ = m.value("tally_scan_report_writes_total")
+	evalEdit, _ := m.value("tally_scan_resources_processed_total")
+	fmt.Printf("one policy (%s) edited: %s to settle; %.0f resources evaluated; %.0f API writes; scanner peak RSS %.1f MiB\n",
+		target, edit.Round(time.Millisecond), evalEdit-evalAfter, after-before, float64(peakRSS(scanner.Process.Pid))/1024)
+	return nil
+}
+
+func createPods(ctx context.Context, kube kubernetes.Interface, pods, namespaces int) error {
+	for i := range namespaces {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%02d", i)}}
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= pods {
+					return
+				}
+				if _, err := kube.CoreV1().Pods(fmt.Sprintf("bench-%02d", i%namespaces)).Create(ctx, benchPod(i), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// benchPod is a realistic Pod; one in ten is privileged, one in five runs as root.
+func benchPod(i int) *corev1.Pod {
+	f, t := false, true
+	sc := &corev1.SecurityContext{AllowPrivilegeEscalation: &f, RunAsNonRoot: &t,
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	if i%10 == 0 {
+		sc = &corev1.SecurityContext{Privileged: &t}
+	} else if i%5 == 0 {
+		sc.RunAsNonRoot = nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%05d", i), Labels: map[string]string{"app": fmt.Sprintf("app-%d", i%100), "team": "bench"},
+			Annotations: map[string]string{"prometheus.io/scrape": "true"}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{
+				{Name: "app", Image: fmt.Sprintf("registry.example.com/bench/app-%d:1.%d.0", i%100, i%7), SecurityContext: sc,
+					Ports: []corev1.ContainerPort{{ContainerPort: 8080}}},
+				{Name: "sidecar", Image: "envoyproxy/envoy:v1.30.1", SecurityContext: sc.DeepCopy()},
+			},
+			Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+}
+
+var gvrClusterPolicy = scan.GVRClusterPolicy
+
+func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string) ([]string, error) {
+	var names []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") || strings.Contains(path, ".kyverno-test") || strings.Contains(path, ".chainsaw-test") {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var obj map[string]any
+		if yaml.Unmarshal(data, &obj) != nil || obj["kind"] != "ClusterPolicy" {
+			return nil
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		if _, err := dyn.Resource(gvrClusterPolicy).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		names = append(names, u.GetName())
+		return nil
+	})
+	if err == nil && len(names) == 0 {
+		err = fmt.Errorf("no ClusterPolicy under %s", dir)
+	}
+	return names, err
+}
+
+func editPolicy(ctx context.Context, dyn dynamic.Interface, name string) error {
+	u, err := dyn.Resource(gvrClusterPolicy).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	rules, _, _ := unstructured.NestedSlice(u.Object, "spec", "rules")
+	if len(rules) == 0 {
+		return errors.New("policy has no rules")
+	}
+	r := rules[0].(map[string]any)
+	v, _ := r["validate"].(map[string]any)
+	msg, _ := v["message"].(string)
+	v["message"] = msg + " (edited)"
+	if err := unstructured.SetNestedSlice(u.Object, rules, "spec", "rules"); err != nil {
+		return err
+	}
+	_, err = dyn.Resource(gvrClusterPolicy).Update(ctx, u, metav1.UpdateOptions{})
+	return err
+}
+
+func countReports(ctx context.Context, dyn dynamic.Interface) (int, error) {
+	n := 0
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := dyn.Resource(scan.GVRBackgroundScanReport).List(ctx, opts)
+		if err != nil {
+			return 0, err
+		}
+		n += len(list.Items)
+		if opts.Continue = list.GetContinue(); opts.Continue == "" {
+			return n, nil
+		}
+	}
+}
+
+// peakRSS reads a process's peak resident set (VmHWM) in KiB.
+func peakRSS(pid int) int {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			return kb
+		}
+	}
+	return 0
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+type metricsClient struct{ base string }
+
+// value sums a metric's samples from the scanner's /metrics.
+func (m *metricsClient) value(name string) (float64, error) {
+	resp, err := http.Get(m.base + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
+func (m *metricsClient) ready() bool {
+	resp, err := http.Get(m.base + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// waitSynced waits until at least n resources were evaluated and the scanner is synced.
+func (m *metricsClient) waitSynced(n float64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if v, err := m.value("tally_scan_resources_processed_total"); err == nil && v >= n && m.ready() {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("scanner not synced after %s", timeout)
+}
+
+// waitSettled waits until evaluations grew past before, the scanner is
+// synced, and nothing changed for a second.
+func (m *metricsClient) waitSettled(before float64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	last, since := before, time.Now()
+	for time.Now().Before(deadline) {
+		v, err := m.value("tally_scan_resources_processed_total")
+		if err == nil && v != last {
+			last, since = v, time.Now()
+		}
+		if last > before && m.ready() && time.Since(since) > time.Second {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("scanner did not settle after %s", timeout)
+}
+
+func fetch(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
