@@ -17,9 +17,9 @@ func (r *ReadTxn) ResourcesOfKind(group, kind, namespace string) ([]*Resource, e
 	var out []*Resource
 	var err error
 	if namespace == "" {
-		out, err = all[*Resource](r.txn, tableResources, indexGroupKind, group+"/"+kind)
+		out, err = all[*Resource](r.txn, tableResources, indexGroupKindNS+"_prefix", group, kind)
 	} else {
-		out, err = all[*Resource](r.txn, tableResources, indexGroupKindNS, group+"/"+kind+"/"+namespace)
+		out, err = all[*Resource](r.txn, tableResources, indexGroupKindNS, group, kind, namespace)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list %s/%s: %w", group, kind, err)
@@ -27,20 +27,18 @@ func (r *ReadTxn) ResourcesOfKind(group, kind, namespace string) ([]*Resource, e
 	return out, nil
 }
 
-// ResourcesWithLabel returns the resources carrying label key=value.
-func (r *ReadTxn) ResourcesWithLabel(key, value string) ([]*Resource, error) {
-	out, err := all[*Resource](r.txn, tableResources, indexLabel, key, value)
-	if err != nil {
-		return nil, fmt.Errorf("list label %s=%s: %w", key, value, err)
-	}
-	return out, nil
-}
-
-// ResourcesInNamespace returns every resource of a namespace.
+// ResourcesInNamespace returns every resource of a namespace. It reads every
+// row (namespace-label changes are rare; an index would cost every resource).
 func (r *ReadTxn) ResourcesInNamespace(namespace string) ([]*Resource, error) {
-	out, err := all[*Resource](r.txn, tableResources, indexNamespace, namespace)
+	rows, err := all[*Resource](r.txn, tableResources, indexID)
 	if err != nil {
 		return nil, fmt.Errorf("list namespace %s: %w", namespace, err)
+	}
+	var out []*Resource
+	for _, res := range rows {
+		if res.Namespace == namespace {
+			out = append(out, res)
+		}
 	}
 	return out, nil
 }

@@ -31,7 +31,7 @@ func (r *ReadTxn) Results(uid string) ([]*Result, error) {
 
 // ResultsOfPolicy returns every result of a policy.
 func (r *ReadTxn) ResultsOfPolicy(policy string) ([]*Result, error) {
-	sets, err := all[*resultSet](r.txn, tableResults, indexPolicy, policy)
+	sets, err := all[*resultSet](r.txn, tableResults, indexID)
 	if err != nil {
 		return nil, fmt.Errorf("results of policy %s: %w", policy, err)
 	}
@@ -134,11 +134,14 @@ func (w *WriteTxn) putResultSet(uid string, results []*Result) error {
 
 // deletePolicyResults removes a policy's results from every resource.
 func (w *WriteTxn) deletePolicyResults(policy string) error {
-	sets, err := all[*resultSet](w.txn, tableResults, indexPolicy, policy)
+	sets, err := all[*resultSet](w.txn, tableResults, indexID)
 	if err != nil {
 		return err
 	}
 	for _, set := range sets {
+		if !containsString(set.policies, policy) {
+			continue
+		}
 		kept := make([]*Result, 0, len(set.results))
 		for _, r := range set.results {
 			if r.Policy != policy {
@@ -184,4 +187,9 @@ func (w *WriteTxn) SetResults(uid string, results []*Result) (bool, error) {
 		return false, nil
 	}
 	return true, w.putResultSet(uid, merged)
+}
+
+func containsString(list []string, s string) bool {
+	i := sort.SearchStrings(list, s)
+	return i < len(list) && list[i] == s
 }

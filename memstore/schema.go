@@ -19,10 +19,7 @@ const (
 // Indexes. "id" is go-memdb's mandatory primary index.
 const (
 	indexID          = "id"
-	indexGroupKind   = "group_kind"
 	indexGroupKindNS = "group_kind_namespace"
-	indexNamespace   = "namespace"
-	indexLabel       = "label"
 	indexPolicy      = "policy"
 )
 
@@ -39,24 +36,18 @@ func schema() *memdb.DBSchema {
 	}}
 }
 
-// resourcesTable holds the scanned resources, keyed by UID.
+// resourcesTable holds the scanned resources, keyed by UID. It has as few
+// indexes as the scanner's reads need: every index entry is a radix-tree node,
+// and at 10,000 resources each index costs megabytes.
 func resourcesTable() *memdb.TableSchema {
 	return &memdb.TableSchema{
 		Name: tableResources,
 		Indexes: map[string]*memdb.IndexSchema{
 			// A UID names one object for its whole life: unique.
 			indexID: {Name: indexID, Unique: true, Indexer: stringKey(func(o any) string { return o.(*Resource).UID })},
-			// "Resources a rule can match": by group and kind (every version is one
-			// object), and by group, kind and namespace. Many per key: not unique.
-			indexGroupKind: {Name: indexGroupKind, Indexer: stringKey(func(o any) string { r := o.(*Resource); return r.Group + "/" + r.Kind })},
-			indexGroupKindNS: {Name: indexGroupKindNS, Indexer: stringKey(func(o any) string {
-				r := o.(*Resource)
-				return r.Group + "/" + r.Kind + "/" + r.Namespace
-			})},
-			// Namespace-label changes rescan the resources of one namespace.
-			indexNamespace: {Name: indexNamespace, AllowMissing: true, Indexer: stringKey(func(o any) string { return o.(*Resource).Namespace })},
-			// Label selectors with matchLabels become index reads: one entry per key=value.
-			indexLabel: {Name: indexLabel, AllowMissing: true, Indexer: labelIndex{}},
+			// "Resources a rule can match": by group, kind and namespace; a
+			// prefix read (group, kind) gives every namespace. Many per key: not unique.
+			indexGroupKindNS: {Name: indexGroupKindNS, Indexer: groupKindNamespace{}},
 		},
 	}
 }
@@ -95,18 +86,16 @@ func namespacesTable() *memdb.TableSchema {
 }
 
 // resultsTable holds the results of each resource: one row per resource,
-// keyed by its UID, holding its (policy, rule) results sorted. A row per
-// resource rather than per rule keeps the radix trees small: with some twenty
-// rules a resource, per-rule rows in four indexes made results most of the
-// store's memory.
+// keyed by its UID, holding its (policy, rule) results sorted. One row per
+// resource, and no index by policy: policy edits and deletions, which are
+// rare, read every row instead, so that the common case (a resource and its
+// results) costs one radix node.
 func resultsTable() *memdb.TableSchema {
 	return &memdb.TableSchema{
 		Name: tableResults,
 		Indexes: map[string]*memdb.IndexSchema{
 			// One row per resource UID: unique.
 			indexID: {Name: indexID, Unique: true, Indexer: stringKey(func(o any) string { return o.(*resultSet).uid })},
-			// The resources a policy has results for (policy edits and deletion). Many per policy.
-			indexPolicy: {Name: indexPolicy, AllowMissing: true, Indexer: stringsKey(func(o any) []string { return o.(*resultSet).policies })},
 		},
 	}
 }
@@ -161,29 +150,37 @@ func (f stringsKey) FromObject(o any) (bool, [][]byte, error) {
 
 func (f stringsKey) FromArgs(args ...any) ([]byte, error) { return stringKey(nil).FromArgs(args...) }
 
-// labelIndex indexes each label of a resource as "key=value".
-type labelIndex struct{}
+// groupKindNamespace indexes a resource by "group/kind/namespace/"; its
+// prefix form takes (group, kind) or (group, kind, namespace).
+type groupKindNamespace struct{}
 
-func (labelIndex) FromObject(o any) (bool, [][]byte, error) {
-	labels := o.(*Resource).Labels
-	if len(labels) == 0 {
-		return false, nil, nil
-	}
-	out := make([][]byte, 0, len(labels))
-	for k, v := range labels {
-		out = append(out, []byte(k+"="+v+"\x00"))
-	}
-	return true, out, nil
+func (groupKindNamespace) FromObject(o any) (bool, []byte, error) {
+	r := o.(*Resource)
+	return true, []byte(r.Group + "/" + r.Kind + "/" + r.Namespace + "/\x00"), nil
 }
 
-func (labelIndex) FromArgs(args ...any) ([]byte, error) {
-	if len(args) != 2 {
-		return nil, fmt.Errorf("want key and value, got %d arguments", len(args))
+func (groupKindNamespace) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 3 {
+		return nil, fmt.Errorf("want group, kind and namespace, got %d arguments", len(args))
 	}
-	k, ok1 := args[0].(string)
-	v, ok2 := args[1].(string)
-	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("want string key and value")
+	key, err := groupKindNamespace{}.PrefixFromArgs(args...)
+	if err != nil {
+		return nil, err
 	}
-	return []byte(k + "=" + v + "\x00"), nil
+	return append(key, 0), nil
+}
+
+func (groupKindNamespace) PrefixFromArgs(args ...any) ([]byte, error) {
+	if len(args) < 2 || len(args) > 3 {
+		return nil, fmt.Errorf("want group, kind and maybe namespace, got %d arguments", len(args))
+	}
+	var key []byte
+	for _, a := range args {
+		s, ok := a.(string)
+		if !ok {
+			return nil, fmt.Errorf("want string arguments, got %T", a)
+		}
+		key = append(append(key, s...), '/')
+	}
+	return key, nil
 }

@@ -47,7 +47,6 @@ func TestResourceIndexes(t *testing.T) {
 		"pods of one namespace":       {func() ([]*Resource, error) { return r.ResourcesOfKind("", "Pod", "a") }, 2},
 		"deployments are apart":       {func() ([]*Resource, error) { return r.ResourcesOfKind("apps", "Deployment", "") }, 1},
 		"a kind prefix does not leak": {func() ([]*Resource, error) { return r.ResourcesOfKind("", "Po", "") }, 0},
-		"by label":                    {func() ([]*Resource, error) { return r.ResourcesWithLabel("app", "web") }, 2},
 		"by namespace":                {func() ([]*Resource, error) { return r.ResourcesInNamespace("a") }, 3},
 	}
 	for name, tc := range tests {

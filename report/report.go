@@ -23,16 +23,27 @@ const (
 	ManagedBy         = "tally"
 )
 
+// sharedProps are the properties of most results, shared (never modified)
+// so that a store of 100,000 results does not hold 100,000 identical maps.
+var sharedProps = map[string]map[string]string{
+	ProcessBackground: {"process": ProcessBackground},
+	ProcessAdmission:  {"process": ProcessAdmission},
+}
+
 // Result makes a report entry of an engine result. now is when the result
 // was produced (the caller keeps the old timestamp when nothing changed).
+// The entry's Properties map may be shared: never modify it.
 func Result(p *engine.Policy, r engine.RuleResult, process string, now time.Time) wgv1alpha2.PolicyReportResult {
-	props := make(map[string]string, len(r.Properties)+2)
-	for k, v := range r.Properties {
-		props[k] = v
-	}
-	props["process"] = process
-	if len(r.Exceptions) > 0 {
-		props["exceptions"] = strings.Join(r.Exceptions, ",")
+	props := sharedProps[process]
+	if props == nil || len(r.Properties) > 0 || len(r.Exceptions) > 0 {
+		props = make(map[string]string, len(r.Properties)+2)
+		for k, v := range r.Properties {
+			props[k] = v
+		}
+		props["process"] = process
+		if len(r.Exceptions) > 0 {
+			props["exceptions"] = strings.Join(r.Exceptions, ",")
+		}
 	}
 	return wgv1alpha2.PolicyReportResult{
 		Source:     Source,

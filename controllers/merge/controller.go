@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,10 +56,13 @@ type Options struct {
 // Merger keeps every resource's final report equal to Merge of its
 // intermediate reports.
 type Merger struct {
-	opts    Options
-	client  dynamic.Interface
-	queue   workqueue.TypedRateLimitingInterface[string]
-	metrics *metrics
+	opts   Options
+	client dynamic.Interface
+	queue  workqueue.TypedRateLimitingInterface[string]
+	// inflight counts items being reconciled: an empty queue is not enough
+	// to say the writes are done.
+	inflight atomic.Int64
+	metrics  *metrics
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -153,7 +157,7 @@ func (m *Merger) Synced() bool {
 			return false
 		}
 	}
-	return m.queue.Len() == 0
+	return m.queue.Len() == 0 && m.inflight.Load() == 0
 }
 
 func (m *Merger) processNext(ctx context.Context) bool {
@@ -161,6 +165,8 @@ func (m *Merger) processNext(ctx context.Context) bool {
 	if shutdown {
 		return false
 	}
+	m.inflight.Add(1)
+	defer m.inflight.Add(-1)
 	defer m.queue.Done(uid)
 	if err := m.reconcile(ctx, uid); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "merge failed; retrying", "uid", uid)

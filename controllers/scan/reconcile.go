@@ -3,6 +3,7 @@ package scan
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -58,6 +59,7 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 			continue
 		}
 		for _, rr := range tp.compiled.Evaluate(ctx, req) {
+			rr.Message = s.messages.intern(rr.Message)
 			entry := report.Result(tp.compiled, rr, report.ProcessBackground, now)
 			fresh = append(fresh, &memstore.Result{
 				ResourceUID: uid, Policy: tp.name, Rule: rr.Rule, Result: string(rr.Result), Message: rr.Message,
@@ -119,4 +121,30 @@ func (s *Scanner) seedResults(seeded map[string][]wgv1alpha2.PolicyReportResult)
 		}
 		return nil
 	})
+}
+
+// interner shares equal strings: result messages repeat across thousands of
+// resources ("validation rule 'x' passed.", the same failure path), and one
+// copy each is enough. It is bounded: past its size, strings are kept as
+// they are.
+type interner struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const maxInterned = 1 << 16
+
+func (in *interner) intern(s string) string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if v, ok := in.m[s]; ok {
+		return v
+	}
+	if in.m == nil {
+		in.m = map[string]string{}
+	}
+	if len(in.m) < maxInterned {
+		in.m[s] = s
+	}
+	return s
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/tally-dev/tally/controllers/watch"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -47,15 +48,20 @@ type Options struct {
 // Scanner keeps the store in step with the cluster and writes the
 // BackgroundScanReports. It is safe for one Run at a time.
 type Scanner struct {
-	opts    Options
-	client  dynamic.Interface
-	disc    discovery.DiscoveryInterface
-	store   *memstore.Store
-	queue   workqueue.TypedRateLimitingInterface[string]
-	reports *reportWriter
-	metrics *metrics
-	state   *scanState
-	locks   keyedMutex
+	opts   Options
+	client dynamic.Interface
+	disc   discovery.DiscoveryInterface
+	store  *memstore.Store
+	queue  workqueue.TypedRateLimitingInterface[string]
+	// inflight counts items being reconciled: an empty queue is not enough
+	// to say the writes are done.
+	inflight atomic.Int64
+	reports  *reportWriter
+	metrics  *metrics
+	state    *scanState
+	locks    keyedMutex
+	// messages interns result messages (see interner).
+	messages interner
 
 	mu        sync.Mutex
 	ctx       context.Context
@@ -169,7 +175,7 @@ func (s *Scanner) Synced() bool {
 			return false
 		}
 	}
-	return s.queue.Len() == 0
+	return s.queue.Len() == 0 && s.inflight.Load() == 0
 }
 
 func (s *Scanner) processNext(ctx context.Context) bool {
@@ -177,6 +183,8 @@ func (s *Scanner) processNext(ctx context.Context) bool {
 	if shutdown {
 		return false
 	}
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
 	defer s.queue.Done(uid)
 	if err := s.reconcile(ctx, uid); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "scan failed; retrying", "uid", uid)

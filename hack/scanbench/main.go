@@ -102,7 +102,7 @@ func run(pods, namespaces int, corpus string) error {
 	}
 	defer logf.Close()
 	scanner := exec.Command(bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false", "--namespace", "default",
-		"--listen", addr, "--rescan-endpoint", "--profiling", "--kube-api-qps", "200", "--kube-api-burst", "400")
+		"--listen", addr, "--rescan-endpoint", "--profiling", "--kube-api-qps", "500", "--kube-api-burst", "1000")
 	scanner.Stdout, scanner.Stderr = logf, logf
 	t0 := time.Now()
 	if err := scanner.Start(); err != nil {
@@ -200,7 +200,7 @@ func createPods(ctx context.Context, kube kubernetes.Interface, pods, namespaces
 func benchPod(i int) *corev1.Pod {
 	f, t := false, true
 	sc := &corev1.SecurityContext{AllowPrivilegeEscalation: &f, RunAsNonRoot: &t,
-		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 	if i%10 == 0 {
 		sc = &corev1.SecurityContext{Privileged: &t}

@@ -51,8 +51,8 @@ func (o *Options) Bind(fs *flag.FlagSet, name string) {
 	o.Name = name
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	fs.StringVar(&o.Namespace, "namespace", ns, "namespace of tally's Lease and state")
-	fs.Float64Var(&o.QPS, "kube-api-qps", 20, "API requests per second (sustained)")
-	fs.IntVar(&o.Burst, "kube-api-burst", 50, "API requests in a burst")
+	fs.Float64Var(&o.QPS, "kube-api-qps", 100, "API requests per second (sustained): bounds the report writes of a first full scan")
+	fs.IntVar(&o.Burst, "kube-api-burst", 200, "API requests in a burst")
 	fs.StringVar(&o.Listen, "listen", ":8080", "address of /healthz, /readyz and /metrics")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active replica through a Lease")
 	fs.StringVar(&o.LeaseName, "lease-name", name, "name of the leader-election Lease")
