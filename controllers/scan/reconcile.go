@@ -54,10 +54,12 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 	now := start
 	gvr := s.gvrFor(res.Group, res.Kind)
 	var fresh []*memstore.Result
+	evaluated := false
 	for _, tp := range policies {
-		if !tp.mayMatch(res, gvr) {
+		if !tp.mayMatch(res, gvr) || !tp.applies(res.Object, req.NamespaceLabels) {
 			continue
 		}
+		evaluated = true
 		for _, rr := range tp.compiled.Evaluate(ctx, req) {
 			rr.Message = s.messages.intern(rr.Message)
 			entry := report.Result(tp.compiled, rr, report.ProcessBackground, now)
@@ -79,8 +81,10 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 	if err != nil {
 		return err
 	}
-	s.metrics.resources.Inc()
-	s.metrics.scanDuration.Observe(time.Since(start).Seconds())
+	if evaluated {
+		s.metrics.resources.Inc()
+		s.metrics.scanDuration.Observe(time.Since(start).Seconds())
+	}
 	return s.reports.ensure(ctx, res, gvr, results)
 }
 
@@ -95,6 +99,18 @@ func (tp *trackedPolicy) mayMatch(res *memstore.Resource, gvr schema.GroupVersio
 			if g == gvr {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// applies reports whether some rule of the policy selects the resource
+// (compiled matchers: cheap), so that resources no rule can match cost no
+// evaluation.
+func (tp *trackedPolicy) applies(obj map[string]any, nsLabels map[string]string) bool {
+	for _, r := range tp.compiled.Rules {
+		if r.Err != nil || r.Applies(obj, nsLabels) {
+			return true // a broken rule reports its error where its kinds match
 		}
 	}
 	return false

@@ -1,0 +1,51 @@
+package conditions
+
+import "testing"
+
+func TestSetOperators(t *testing.T) {
+	list := []any{"CREATE", "UPDATE"}
+	runOps(t, map[string]opCase{
+		"AnyIn a scalar in a list":                 {"CREATE", "AnyIn", list, true},
+		"AnyIn a scalar not in a list":             {"DELETE", "AnyIn", list, false},
+		"AnyIn one of several keys":                {[]any{"DELETE", "UPDATE"}, "AnyIn", list, true},
+		"AnyIn with a wildcard value":              {"nginx:1.2", "AnyIn", []any{"nginx:*"}, true},
+		"AnyIn with a wildcard key":                {"NVIDIA_VISIBLE_DEVICES=*?", "AnyIn", []any{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"}, true},
+		"AnyIn booleans":                           {[]any{false, true}, "AnyIn", []any{true}, true},
+		"AnyIn numbers of different types":         {int64(80), "AnyIn", []any{float64(80)}, true},
+		"AnyIn a number and a numeric string":      {float64(80), "AnyIn", []any{"80"}, true},
+		"AnyIn a range":                            {float64(5500), "AnyIn", "5000-6000", true},
+		"AnyIn a range, outside":                   {float64(53), "AnyIn", "5000-6000", false},
+		"AnyIn a negated range":                    {float64(53), "AnyIn", "5000!-6000", true},
+		"AnyIn a range in a list":                  {"8080", "AnyIn", []any{"80", "8000-9000"}, true},
+		"AnyIn a JSON list in a string":            {"default", "AnyIn", `["default", "test"]`, true},
+		"AnyIn a comma-separated string":           {"b", "AnyIn", "a, b,c", true},
+		"AnyIn a single string":                    {"a", "AnyIn", "a", true},
+		"AnyIn a single wildcard string":           {"abc", "AnyIn", "a*", true},
+		"AnyIn an empty key list":                  {[]any{}, "AnyIn", list, false},
+		"AnyIn a null value":                       {"a", "AnyIn", nil, false},
+		"AnyIn a number value is not a set":        {float64(5), "AnyIn", float64(5), false},
+		"AnyIn a null key":                         {nil, "AnyIn", list, false},
+		"AllIn all keys":                           {[]any{"CREATE", "UPDATE"}, "AllIn", list, true},
+		"AllIn not all keys":                       {[]any{"CREATE", "DELETE"}, "AllIn", list, false},
+		"AllIn an empty key list":                  {[]any{}, "AllIn", list, true},
+		"AnyNotIn one key outside":                 {[]any{"CREATE", "DELETE"}, "AnyNotIn", list, true},
+		"AnyNotIn all keys inside":                 {[]any{"CREATE"}, "AnyNotIn", list, false},
+		"AnyNotIn a range":                         {[]any{float64(53), float64(5001)}, "AnyNotIn", "5000-6000", true},
+		"AnyNotIn a range, all inside":             {[]any{float64(5001)}, "AnyNotIn", "5000-6000", false},
+		"AnyNotIn a plain string":                  {"NVIDIA_VISIBLE_DEVICES=*?", "AnyNotIn", "all", true},
+		"AnyNotIn a null value":                    {"a", "AnyNotIn", nil, false},
+		"AnyNotIn an empty key list":               {[]any{}, "AnyNotIn", list, false},
+		"AnyNotIn an empty list value":             {"a", "AnyNotIn", []any{}, true},
+		"AllNotIn no key inside":                   {[]any{"GET", "DELETE"}, "AllNotIn", list, true},
+		"AllNotIn one key inside":                  {[]any{"GET", "UPDATE"}, "AllNotIn", list, false},
+		"AllNotIn an empty key list":               {[]any{}, "AllNotIn", list, true},
+		"In is AllIn":                              {[]any{"CREATE", "UPDATE"}, "In", list, true},
+		"In of a scalar":                           {"CREATE", "In", list, true},
+		"NotIn is AnyNotIn":                        {[]any{"CREATE", "DELETE"}, "NotIn", list, true},
+		"NotIn of a scalar inside":                 {"CREATE", "NotIn", list, false},
+		"set operators ignore case":                {"CREATE", "anyin", list, true},
+		"an object key is not a set":               {map[string]any{"a": "b"}, "AnyIn", list, false},
+		"a negative range":                         {float64(-5), "AnyIn", "-10-10", true},
+		"a wildcard entry with a dash is no range": {"app-1", "AnyIn", []any{"app-*"}, true},
+	})
+}
