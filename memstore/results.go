@@ -78,32 +78,15 @@ func (w *WriteTxn) ReplaceResults(uid, policy string, results []*Result) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("replace results of %s/%s: %w", uid, policy, err)
 	}
-	var others []*Result
-	byRule := map[string]*Result{}
+	var whole []*Result
 	if set != nil {
 		for _, r := range set.results {
-			if r.Policy == policy {
-				byRule[r.Rule] = r
-			} else {
-				others = append(others, r)
+			if r.Policy != policy {
+				whole = append(whole, r)
 			}
 		}
 	}
-	changed := len(byRule) != len(results)
-	merged := make([]*Result, 0, len(others)+len(results))
-	merged = append(merged, others...)
-	for _, r := range results {
-		if prev, ok := byRule[r.Rule]; ok && prev.Result == r.Result && prev.Message == r.Message && prev.Digest == r.Digest {
-			merged = append(merged, prev)
-			continue
-		}
-		changed = true
-		merged = append(merged, r)
-	}
-	if !changed {
-		return false, nil
-	}
-	return true, w.putResultSet(uid, merged)
+	return w.SetResults(uid, append(whole, results...))
 }
 
 // putResultSet writes a resource's results (deleting the row when empty).
