@@ -59,13 +59,13 @@ func waitForPolicyReport(ctx context.Context, t *testing.T, cfg *envconf.Config,
 }
 
 func TestMergerWritesPolicyReports(t *testing.T) {
-	const ns = "scan-merge"
+	const ns = "merge-a"
 	var (
 		scanner   *runningScanner
 		cancel    context.CancelFunc
 		done      = make(chan error, 1)
 		good, bad *corev1.Pod
-		policy    = requireLabelsPolicy("require-labels-merge", "team", "owner")
+		policy    = requireLabelsPolicy("require-labels-merge", "merge-*", "team", "owner")
 	)
 	f := features.New("final reports").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {

@@ -184,11 +184,14 @@ func labelPattern(label string) *apiextv1.JSON {
 	return &apiextv1.JSON{Raw: []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:"?*"}}}`, label))}
 }
 
-func requireLabelsPolicy(name string, podLabel, cmLabel string) *kyvernov1.ClusterPolicy {
+// requireLabelsPolicy requires a label on Pods and another on ConfigMaps of
+// the namespaces matching nsPattern (each test its own, so that tests never
+// see each other's resources).
+func requireLabelsPolicy(name, nsPattern, podLabel, cmLabel string) *kyvernov1.ClusterPolicy {
 	rule := func(rule, kind, label string) kyvernov1.Rule {
 		return kyvernov1.Rule{
 			Name:     rule,
-			Match:    kyvernov1.MatchResources{Any: kyvernov1.ResourceFilters{{Resources: kyvernov1.ResourceDescription{Kinds: []string{kind}, Namespaces: []string{"scan-*"}}}}},
+			Match:    kyvernov1.MatchResources{Any: kyvernov1.ResourceFilters{{Resources: kyvernov1.ResourceDescription{Kinds: []string{kind}, Namespaces: []string{nsPattern}}}}},
 			Validate: &kyvernov1.Validation{Message: "label " + label + " is required", Pattern: labelPattern(label)},
 		}
 	}
@@ -213,7 +216,7 @@ func TestScannerWritesBackgroundReports(t *testing.T) {
 		scanner         *runningScanner
 		good, bad, bad2 *corev1.Pod
 		cm              *corev1.ConfigMap
-		policy          = requireLabelsPolicy("require-labels", "team", "owner")
+		policy          = requireLabelsPolicy("require-labels", "scan-*", "team", "owner")
 		pass, fail      = string(wgv1alpha2.ResultPass), string(wgv1alpha2.ResultFail)
 		podRule, cmRule = "require-labels/pods", "require-labels/configmaps"
 	)
