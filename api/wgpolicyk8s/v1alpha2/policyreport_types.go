@@ -70,7 +70,9 @@ type PolicyReportResult struct {
 	Timestamp metav1.Timestamp `json:"timestamp,omitempty"`
 	Result    Result           `json:"result,omitempty"`
 	// Scored is false for policies annotated policies.kyverno.io/scored: "false".
-	Scored bool `json:"scored,omitempty"`
+	// It is always written (false included, R16/R24) but not required of others.
+	// +optional
+	Scored bool `json:"scored"`
 	// Resources are the subjects of the result (empty when the report has a scope).
 	Resources        []corev1.ObjectReference `json:"resources,omitempty"`
 	ResourceSelector *metav1.LabelSelector    `json:"resourceSelector,omitempty"`

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/merge"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/report"
+	"github.com/tally-dev/tally/tester"
+)
+
+func newScanCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "scan PATH...",
+		Short: "Run the whole pipeline over folders of manifests and print the PolicyReports",
+		Long: `Read every YAML file under the given paths (policies, PolicyExceptions and
+resources, told apart by kind), scan the resources as a background scan
+would, merge the results exactly as tally-merger does, and print the final
+PolicyReports and ClusterPolicyReports: a table by default, or -o yaml|json.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runScan(cmd, args, output)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
+	return cmd
+}
+
+type scanInput struct {
+	policies   []*engine.Policy
+	infos      map[string]merge.PolicyInfo
+	exceptions []*engine.Exception
+	resources  []map[string]any
+}
+
+// readScanInput sorts the documents of the paths by kind. Problems with one
+// file or one policy are reported and the rest is used.
+func readScanInput(paths []string, stderr io.Writer) (*scanInput, error) {
+	in := &scanInput{infos: map[string]merge.PolicyInfo{}}
+	var files []string
+	for _, p := range paths {
+		err := filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+				files = append(files, path)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(files)
+	var policyFiles, exceptionFiles []string
+	for _, f := range files {
+		docs, err := tester.ReadDocuments(f)
+		if err != nil {
+			fmt.Fprintln(stderr, "error:", err)
+			continue
+		}
+		hasPolicy, hasException := false, false
+		for _, d := range docs {
+			switch kind, _ := d.Object["kind"].(string); {
+			case kind == "ClusterPolicy" || kind == "Policy":
+				hasPolicy = true
+			case kind == "PolicyException":
+				hasException = true
+			default:
+				in.resources = append(in.resources, d.Object)
+			}
+		}
+		if hasPolicy {
+			policyFiles = append(policyFiles, f)
+		}
+		if hasException {
+			exceptionFiles = append(exceptionFiles, f)
+		}
+	}
+	loaded, err := tester.LoadPolicies(policyFiles)
+	if err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+	}
+	for _, lp := range loaded {
+		switch {
+		case lp.Unsupported != nil:
+			fmt.Fprintln(stderr, "skipped:", lp.Unsupported)
+		case lp.Invalid != nil:
+			fmt.Fprintln(stderr, "invalid policy:", lp.Invalid)
+		default:
+			p := lp.Policy
+			in.policies = append(in.policies, p)
+			info := merge.PolicyInfo{Background: p.Spec.BackgroundEnabled(), Admission: p.Spec.AdmissionEnabled(), Scored: p.Scored, Rules: map[string]bool{}}
+			for _, r := range p.Rules {
+				info.Rules[r.Name] = true
+			}
+			in.infos[p.Name] = info
+		}
+	}
+	if in.exceptions, err = tester.LoadExceptions(exceptionFiles); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+	}
+	return in, nil
+}
+
+func runScan(cmd *cobra.Command, paths []string, output string) error {
+	in, err := readScanInput(paths, cmd.ErrOrStderr())
+	if err != nil {
+		return exitError{code: exitCouldNotRun, msg: err.Error()}
+	}
+	if len(in.policies) == 0 || len(in.resources) == 0 {
+		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("nothing to scan: %d valid policies, %d resources", len(in.policies), len(in.resources))}
+	}
+	now := time.Now()
+	var objs []any
+	var rows [][]string
+	for _, res := range in.resources {
+		req := &engine.Request{Object: res, Background: true, Exceptions: in.exceptions}
+		var background []wgv1alpha2.PolicyReportResult
+		for _, p := range in.policies {
+			if !p.Spec.BackgroundEnabled() {
+				continue
+			}
+			for _, r := range p.Evaluate(cmd.Context(), req) {
+				background = append(background, report.Result(p, r, report.ProcessBackground, now))
+			}
+		}
+		final := merge.Merge(merge.Input{Background: background, BackgroundCurrent: true, Policies: in.infos})
+		if len(final) == 0 {
+			continue
+		}
+		s := report.SubjectOf(res)
+		polr, cpolr := report.Final(s, final)
+		if polr != nil {
+			objs = append(objs, polr)
+		} else {
+			objs = append(objs, cpolr)
+		}
+		sum := wgv1alpha2.SummaryOf(final)
+		name := s.Kind + "/" + s.Name
+		if s.Namespace != "" {
+			name = s.Kind + "/" + s.Namespace + "/" + s.Name
+		}
+		rows = append(rows, []string{name, fmt.Sprint(sum.Pass), fmt.Sprint(sum.Fail), fmt.Sprint(sum.Warn), fmt.Sprint(sum.Error), fmt.Sprint(sum.Skip)})
+	}
+	w := cmd.OutOrStdout()
+	switch output {
+	case "table", "":
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "RESOURCE\tPASS\tFAIL\tWARN\tERROR\tSKIP")
+		for _, r := range rows {
+			fmt.Fprintln(tw, strings.Join(r, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(w, "%d reports\n", len(rows))
+		return err
+	case "yaml":
+		for i, o := range objs {
+			if i > 0 {
+				fmt.Fprintln(w, "---")
+			}
+			if err := encode(w, "yaml", o); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "json":
+		return encode(w, "json", map[string]any{"apiVersion": "v1", "kind": "List", "items": objs})
+	}
+	return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output %q (want table, yaml or json)", output)}
+}
