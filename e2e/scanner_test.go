@@ -119,6 +119,30 @@ func (rs *runningScanner) counter(t *testing.T, name string) float64 {
 	return sum
 }
 
+// gauge reads one labelled sample of a metric (0 if absent).
+func (rs *runningScanner) gauge(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := rs.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			return counterValue(m)
+		}
+	}
+	return 0
+}
+
 func counterValue(m *dto.Metric) float64 {
 	if c := m.GetCounter(); c != nil {
 		return c.GetValue()
@@ -241,6 +265,10 @@ func TestScannerWritesBackgroundReports(t *testing.T) {
 			waitForResults(ctx, t, cfg, bad, map[string]string{podRule: fail})
 			waitForResults(ctx, t, cfg, cm, map[string]string{cmRule: pass})
 			scanner.waitSynced(t)
+			// R31: background results are counted by policy, rule and result.
+			if got := scanner.gauge(t, "tally_scan_results", map[string]string{"policy": "require-labels", "rule": "pods", "result": "fail"}); got != 2 {
+				t.Errorf("tally_scan_results{pods,fail} = %v, want 2 (bad and bad2)", got)
+			}
 			return ctx
 		}).
 		Assess("updating a resource rewrites only its report", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -334,6 +362,10 @@ func TestScannerWritesBackgroundReports(t *testing.T) {
 			}
 			waitForResults(ctx, t, cfg, good, nil)
 			waitForResults(ctx, t, cfg, cm, nil)
+			scanner.waitSynced(t)
+			if got := scanner.gauge(t, "tally_scan_results", map[string]string{"policy": "require-labels", "rule": "pods", "result": "pass"}); got != 0 {
+				t.Errorf("a deleted policy still counts %v results", got)
+			}
 			return ctx
 		}).
 		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {

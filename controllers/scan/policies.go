@@ -187,6 +187,8 @@ func (s *Scanner) removePolicy(name string) {
 	}
 	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeletePolicy(name) }); err != nil {
 		s.log().Error(err, "forgetting a policy failed", "policy", name)
+	} else {
+		s.countResults(affected, -1)
 	}
 	for _, r := range affected {
 		s.queue.Add(r.ResourceUID)

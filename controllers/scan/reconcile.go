@@ -71,11 +71,21 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 	}
 	// The whole set is replaced: results of deleted or no longer matching
 	// policies and rules vanish with it.
+	var before []*memstore.Result
+	changed := false
 	if err := s.store.Write(func(w *memstore.WriteTxn) error {
-		_, err := w.SetResults(uid, fresh)
+		var err error
+		if before, err = w.Results(uid); err != nil {
+			return err
+		}
+		changed, err = w.SetResults(uid, fresh)
 		return err
 	}); err != nil {
 		return fmt.Errorf("store results of %s: %w", uid, err)
+	}
+	if changed {
+		s.countResults(before, -1)
+		s.countResults(fresh, +1)
 	}
 	results, err := s.store.Read().Results(uid)
 	if err != nil {
@@ -133,6 +143,7 @@ func (s *Scanner) seedResults(seeded map[string][]wgv1alpha2.PolicyReportResult)
 				if _, err := w.ReplaceResults(uid, p, rs); err != nil {
 					return fmt.Errorf("seed results of %s: %w", uid, err)
 				}
+				s.countResults(rs, +1)
 			}
 		}
 		return nil
@@ -163,4 +174,11 @@ func (in *interner) intern(s string) string {
 		in.m[s] = s
 	}
 	return s
+}
+
+// countResults moves the results gauge (R31) by delta for each result.
+func (s *Scanner) countResults(results []*memstore.Result, delta float64) {
+	for _, r := range results {
+		s.metrics.results.WithLabelValues(r.Policy, r.Rule, r.Result).Add(delta)
+	}
 }

@@ -51,8 +51,14 @@ func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstru
 		_ = s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteNamespace(u.GetName()) })
 	}
 	uid := string(u.GetUID())
-	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteResource(uid) }); err != nil {
+	var gone []*memstore.Result
+	if err := s.store.Write(func(w *memstore.WriteTxn) error {
+		gone, _ = w.Results(uid)
+		return w.DeleteResource(uid)
+	}); err != nil {
 		s.log().Error(err, "forgetting a deleted resource failed", "uid", uid)
+	} else {
+		s.countResults(gone, -1)
 	}
 	s.queue.Add(uid) // reconcile finds it gone and deletes its report
 }
