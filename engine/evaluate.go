@@ -239,7 +239,7 @@ func (e *evaluation) rule(rule *Rule) RuleResult {
 	case rule.foreach != nil:
 		return e.checkForEach(rule, data)
 	case rule.podSecurity != nil:
-		return e.checkPodSecurity(rule)
+		return e.checkPodSecurity(rule, data)
 	}
 	return e.result(rule, Error, "rule has no validation")
 }
@@ -319,7 +319,7 @@ func (e *evaluation) checkDeny(rule *Rule, msg string, data map[string]any, deny
 	return e.result(rule, Fail, m)
 }
 
-func (e *evaluation) checkPodSecurity(rule *Rule) RuleResult {
+func (e *evaluation) checkPodSecurity(rule *Rule, data map[string]any) RuleResult {
 	kind, _ := e.obj["kind"].(string)
 	var pod *podsecurity.Pod
 	var err error
@@ -334,6 +334,20 @@ func (e *evaluation) checkPodSecurity(rule *Rule) RuleResult {
 	res := rule.podSecurity.EvaluatePod(pod)
 	if res.Pass {
 		return e.result(rule, Pass, passMessage(rule.Name))
+	}
+	// A PolicyException with podSecurity controls adds its exclusions to the
+	// rule's; when that clears every failure the rule is skipped, naming the
+	// exception.
+	for _, x := range e.podSecurityExceptions(rule, data) {
+		c, err := x.withExclusions(rule)
+		if err != nil {
+			return e.result(rule, Error, err.Error())
+		}
+		if c.EvaluatePod(pod).Pass {
+			r := e.result(rule, Skip, "rule is skipped due to policy exception "+x.Name)
+			r.Exceptions = []string{x.Name}
+			return r
+		}
 	}
 	return e.result(rule, Fail, "Validation rule '"+rule.Name+"' failed. "+res.Message)
 }

@@ -3,10 +3,12 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	"github.com/tally-dev/tally/engine/conditions"
 	"github.com/tally-dev/tally/engine/match"
+	"github.com/tally-dev/tally/engine/podsecurity"
 	"github.com/tally-dev/tally/engine/wildcard"
 )
 
@@ -17,6 +19,10 @@ type Exception struct {
 	Spec       kyvernov2.PolicyExceptionSpec
 	matcher    *match.Matcher
 	conditions any
+
+	// psCache holds, per podSecurity rule, the rule's check with this
+	// exception's control exclusions added (*podsecurity.Compiled or error).
+	psCache sync.Map
 }
 
 // CompileException compiles a PolicyException.
@@ -74,16 +80,58 @@ func (e *evaluation) exceptionsFor(rule *Rule, data map[string]any) []string {
 		if len(x.Spec.PodSecurity) > 0 && rule.podSecurity != nil {
 			continue // applied as extra exclusions of the podSecurity check
 		}
-		if !x.matcher.Matches(&e.res, e.req.NamespaceLabels, e.adm) {
-			continue
+		if x.applies(e, data) {
+			names = append(names, x.Name)
 		}
-		if x.conditions != nil {
-			ok, _, err := conditions.AnyAll(x.conditions, data, conditions.Preconditions)
-			if err != nil || !ok {
-				continue
-			}
-		}
-		names = append(names, x.Name)
 	}
 	return names
+}
+
+// applies reports whether the exception's match and conditions select the
+// subject of the evaluation.
+func (x *Exception) applies(e *evaluation, data map[string]any) bool {
+	if !x.matcher.Matches(&e.res, e.req.NamespaceLabels, e.adm) {
+		return false
+	}
+	if x.conditions != nil {
+		ok, _, err := conditions.AnyAll(x.conditions, data, conditions.Preconditions)
+		if err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// podSecurityExceptions returns the exceptions with podSecurity control lists
+// that cover the rule and select the subject.
+func (e *evaluation) podSecurityExceptions(rule *Rule, data map[string]any) []*Exception {
+	var out []*Exception
+	for _, x := range e.req.Exceptions {
+		if len(x.Spec.PodSecurity) == 0 || (e.req.Background && !x.Spec.BackgroundEnabled()) {
+			continue
+		}
+		if x.Covers(e.policy.Name, rule.Name) && x.applies(e, data) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// withExclusions returns the rule's podSecurity check with the exception's
+// control exclusions added, compiled once per rule.
+func (x *Exception) withExclusions(rule *Rule) (*podsecurity.Compiled, error) {
+	if v, ok := x.psCache.Load(rule); ok {
+		if err, bad := v.(error); bad {
+			return nil, err
+		}
+		return v.(*podsecurity.Compiled), nil
+	}
+	c, err := rule.podSecurity.WithExclusions(x.Spec.PodSecurity)
+	if err != nil {
+		err = fmt.Errorf("exception %s: podSecurity: %w", x.Name, err)
+		x.psCache.Store(rule, err)
+		return nil, err
+	}
+	x.psCache.Store(rule, c)
+	return c, nil
 }

@@ -1,13 +1,8 @@
-// Package podsecurity evaluates Kyverno's validate.podSecurity rules with the
-// checks of k8s.io/pod-security-admission: a Pod, or the pod template of a
-// Pod controller, against a Pod Security Standards level and version, minus
-// the controls the rule (or a PolicyException) excludes.
 package podsecurity
 
 import (
-	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,119 +14,114 @@ import (
 	"github.com/tally-dev/tally/engine/wildcard"
 )
 
-// controlChecks maps the control names of the Pod Security Standards (as
-// exclusions name them) to the pod-security-admission checks that enforce them.
-var controlChecks = map[string][]policy.CheckID{
-	"HostProcess":                   {"windowsHostProcess"},
-	"Host Namespaces":               {"hostNamespaces"},
-	"Privileged Containers":         {"privileged"},
-	"Capabilities":                  {"capabilities_baseline", "capabilities_restricted"},
-	"HostPath Volumes":              {"hostPathVolumes"},
-	"Host Ports":                    {"hostPorts"},
-	"AppArmor":                      {"appArmorProfile"},
-	"SELinux":                       {"seLinuxOptions"},
-	"/proc Mount Type":              {"procMount", "procMount_restricted"},
-	"Seccomp":                       {"seccompProfile_baseline", "seccompProfile_restricted"},
-	"Sysctls":                       {"sysctls"},
-	"Volume Types":                  {"restrictedVolumes"},
-	"Privilege Escalation":          {"allowPrivilegeEscalation"},
-	"Running as Non-root":           {"runAsNonRoot"},
-	"Running as Non-root user":      {"runAsUser"},
-	"Host Probes / Lifecycle Hooks": {"hostProbesAndHostLifecycle"},
-}
-
-// containerLevel controls are checked per container; their exclusions name images.
-var containerLevel = map[string]bool{
-	"Capabilities": true, "Privileged Containers": true, "Host Ports": true, "SELinux": true,
-	"/proc Mount Type": true, "Seccomp": true, "Privilege Escalation": true, "Running as Non-root": true,
-	"Running as Non-root user": true, "AppArmor": true, "HostProcess": true, "Host Probes / Lifecycle Hooks": true,
-}
-
-var allChecks = policy.DefaultChecks()
-
 // Result of a podSecurity evaluation.
 type Result struct {
 	Pass bool
-	// Message lists the violated checks, as Kyverno reports them.
+	// Message lists the violated checks as Kyverno reports them, after
+	// Kyverno's "Validation rule '<name>' failed. " (which the caller adds):
+	//
+	//	It violates PodSecurity "restricted:latest": (Forbidden reason: allowPrivilegeEscalation != false, field error list: [spec.containers[0].securityContext.allowPrivilegeEscalation: Required value])
 	Message string
-	Checks  []CheckFailure
+	// Checks are the violated checks, in the order of the
+	// pod-security-admission checks.
+	Checks []CheckFailure
 }
 
 // CheckFailure is one violated check.
 type CheckFailure struct {
-	ID      string
-	Reason  string
-	Details string
+	// ID is the pod-security-admission check ("capabilities_restricted").
+	ID string
+	// Control is the Pod Security Standards control ("Capabilities").
+	Control string
+	// Reason and Detail are the check's ForbiddenReason and ForbiddenDetail.
+	Reason string
+	Detail string
+	// Fields are the fields that violate the check and no exclusion exempts.
+	Fields []FieldError
 }
 
-// Compiled is a podSecurity rule prepared once.
+// Compiled is a podSecurity rule prepared once: level and version parsed,
+// checks selected, exclusions validated and sorted by check.
 type Compiled struct {
-	rule   kyvernov1.PodSecurity
-	level  psaapi.Level
-	ver    psaapi.Version
-	checks []compiledCheck
+	rule    kyvernov1.PodSecurity
+	level   psaapi.Level
+	checks  []compiledCheck
+	heading string // It violates PodSecurity "level:version":
 }
 
 type compiledCheck struct {
-	id      policy.CheckID
-	fn      policy.CheckPodFn
-	control string
+	id         policy.CheckID
+	control    string
+	fn         policy.CheckPodFn
+	fields     enumerator
+	oracle     *oracle
+	exclusions []exclusion // of the check's control
+}
+
+// exclusion is one exclude entry of the rule, for one control.
+type exclusion struct {
+	images []string // wildcards; set: container-level fields of these images
+	field  string   // restrictedField; empty: every field of the control
+	values []string // wildcards; empty: any value
 }
 
 // Compile validates a rule and selects the checks of its level and version.
 func Compile(rule kyvernov1.PodSecurity) (*Compiled, error) {
+	return compile(rule, true)
+}
+
+func compile(rule kyvernov1.PodSecurity, fromRule bool) (*Compiled, error) {
 	level, err := psaapi.ParseLevel(rule.Level)
 	if err != nil {
 		return nil, fmt.Errorf("level %q: %w", rule.Level, err)
 	}
-	v := rule.Version
-	if v == "" {
-		v = "latest"
-	}
-	ver, err := psaapi.ParseVersion(v)
-	if err != nil {
-		return nil, fmt.Errorf("version %q: %w", rule.Version, err)
-	}
-	for _, ex := range rule.Exclude {
-		if _, ok := controlChecks[ex.ControlName]; !ok {
-			return nil, fmt.Errorf("exclude: unknown control %q", ex.ControlName)
+	ver := psaapi.LatestVersion()
+	if rule.Version != "" && rule.Version != "latest" {
+		if ver, err = psaapi.ParseVersion(rule.Version); err != nil {
+			return nil, fmt.Errorf("version %q: %w", rule.Version, err)
 		}
 	}
-	c := &Compiled{rule: rule, level: level, ver: ver}
+	for i, ex := range rule.Exclude {
+		if err := validateExclusion(ex, fromRule && level == psaapi.LevelBaseline); err != nil {
+			return nil, fmt.Errorf("exclude[%d]: %w", i, err)
+		}
+	}
+	c := &Compiled{
+		rule:    rule,
+		level:   level,
+		heading: fmt.Sprintf("It violates PodSecurity %q: ", rule.Level+":"+rule.Version),
+	}
 	if level == psaapi.LevelPrivileged {
 		return c, nil
 	}
-	controlOf := map[policy.CheckID]string{}
-	for name, ids := range controlChecks {
-		for _, id := range ids {
-			controlOf[id] = name
-		}
-	}
-	overridden := map[policy.CheckID]bool{}
-	var selected []compiledCheck
-	for _, chk := range allChecks {
+	// Every check of the level, at the newest revision the version has.
+	// Unlike the admission plugin, a restricted check does not replace the
+	// baseline one it overrides: Kyverno reports both, and a baseline
+	// control stays in force when its restricted sibling is excluded.
+	for _, chk := range policy.DefaultChecks() {
 		if chk.Level == psaapi.LevelRestricted && level != psaapi.LevelRestricted {
 			continue
 		}
-		vc := versionFor(chk, ver)
+		vc := revisionFor(chk, ver)
 		if vc == nil {
 			continue
 		}
-		for _, o := range vc.OverrideCheckIDs {
-			overridden[o] = true
+		cc := compiledCheck{id: chk.ID, fn: vc.CheckPod, fields: enumeratorFor(chk.ID, vc.MinimumVersion), oracle: newOracle(vc.CheckPod)}
+		if ctl := controlOfCheck[chk.ID]; ctl != nil {
+			cc.control = ctl.name
+			for _, ex := range rule.Exclude {
+				if ex.ControlName == ctl.name {
+					cc.exclusions = append(cc.exclusions, exclusion{images: ex.Images, field: ex.RestrictedField, values: ex.Values})
+				}
+			}
 		}
-		selected = append(selected, compiledCheck{id: chk.ID, fn: vc.CheckPod, control: controlOf[chk.ID]})
-	}
-	for _, s := range selected {
-		if !overridden[s.id] {
-			c.checks = append(c.checks, s)
-		}
+		c.checks = append(c.checks, cc)
 	}
 	return c, nil
 }
 
-// versionFor picks the newest revision of a check that applies to a version.
-func versionFor(chk policy.Check, ver psaapi.Version) *policy.VersionedCheck {
+// revisionFor returns the newest revision of a check that the version has.
+func revisionFor(chk policy.Check, ver psaapi.Version) *policy.VersionedCheck {
 	var found *policy.VersionedCheck
 	for i := range chk.Versions {
 		vc := &chk.Versions[i]
@@ -142,68 +132,18 @@ func versionFor(chk policy.Check, ver psaapi.Version) *policy.VersionedCheck {
 	return found
 }
 
-// WithExclusions returns the rule with extra exclusions (from PolicyExceptions).
+// WithExclusions returns the rule with the exclusions of a PolicyException
+// added (validated as Kyverno validates an exception's: without the level
+// rule).
 func (c *Compiled) WithExclusions(extra []kyvernov1.PodSecurityStandard) (*Compiled, error) {
+	for i, ex := range extra {
+		if err := validateExclusion(ex, false); err != nil {
+			return nil, fmt.Errorf("exception exclusion %d: %w", i, err)
+		}
+	}
 	r := c.rule
 	r.Exclude = append(append([]kyvernov1.PodSecurityStandard{}, r.Exclude...), extra...)
-	return Compile(r)
-}
-
-// Pod is the pod part of a resource, read once and shared by every
-// podSecurity rule evaluated against it.
-type Pod struct {
-	Meta *metav1.ObjectMeta
-	Spec *corev1.PodSpec
-}
-
-// PodOf reads the pod of a Pod or a Pod controller given as JSON values.
-func PodOf(kind string, obj map[string]any) (*Pod, error) {
-	meta, spec, err := podOf(kind, obj)
-	if err != nil {
-		return nil, err
-	}
-	return &Pod{Meta: meta, Spec: spec}, nil
-}
-
-// Evaluate runs the rule on a Pod or a Pod controller given as JSON values.
-func (c *Compiled) Evaluate(kind string, obj map[string]any) (Result, error) {
-	if c.level == psaapi.LevelPrivileged {
-		return Result{Pass: true}, nil
-	}
-	pod, err := PodOf(kind, obj)
-	if err != nil {
-		return Result{}, err
-	}
-	return c.EvaluatePod(pod), nil
-}
-
-// EvaluatePod runs the rule on a pod already read. It never modifies it.
-func (c *Compiled) EvaluatePod(pod *Pod) Result {
-	if c.level == psaapi.LevelPrivileged {
-		return Result{Pass: true}
-	}
-	meta, spec := pod.Meta, pod.Spec
-	var fails []CheckFailure
-	for _, chk := range c.checks {
-		r := chk.fn(meta, spec)
-		if r.Allowed {
-			continue
-		}
-		if excl := c.exclusionsFor(chk.control); len(excl) > 0 {
-			reduced := excludeFrom(spec, chk.control, excl)
-			if reduced == nil {
-				continue // the whole control is exempt
-			}
-			if r = chk.fn(meta, reduced); r.Allowed {
-				continue
-			}
-		}
-		fails = append(fails, CheckFailure{ID: string(chk.id), Reason: r.ForbiddenReason, Details: r.ForbiddenDetail})
-	}
-	if len(fails) == 0 {
-		return Result{Pass: true}
-	}
-	return Result{Checks: fails, Message: c.message(fails)}
+	return compile(r, false)
 }
 
 // Evaluate is the one-shot form of Compile and Evaluate.
@@ -215,264 +155,153 @@ func Evaluate(rule kyvernov1.PodSecurity, kind string, obj map[string]any) (Resu
 	return c.Evaluate(kind, obj)
 }
 
-func (c *Compiled) message(fails []CheckFailure) string {
-	parts := make([]string, len(fails))
-	for i, f := range fails {
-		parts[i] = fmt.Sprintf("{Allowed:false ForbiddenReason:%s ForbiddenDetail:%s}", f.Reason, f.Details)
-	}
-	v := c.rule.Version
-	if v == "" {
-		v = "latest"
-	}
-	return fmt.Sprintf("It violates PodSecurity %q: (%s)", string(c.level)+":"+v, strings.Join(parts, ", "))
-}
-
-func (c *Compiled) exclusionsFor(control string) []kyvernov1.PodSecurityStandard {
-	var out []kyvernov1.PodSecurityStandard
-	for _, ex := range c.rule.Exclude {
-		if ex.ControlName == control {
-			out = append(out, ex)
+// Evaluate runs the rule on a Pod or a Pod controller given as JSON values.
+// It returns an error for a resource that has no pod spec, or one that is not
+// a valid pod.
+func (c *Compiled) Evaluate(kind string, obj map[string]any) (Result, error) {
+	if c.level == psaapi.LevelPrivileged {
+		if _, _, err := template(kind, obj); err != nil {
+			return Result{}, err
 		}
+		return Result{Pass: true}, nil
 	}
-	return out
-}
-
-// podOf extracts the pod metadata and spec of a Pod or a Pod controller.
-func podOf(kind string, obj map[string]any) (*metav1.ObjectMeta, *corev1.PodSpec, error) {
-	tmpl := obj
-	switch kind {
-	case "Pod":
-	case "CronJob":
-		tmpl = dig(obj, "spec", "jobTemplate", "spec", "template")
-	default:
-		tmpl = dig(obj, "spec", "template")
-	}
-	if tmpl == nil || tmpl["spec"] == nil {
-		return nil, nil, fmt.Errorf("%s has no pod spec", kind)
-	}
-	var pod struct {
-		Metadata metav1.ObjectMeta `json:"metadata"`
-		Spec     corev1.PodSpec    `json:"spec"`
-	}
-	data, err := json.Marshal(map[string]any{"metadata": tmpl["metadata"], "spec": tmpl["spec"]})
+	pod, err := PodOf(kind, obj)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read pod spec: %w", err)
+		return Result{}, err
 	}
-	if err := json.Unmarshal(data, &pod); err != nil {
-		return nil, nil, fmt.Errorf("read pod spec: %w", err)
-	}
-	return &pod.Metadata, &pod.Spec, nil
+	return c.EvaluatePod(pod), nil
 }
 
-func dig(m map[string]any, path ...string) map[string]any {
-	cur := m
-	for _, p := range path {
-		next, ok := cur[p].(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = next
-	}
-	return cur
-}
-
-// excludeFrom returns a copy of spec with what the exclusions allow taken
-// out, or nil when an exclusion exempts the control entirely.
-func excludeFrom(spec *corev1.PodSpec, control string, excl []kyvernov1.PodSecurityStandard) *corev1.PodSpec {
-	out := spec.DeepCopy()
-	for _, ex := range excl {
-		if len(ex.Images) == 0 && ex.RestrictedField == "" {
-			return nil
-		}
-		matches := func(image string) bool { return len(ex.Images) == 0 || wildcard.Any(ex.Images, image) }
-		if ex.RestrictedField == "" {
-			if !containerLevel[control] {
-				return nil
-			}
-			// Exempt the containers whose image matches.
-			out.Containers = keepContainers(out.Containers, matches)
-			out.InitContainers = keepContainers(out.InitContainers, matches)
-			out.EphemeralContainers = keepEphemeral(out.EphemeralContainers, matches)
+// EvaluatePod runs the rule on a pod already read. It never modifies it, and
+// is safe for concurrent use.
+func (c *Compiled) EvaluatePod(pod *Pod) Result {
+	var fails []CheckFailure
+	for i := range c.checks {
+		chk := &c.checks[i]
+		r := chk.fn(pod.Meta, pod.Spec)
+		if r.Allowed {
 			continue
 		}
-		allowField(out, ex.RestrictedField, ex.Values, matches)
+		if f, failed := chk.failure(pod, r); failed {
+			fails = append(fails, f)
+		}
 	}
-	return out
+	if len(fails) == 0 {
+		return Result{Pass: true}
+	}
+	return Result{Checks: fails, Message: c.message(fails)}
 }
 
-func keepContainers(cs []corev1.Container, exempt func(string) bool) []corev1.Container {
-	var out []corev1.Container
-	for _, c := range cs {
-		if !exempt(c.Image) {
-			out = append(out, c)
+// failure judges a failed check against the exclusions of its control. The
+// check is exempt when every violating field is exempt and the check, run
+// again on a copy of the pod with those fields set to allowed values, passes:
+// the check has the last word, whatever the field lists say.
+func (chk *compiledCheck) failure(pod *Pod, r policy.CheckResult) (CheckFailure, bool) {
+	f := CheckFailure{ID: string(chk.id), Control: chk.control, Reason: r.ForbiddenReason, Detail: r.ForbiddenDetail}
+	var vs []violation
+	if chk.fields != nil {
+		vs = chk.fields(pod.Meta, pod.Spec, chk.oracle)
+	}
+	kept := vs
+	if len(chk.exclusions) > 0 && len(vs) > 0 {
+		kept = make([]violation, 0, len(vs))
+		for i := range vs {
+			if !chk.exempt(&vs[i], pod.Spec) {
+				kept = append(kept, vs[i])
+			}
+		}
+		if len(kept) == 0 {
+			meta, spec := neutralised(pod, vs)
+			again := chk.fn(meta, spec)
+			if again.Allowed {
+				return CheckFailure{}, false
+			}
+			// The check found something no field listed: report it.
+			f.Detail = again.ForbiddenDetail
 		}
 	}
-	return out
+	if len(kept) > 0 {
+		f.Fields = make([]FieldError, len(kept))
+		for i := range kept {
+			f.Fields[i] = kept[i].fieldError(pod.paths)
+		}
+	}
+	return f, true
 }
 
-func keepEphemeral(cs []corev1.EphemeralContainer, exempt func(string) bool) []corev1.EphemeralContainer {
-	var out []corev1.EphemeralContainer
-	for _, c := range cs {
-		if !exempt(c.Image) {
-			out = append(out, c)
+// exempt reports whether an exclusion of the check's control covers v: one
+// without images for a pod-level field, one whose images match the
+// container's for a container-level field; then the restrictedField, if any,
+// must be the field, and the values, if any, must match every bad value.
+func (chk *compiledCheck) exempt(v *violation, spec *corev1.PodSpec) bool {
+	for i := range chk.exclusions {
+		ex := &chk.exclusions[i]
+		if v.ref.podLevel() {
+			if len(ex.images) > 0 {
+				continue
+			}
+		} else if len(ex.images) == 0 || !wildcard.Any(ex.images, v.ref.in(spec).Image) {
+			continue
 		}
+		if ex.field != "" && !fieldMatches(ex.field, v.path) {
+			continue
+		}
+		if len(ex.values) > 0 && !allMatch(ex.values, v.bad) {
+			continue
+		}
+		return true
 	}
-	return out
+	return false
 }
 
-// allowField clears the values an exclusion allows from one restricted field,
-// on the pod or on the containers whose image matches.
-func allowField(spec *corev1.PodSpec, field string, values []string, matches func(string) bool) {
-	allowed := func(v string) bool { return len(values) == 0 || wildcard.Any(values, v) }
-	path := strings.TrimPrefix(field, "spec.")
-	for _, list := range []string{"containers[*].", "initContainers[*].", "ephemeralContainers[*]."} {
-		if rest, ok := strings.CutPrefix(path, list); ok {
-			forEachContainer(spec, strings.TrimSuffix(list, "[*]."), matches, func(sc **corev1.SecurityContext, ports *[]corev1.ContainerPort) {
-				allowContainerField(sc, ports, rest, allowed)
-			})
-			return
-		}
-	}
-	allowPodField(spec, path, allowed)
+// fieldMatches compares a restrictedField with a field's path: indices
+// stand for [*]; "metadata.annotations" names every annotation.
+func fieldMatches(restricted, path string) bool {
+	return restricted == indexPattern(path) || restricted == path ||
+		restricted == "metadata.annotations" && strings.HasPrefix(path, "metadata.annotations[")
 }
 
-func forEachContainer(spec *corev1.PodSpec, list string, matches func(string) bool, f func(**corev1.SecurityContext, *[]corev1.ContainerPort)) {
-	switch list {
-	case "containers":
-		for i := range spec.Containers {
-			if matches(spec.Containers[i].Image) {
-				f(&spec.Containers[i].SecurityContext, &spec.Containers[i].Ports)
-			}
-		}
-	case "initContainers":
-		for i := range spec.InitContainers {
-			if matches(spec.InitContainers[i].Image) {
-				f(&spec.InitContainers[i].SecurityContext, &spec.InitContainers[i].Ports)
-			}
-		}
-	case "ephemeralContainers":
-		for i := range spec.EphemeralContainers {
-			c := &spec.EphemeralContainers[i].EphemeralContainerCommon
-			if matches(c.Image) {
-				f(&c.SecurityContext, &c.Ports)
-			}
+func allMatch(patterns, values []string) bool {
+	for _, v := range values {
+		if !wildcard.Any(patterns, v) {
+			return false
 		}
 	}
+	return true
 }
 
-func allowContainerField(scp **corev1.SecurityContext, ports *[]corev1.ContainerPort, field string, allowed func(string) bool) {
-	sc := *scp
-	switch field {
-	case "securityContext.capabilities.add":
-		if sc != nil && sc.Capabilities != nil {
-			var keep []corev1.Capability
-			for _, c := range sc.Capabilities.Add {
-				if !allowed(string(c)) {
-					keep = append(keep, c)
-				}
-			}
-			sc.Capabilities.Add = keep
-		}
-	case "securityContext.capabilities.drop":
-		if sc != nil && sc.Capabilities != nil && sc.Capabilities.Drop == nil {
-			sc.Capabilities.Drop = []corev1.Capability{"ALL"}
-		}
-	case "ports[*].hostPort":
-		var keep []corev1.ContainerPort
-		for _, p := range *ports {
-			if p.HostPort == 0 || !allowed(fmt.Sprint(p.HostPort)) {
-				keep = append(keep, p)
-			}
-		}
-		*ports = keep
-	case "securityContext.seccompProfile.type":
-		if sc != nil && sc.SeccompProfile != nil && allowed(string(sc.SeccompProfile.Type)) {
-			sc.SeccompProfile = nil
-		}
-	case "securityContext.procMount":
-		if sc != nil && sc.ProcMount != nil && allowed(string(*sc.ProcMount)) {
-			sc.ProcMount = nil
-		}
-	case "securityContext.privileged":
-		if sc != nil && sc.Privileged != nil && allowed(fmt.Sprint(*sc.Privileged)) {
-			sc.Privileged = nil
-		}
-	case "securityContext.allowPrivilegeEscalation":
-		if sc != nil && sc.AllowPrivilegeEscalation != nil && allowed(fmt.Sprint(*sc.AllowPrivilegeEscalation)) {
-			f := false
-			sc.AllowPrivilegeEscalation = &f
-		}
-	case "securityContext.runAsNonRoot":
-		if sc != nil && allowed(fmt.Sprint(sc.RunAsNonRoot != nil && *sc.RunAsNonRoot)) {
-			t := true
-			sc.RunAsNonRoot = &t
-		}
-	case "securityContext.runAsUser":
-		if sc != nil && sc.RunAsUser != nil && allowed(fmt.Sprint(*sc.RunAsUser)) {
-			sc.RunAsUser = nil
-		}
-	case "securityContext.seLinuxOptions.type", "securityContext.seLinuxOptions.user", "securityContext.seLinuxOptions.role":
-		if sc != nil && sc.SELinuxOptions != nil {
-			sc.SELinuxOptions = nil
-		}
+// neutralised returns copies of the pod's metadata and spec with every
+// violation's field set to an allowed value.
+func neutralised(pod *Pod, vs []violation) (*metav1.ObjectMeta, *corev1.PodSpec) {
+	meta := *pod.Meta
+	meta.Annotations = maps.Clone(pod.Meta.Annotations)
+	spec := pod.Spec.DeepCopy()
+	for i := range vs {
+		vs[i].fix(&meta, spec)
 	}
+	return &meta, spec
 }
 
-func allowPodField(spec *corev1.PodSpec, field string, allowed func(string) bool) {
-	sc := spec.SecurityContext
-	switch field {
-	case "securityContext.sysctls[*].name":
-		if sc != nil {
-			var keep []corev1.Sysctl
-			for _, s := range sc.Sysctls {
-				if !allowed(s.Name) {
-					keep = append(keep, s)
-				}
+// message renders the failures as Kyverno does: one parenthesised group per
+// check, with the fields that violate it.
+func (c *Compiled) message(fails []CheckFailure) string {
+	var b strings.Builder
+	b.Grow(len(c.heading) + 160*len(fails))
+	b.WriteString(c.heading)
+	for _, f := range fails {
+		b.WriteString("(Forbidden reason: ")
+		b.WriteString(f.Reason)
+		b.WriteString(", field error list: [")
+		for i, e := range f.Fields {
+			if i > 0 {
+				b.WriteString(", ")
 			}
-			sc.Sysctls = keep
+			e.writeTo(&b)
 		}
-	case "securityContext.seccompProfile.type":
-		if sc != nil && sc.SeccompProfile != nil && allowed(string(sc.SeccompProfile.Type)) {
-			sc.SeccompProfile = nil
+		if len(f.Fields) == 0 {
+			b.WriteString(f.Detail)
 		}
-	case "hostNetwork":
-		if allowed(fmt.Sprint(spec.HostNetwork)) {
-			spec.HostNetwork = false
-		}
-	case "hostPID":
-		if allowed(fmt.Sprint(spec.HostPID)) {
-			spec.HostPID = false
-		}
-	case "hostIPC":
-		if allowed(fmt.Sprint(spec.HostIPC)) {
-			spec.HostIPC = false
-		}
-	case "volumes[*].hostPath":
-		var keep []corev1.Volume
-		for _, v := range spec.Volumes {
-			if v.HostPath == nil || !allowed(v.HostPath.Path) {
-				keep = append(keep, v)
-			}
-		}
-		spec.Volumes = keep
-	case "securityContext.runAsNonRoot":
-		if sc != nil && allowed(fmt.Sprint(sc.RunAsNonRoot != nil && *sc.RunAsNonRoot)) {
-			t := true
-			sc.RunAsNonRoot = &t
-		}
-	case "securityContext.seLinuxOptions.type", "securityContext.seLinuxOptions.user", "securityContext.seLinuxOptions.role":
-		if sc != nil {
-			sc.SELinuxOptions = nil
-		}
+		b.WriteString("])")
 	}
-}
-
-// Controls lists the control names exclusions accept.
-func Controls() []string {
-	out := make([]string, 0, len(controlChecks))
-	for name := range controlChecks {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
+	return b.String()
 }
