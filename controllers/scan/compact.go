@@ -1,13 +1,12 @@
 package scan
 
 import (
-	"encoding/json"
-	"hash/fnv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tally-dev/tally/memstore"
+	"github.com/tally-dev/tally/report"
 )
 
 // lastApplied is the annotation kubectl writes with a full copy of the object.
@@ -34,7 +33,7 @@ func compact(u *unstructured.Unstructured) (*memstore.Resource, error) {
 	if i := strings.Index(gv, "/"); i >= 0 {
 		group, version = gv[:i], gv[i+1:]
 	}
-	h, err := contentHash(obj)
+	h, err := report.ContentHash(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -50,33 +49,4 @@ func compact(u *unstructured.Unstructured) (*memstore.Resource, error) {
 		Hash:            h,
 		Object:          obj,
 	}, nil
-}
-
-// contentHash hashes what a policy can meaningfully react to: everything but
-// status and the metadata fields that change on every write.
-func contentHash(obj map[string]any) (uint64, error) {
-	view := make(map[string]any, len(obj))
-	for k, v := range obj {
-		if k != "status" {
-			view[k] = v
-		}
-	}
-	if md, ok := obj["metadata"].(map[string]any); ok {
-		m := make(map[string]any, len(md))
-		for k, v := range md {
-			switch k {
-			case "resourceVersion", "generation", "managedFields":
-			default:
-				m[k] = v
-			}
-		}
-		view["metadata"] = m
-	}
-	data, err := json.Marshal(view) // map keys are sorted: a stable encoding
-	if err != nil {
-		return 0, err
-	}
-	h := fnv.New64a()
-	_, _ = h.Write(data)
-	return h.Sum64(), nil
 }
