@@ -6,6 +6,7 @@ import (
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov1alpha2 "github.com/tally-dev/tally/api/kyverno/v1alpha2"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 )
 
@@ -14,6 +15,7 @@ var schemeBuilder = runtime.NewSchemeBuilder(
 	kyvernov2.AddToScheme,
 	kyvernov1alpha2.AddToScheme,
 	wgv1alpha2.AddToScheme,
+	reportsv1.AddToScheme,
 )
 
 // AddToScheme adds every kind of every version in api/ to a scheme.
