@@ -8,17 +8,17 @@ import (
 // resultSet is the stored row of one resource's results, sorted by policy
 // and rule. Rows are immutable: a change writes a new row.
 type resultSet struct {
-	uid      string
-	policies []string // distinct, sorted
-	results  []*Result
+	uid     string
+	results []Result
 }
 
 func (r *ReadTxn) resultSet(uid string) (*resultSet, error) {
 	return first[*resultSet](r.txn, tableResults, indexID, uid)
 }
 
-// Results returns a resource's results, ordered by policy and rule.
-func (r *ReadTxn) Results(uid string) ([]*Result, error) {
+// Results returns a resource's results, ordered by policy and rule. The
+// slice is the store's: do not modify it.
+func (r *ReadTxn) Results(uid string) ([]Result, error) {
 	set, err := r.resultSet(uid)
 	if err != nil {
 		return nil, fmt.Errorf("results of %s: %w", uid, err)
@@ -29,17 +29,18 @@ func (r *ReadTxn) Results(uid string) ([]*Result, error) {
 	return set.results, nil
 }
 
-// ResultsOfPolicy returns every result of a policy.
-func (r *ReadTxn) ResultsOfPolicy(policy string) ([]*Result, error) {
+// ResultsOfPolicy returns every result of a policy, with its resource. It
+// reads every row: policy edits and deletions are rare.
+func (r *ReadTxn) ResultsOfPolicy(policy string) ([]ResourceResult, error) {
 	sets, err := all[*resultSet](r.txn, tableResults, indexID)
 	if err != nil {
 		return nil, fmt.Errorf("results of policy %s: %w", policy, err)
 	}
-	var out []*Result
+	var out []ResourceResult
 	for _, set := range sets {
 		for _, res := range set.results {
-			if res.Policy == policy {
-				out = append(out, res)
+			if res.Value().Policy == policy {
+				out = append(out, ResourceResult{UID: set.uid, Result: res})
 			}
 		}
 	}
@@ -56,7 +57,7 @@ func (r *ReadTxn) CountResults(outcome string) (int, error) {
 	n := 0
 	for _, set := range sets {
 		for _, res := range set.results {
-			if res.Result == outcome {
+			if res.Value().Result == outcome {
 				n++
 			}
 		}
@@ -66,22 +67,22 @@ func (r *ReadTxn) CountResults(outcome string) (int, error) {
 
 // ReplaceResults makes results the whole result set of (resource, policy):
 // entries not in it go, so results that no longer apply vanish. A result
-// whose outcome, message and digest are unchanged keeps its stored value (and
-// so its Changed time). It reports whether anything changed.
-func (w *WriteTxn) ReplaceResults(uid, policy string, results []*Result) (bool, error) {
+// whose entry is unchanged keeps its stored time. It reports whether
+// anything changed.
+func (w *WriteTxn) ReplaceResults(uid, policy string, results []Result) (bool, error) {
 	for _, r := range results {
-		if r.ResourceUID != uid || r.Policy != policy {
-			return false, fmt.Errorf("replace results of %s/%s: result for %s/%s", uid, policy, r.ResourceUID, r.Policy)
+		if p := r.Value().Policy; p != policy {
+			return false, fmt.Errorf("replace results of %s/%s: result of policy %s", uid, policy, p)
 		}
 	}
 	set, err := w.resultSet(uid)
 	if err != nil {
 		return false, fmt.Errorf("replace results of %s/%s: %w", uid, policy, err)
 	}
-	var whole []*Result
+	var whole []Result
 	if set != nil {
 		for _, r := range set.results {
-			if r.Policy != policy {
+			if r.Value().Policy != policy {
 				whole = append(whole, r)
 			}
 		}
@@ -90,29 +91,31 @@ func (w *WriteTxn) ReplaceResults(uid, policy string, results []*Result) (bool, 
 }
 
 // putResultSet writes a resource's results (deleting the row when empty).
-func (w *WriteTxn) putResultSet(uid string, results []*Result) error {
+func (w *WriteTxn) putResultSet(uid string, results []Result) error {
 	if len(results) == 0 {
 		if _, err := w.txn.DeleteAll(tableResults, indexID, uid); err != nil {
 			return fmt.Errorf("delete results of %s: %w", uid, err)
 		}
 		return nil
 	}
-	sort.Slice(results, func(i, j int) bool {
-		if results[i].Policy != results[j].Policy {
-			return results[i].Policy < results[j].Policy
-		}
-		return results[i].Rule < results[j].Rule
-	})
-	var policies []string
-	for _, r := range results {
-		if len(policies) == 0 || policies[len(policies)-1] != r.Policy {
-			policies = append(policies, r.Policy)
-		}
-	}
-	if err := w.txn.Insert(tableResults, &resultSet{uid: uid, policies: policies, results: results}); err != nil {
+	sortResults(results)
+	// The row keeps exactly its length: rows live as long as their resource.
+	rows := make([]Result, len(results))
+	copy(rows, results)
+	if err := w.txn.Insert(tableResults, &resultSet{uid: uid, results: rows}); err != nil {
 		return fmt.Errorf("put results of %s: %w", uid, err)
 	}
 	return nil
+}
+
+func sortResults(results []Result) {
+	sort.Slice(results, func(i, j int) bool {
+		a, b := results[i].Entry.Value(), results[j].Entry.Value()
+		if a.Policy != b.Policy {
+			return a.Policy < b.Policy
+		}
+		return a.Rule < b.Rule
+	})
 }
 
 // deletePolicyResults removes a policy's results from every resource.
@@ -122,14 +125,14 @@ func (w *WriteTxn) deletePolicyResults(policy string) error {
 		return err
 	}
 	for _, set := range sets {
-		if !containsString(set.policies, policy) {
-			continue
-		}
-		kept := make([]*Result, 0, len(set.results))
+		kept := make([]Result, 0, len(set.results))
 		for _, r := range set.results {
-			if r.Policy != policy {
+			if r.Value().Policy != policy {
 				kept = append(kept, r)
 			}
+		}
+		if len(kept) == len(set.results) {
+			continue
 		}
 		if err := w.putResultSet(set.uid, kept); err != nil {
 			return err
@@ -139,27 +142,33 @@ func (w *WriteTxn) deletePolicyResults(policy string) error {
 }
 
 // SetResults makes results the whole result set of a resource (every
-// policy). Unchanged entries keep their stored value, as in ReplaceResults.
-// It reports whether anything changed.
-func (w *WriteTxn) SetResults(uid string, results []*Result) (bool, error) {
+// policy). A result whose entry is unchanged keeps its stored time. It
+// reports whether anything changed. Two results for one (policy, rule) are
+// an error.
+func (w *WriteTxn) SetResults(uid string, results []Result) (bool, error) {
 	set, err := w.resultSet(uid)
 	if err != nil {
 		return false, fmt.Errorf("set results of %s: %w", uid, err)
 	}
 	type key struct{ policy, rule string }
-	prev := map[key]*Result{}
+	prev := map[key]Result{}
 	if set != nil {
 		for _, r := range set.results {
-			prev[key{r.Policy, r.Rule}] = r
+			e := r.Value()
+			prev[key{e.Policy, e.Rule}] = r
 		}
 	}
 	changed := len(prev) != len(results)
-	merged := make([]*Result, 0, len(results))
+	merged := make([]Result, 0, len(results))
+	seen := make(map[key]bool, len(results))
 	for _, r := range results {
-		if r.ResourceUID != uid {
-			return false, fmt.Errorf("set results of %s: result for %s", uid, r.ResourceUID)
+		e := r.Value()
+		k := key{e.Policy, e.Rule}
+		if seen[k] {
+			return false, fmt.Errorf("set results of %s: two results for %s/%s", uid, e.Policy, e.Rule)
 		}
-		if p, ok := prev[key{r.Policy, r.Rule}]; ok && p.Result == r.Result && p.Message == r.Message && p.Digest == r.Digest {
+		seen[k] = true
+		if p, ok := prev[k]; ok && p.Entry == r.Entry {
 			merged = append(merged, p)
 			continue
 		}
@@ -170,9 +179,4 @@ func (w *WriteTxn) SetResults(uid string, results []*Result) (bool, error) {
 		return false, nil
 	}
 	return true, w.putResultSet(uid, merged)
-}
-
-func containsString(list []string, s string) bool {
-	i := sort.SearchStrings(list, s)
-	return i < len(list) && list[i] == s
 }

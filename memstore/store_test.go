@@ -15,9 +15,8 @@ func newStore(t testing.TB) *Store {
 	return s
 }
 
-func pod(uid, ns, name string, labels map[string]string) *Resource {
-	return &Resource{UID: uid, Version: "v1", Kind: "Pod", Namespace: ns, Name: name, Labels: labels,
-		Object: map[string]any{"apiVersion": "v1", "kind": "Pod"}}
+func pod(uid, ns, name string, _ map[string]string) *Resource {
+	return NewResource(uid, "", "v1", "Pod", ns, name, "1", 0, []byte(`{"apiVersion":"v1","kind":"Pod"}`))
 }
 
 func TestResourceIndexes(t *testing.T) {
@@ -62,14 +61,14 @@ func TestResourceIndexes(t *testing.T) {
 	}
 }
 
-func result(uid, policy, rule, outcome string, at time.Time) *Result {
-	return &Result{ResourceUID: uid, Policy: policy, Rule: rule, Result: outcome, Message: outcome, Changed: at}
+func result(policy, rule, outcome string, at time.Time) Result {
+	return NewResult(Entry{Policy: policy, Rule: rule, Result: outcome, Message: outcome}, at)
 }
 
 func TestReplaceResults(t *testing.T) {
 	s := newStore(t)
 	t0, t1 := time.Unix(100, 0), time.Unix(200, 0)
-	replace := func(uid, policy string, rs ...*Result) bool {
+	replace := func(uid, policy string, rs ...Result) bool {
 		t.Helper()
 		var changed bool
 		if err := s.Write(func(w *WriteTxn) (err error) {
@@ -80,18 +79,18 @@ func TestReplaceResults(t *testing.T) {
 		}
 		return changed
 	}
-	if !replace("u1", "p", result("u1", "p", "r1", "pass", t0), result("u1", "p", "r2", "fail", t0)) {
+	if !replace("u1", "p", result("p", "r1", "pass", t0), result("p", "r2", "fail", t0)) {
 		t.Error("first results reported no change")
 	}
-	replace("u1", "q", result("u1", "q", "r1", "pass", t0))
-	if replace("u1", "p", result("u1", "p", "r1", "pass", t1), result("u1", "p", "r2", "fail", t1)) {
+	replace("u1", "q", result("q", "r1", "pass", t0))
+	if replace("u1", "p", result("p", "r1", "pass", t1), result("p", "r2", "fail", t1)) {
 		t.Error("identical results reported a change")
 	}
 	got, _ := s.Read().Results("u1")
-	if len(got) != 3 || !got[0].Changed.Equal(t0) {
+	if len(got) != 3 || !got[0].ChangedAt().Equal(t0) {
 		t.Fatalf("unchanged results must keep their first time: %+v", got)
 	}
-	if !replace("u1", "p", result("u1", "p", "r1", "fail", t1)) {
+	if !replace("u1", "p", result("p", "r1", "fail", t1)) {
 		t.Error("a changed result and a removed one reported no change")
 	}
 	got, _ = s.Read().Results("u1")
@@ -100,15 +99,15 @@ func TestReplaceResults(t *testing.T) {
 		t.Fatalf("got %d results, want %v", len(got), want)
 	}
 	for i, r := range got {
-		if s := fmt.Sprintf("%s/%s/%s", r.Policy, r.Rule, r.Result); s != want[i] {
+		if s := fmt.Sprintf("%s/%s/%s", r.Value().Policy, r.Value().Rule, r.Value().Result); s != want[i] {
 			t.Errorf("result %d = %s, want %s", i, s, want[i])
 		}
 	}
 	if err := s.Write(func(w *WriteTxn) error {
-		_, err := w.ReplaceResults("u1", "p", []*Result{result("u2", "p", "r", "pass", t0)})
+		_, err := w.ReplaceResults("u1", "p", []Result{result("q", "r", "pass", t0)})
 		return err
 	}); err == nil {
-		t.Error("a result of another resource was accepted")
+		t.Error("a result of another policy was accepted")
 	}
 }
 
@@ -120,7 +119,7 @@ func TestDeletesCascade(t *testing.T) {
 				return err
 			}
 			for _, p := range []string{"p", "q"} {
-				if _, err := w.ReplaceResults(uid, p, []*Result{result(uid, p, "r", "pass", time.Time{})}); err != nil {
+				if _, err := w.ReplaceResults(uid, p, []Result{result(p, "r", "pass", time.Time{})}); err != nil {
 					return err
 				}
 			}
@@ -157,7 +156,7 @@ func TestDeletesCascade(t *testing.T) {
 func TestSetResultsReplacesEveryPolicy(t *testing.T) {
 	s := newStore(t)
 	t0, t1 := time.Unix(100, 0), time.Unix(200, 0)
-	set := func(rs ...*Result) bool {
+	set := func(rs ...Result) bool {
 		t.Helper()
 		var changed bool
 		if err := s.Write(func(w *WriteTxn) (err error) { changed, err = w.SetResults("u1", rs); return err }); err != nil {
@@ -165,17 +164,17 @@ func TestSetResultsReplacesEveryPolicy(t *testing.T) {
 		}
 		return changed
 	}
-	if !set(result("u1", "p", "r", "pass", t0), result("u1", "q", "r", "fail", t0)) {
+	if !set(result("p", "r", "pass", t0), result("q", "r", "fail", t0)) {
 		t.Error("first results reported no change")
 	}
-	if set(result("u1", "q", "r", "fail", t1), result("u1", "p", "r", "pass", t1)) {
+	if set(result("q", "r", "fail", t1), result("p", "r", "pass", t1)) {
 		t.Error("the same results in another order reported a change")
 	}
-	if !set(result("u1", "p", "r", "pass", t1)) {
+	if !set(result("p", "r", "pass", t1)) {
 		t.Error("dropping a policy's results reported no change")
 	}
 	got, _ := s.Read().Results("u1")
-	if len(got) != 1 || got[0].Policy != "p" || !got[0].Changed.Equal(t0) {
+	if len(got) != 1 || got[0].Value().Policy != "p" || !got[0].ChangedAt().Equal(t0) {
 		t.Errorf("got %+v, want only p/r with its first time", got)
 	}
 	if rs, _ := s.Read().ResultsOfPolicy("q"); len(rs) != 0 {

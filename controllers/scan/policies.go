@@ -188,10 +188,12 @@ func (s *Scanner) removePolicy(name string) {
 	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeletePolicy(name) }); err != nil {
 		s.log().Error(err, "forgetting a policy failed", "policy", name)
 	} else {
-		s.countResults(affected, -1)
+		for _, r := range affected {
+			s.countResults([]memstore.Result{r.Result}, -1)
+		}
 	}
 	for _, r := range affected {
-		s.queue.Add(r.ResourceUID)
+		s.queue.Add(r.UID)
 	}
 	s.ensureKinds(name, nil)
 }
@@ -240,8 +242,8 @@ func (s *Scanner) enqueueResultsOfRules(policy string, changed map[string]bool, 
 	}
 	results, _ := s.store.Read().ResultsOfPolicy(policy)
 	for _, r := range results {
-		if rules[r.Rule] {
-			s.queue.Add(r.ResourceUID)
+		if rules[r.Value().Rule] {
+			s.queue.Add(r.UID)
 		}
 	}
 }
@@ -264,7 +266,11 @@ func (s *Scanner) enqueueMatching(rule *engine.Rule, gvrs []schema.GroupVersionR
 			if ns, _ := r.Namespace(res.Namespace); ns != nil {
 				nsLabels = ns.Labels
 			}
-			if rule.Applies(res.Object, nsLabels) {
+			head, err := headOf(res)
+			if err != nil {
+				continue // undecodable: nothing to match (it failed when stored)
+			}
+			if rule.Applies(head, nsLabels) {
 				s.queue.Add(res.UID)
 			}
 		}

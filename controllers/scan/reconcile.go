@@ -3,7 +3,6 @@ package scan
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,14 +35,20 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 		return s.reports.remove(ctx, uid)
 	}
 	start := s.opts.Clock.Now()
+	obj, err := res.Object()
+	if err != nil {
+		return err
+	}
 	policies := s.activePolicies()
-	req := &engine.Request{Object: res.Object, Background: true}
+	req := &engine.Request{Object: obj, Background: true}
 	if res.Namespace != "" {
 		if ns, _ := r.Namespace(res.Namespace); ns != nil {
 			req.NamespaceLabels = ns.Labels
 		}
 	} else if res.Kind == "Namespace" {
-		req.NamespaceLabels = res.Labels
+		if ns, _ := r.Namespace(res.Name); ns != nil {
+			req.NamespaceLabels = ns.Labels
+		}
 	}
 	if exs, _ := r.Exceptions(); len(exs) > 0 {
 		for _, e := range exs {
@@ -53,43 +58,37 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 
 	now := start
 	gvr := s.gvrFor(res.Group, res.Kind)
-	var fresh []*memstore.Result
+	var fresh []memstore.Result
 	evaluated := false
 	for _, tp := range policies {
-		if !tp.mayMatch(res, gvr) || !tp.applies(res.Object, req.NamespaceLabels) {
+		if !tp.mayMatch(res, gvr) || !tp.applies(obj, req.NamespaceLabels) {
 			continue
 		}
 		evaluated = true
 		for _, rr := range tp.compiled.Evaluate(ctx, req) {
-			rr.Message = s.messages.intern(rr.Message)
-			entry := report.Result(tp.compiled, rr, report.ProcessBackground, now)
-			fresh = append(fresh, &memstore.Result{
-				ResourceUID: uid, Policy: tp.name, Rule: rr.Rule, Result: string(rr.Result), Message: rr.Message,
-				Digest: resultDigest(entry), Changed: now, Payload: entry,
-			})
+			fresh = append(fresh, storedResult(report.Result(tp.compiled, rr, report.ProcessBackground, now)))
 		}
 	}
 	// The whole set is replaced: results of deleted or no longer matching
 	// policies and rules vanish with it.
-	var before []*memstore.Result
+	var before, results []memstore.Result
 	changed := false
 	if err := s.store.Write(func(w *memstore.WriteTxn) error {
 		var err error
 		if before, err = w.Results(uid); err != nil {
 			return err
 		}
-		changed, err = w.SetResults(uid, fresh)
+		if changed, err = w.SetResults(uid, fresh); err != nil {
+			return err
+		}
+		results, err = w.Results(uid)
 		return err
 	}); err != nil {
 		return fmt.Errorf("store results of %s: %w", uid, err)
 	}
 	if changed {
 		s.countResults(before, -1)
-		s.countResults(fresh, +1)
-	}
-	results, err := s.store.Read().Results(uid)
-	if err != nil {
-		return err
+		s.countResults(results, +1)
 	}
 	if evaluated {
 		s.metrics.resources.Inc()
@@ -132,53 +131,27 @@ func (tp *trackedPolicy) applies(obj map[string]any, nsLabels map[string]string)
 func (s *Scanner) seedResults(seeded map[string][]wgv1alpha2.PolicyReportResult) error {
 	return s.store.Write(func(w *memstore.WriteTxn) error {
 		for uid, entries := range seeded {
-			byPolicy := map[string][]*memstore.Result{}
+			results := make([]memstore.Result, 0, len(entries))
+			seen := make(map[[2]string]bool, len(entries))
 			for _, e := range entries {
-				byPolicy[e.Policy] = append(byPolicy[e.Policy], &memstore.Result{
-					ResourceUID: uid, Policy: e.Policy, Rule: e.Rule, Result: string(e.Result), Message: e.Message,
-					Digest: resultDigest(e), Changed: time.Unix(e.Timestamp.Seconds, int64(e.Timestamp.Nanos)), Payload: e,
-				})
-			}
-			for p, rs := range byPolicy {
-				if _, err := w.ReplaceResults(uid, p, rs); err != nil {
-					return fmt.Errorf("seed results of %s: %w", uid, err)
+				if k := [2]string{e.Policy, e.Rule}; !seen[k] { // a hand-edited duplicate: the first wins
+					seen[k] = true
+					results = append(results, storedResult(e))
 				}
-				s.countResults(rs, +1)
 			}
+			if _, err := w.SetResults(uid, results); err != nil {
+				return fmt.Errorf("seed results of %s: %w", uid, err)
+			}
+			s.countResults(results, +1)
 		}
 		return nil
 	})
 }
 
-// interner shares equal strings: result messages repeat across thousands of
-// resources ("validation rule 'x' passed.", the same failure path), and one
-// copy each is enough. It is bounded: past its size, strings are kept as
-// they are.
-type interner struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-const maxInterned = 1 << 16
-
-func (in *interner) intern(s string) string {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if v, ok := in.m[s]; ok {
-		return v
-	}
-	if in.m == nil {
-		in.m = map[string]string{}
-	}
-	if len(in.m) < maxInterned {
-		in.m[s] = s
-	}
-	return s
-}
-
 // countResults moves the results gauge (R31) by delta for each result.
-func (s *Scanner) countResults(results []*memstore.Result, delta float64) {
+func (s *Scanner) countResults(results []memstore.Result, delta float64) {
 	for _, r := range results {
-		s.metrics.results.WithLabelValues(r.Policy, r.Rule, r.Result).Add(delta)
+		e := r.Value()
+		s.metrics.results.WithLabelValues(e.Policy, e.Rule, e.Result).Add(delta)
 	}
 }

@@ -76,24 +76,14 @@ func digestOf(spec *kyvernov2.ReportSpec) (uint64, error) {
 	return h.Sum64(), nil
 }
 
-// resultDigest hashes a report entry without its timestamp: what makes a
-// result "changed".
-func resultDigest(r wgv1alpha2.PolicyReportResult) uint64 {
-	r.Timestamp = metav1.Timestamp{}
-	data, _ := json.Marshal(r) // a struct of plain fields: cannot fail
-	h := fnv.New64a()
-	_, _ = h.Write(data)
-	return h.Sum64()
-}
-
 // ensure makes the report of res hold exactly results (nil/empty: no report).
-func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr schema.GroupVersionResource, results []*memstore.Result) error {
+func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr schema.GroupVersionResource, results []memstore.Result) error {
 	if len(results) == 0 {
 		return w.remove(ctx, res.UID)
 	}
 	entries := make([]wgv1alpha2.PolicyReportResult, 0, len(results))
 	for _, r := range results {
-		entries = append(entries, r.Payload.(wgv1alpha2.PolicyReportResult))
+		entries = append(entries, reportResult(r))
 	}
 	report.Sort(entries)
 	apiVersion := res.Version

@@ -60,8 +60,6 @@ type Scanner struct {
 	metrics  *metrics
 	state    *scanState
 	locks    keyedMutex
-	// messages interns result messages (see interner).
-	messages interner
 
 	mu        sync.Mutex
 	ctx       context.Context

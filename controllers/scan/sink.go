@@ -51,7 +51,7 @@ func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstru
 		_ = s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteNamespace(u.GetName()) })
 	}
 	uid := string(u.GetUID())
-	var gone []*memstore.Result
+	var gone []memstore.Result
 	if err := s.store.Write(func(w *memstore.WriteTxn) error {
 		gone, _ = w.Results(uid)
 		return w.DeleteResource(uid)

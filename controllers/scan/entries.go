@@ -1,0 +1,79 @@
+package scan
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/memstore"
+)
+
+// The store keeps each result as an interned memstore.Entry and a time;
+// reports carry wgpolicyk8s entries. These convert between the two, both
+// ways exactly, so that results read back from reports at start-up compare
+// equal to freshly evaluated ones.
+
+// storedResult makes a store result of a report entry (its timestamp is
+// when it changed).
+func storedResult(r wgv1alpha2.PolicyReportResult) memstore.Result {
+	return memstore.NewResult(memstore.Entry{
+		Policy: r.Policy, Rule: r.Rule, Result: string(r.Result), Message: r.Message,
+		Category: r.Category, Severity: string(r.Severity), Source: r.Source, Scored: r.Scored,
+		Properties: encodeProperties(r.Properties),
+	}, time.Unix(r.Timestamp.Seconds, int64(r.Timestamp.Nanos)))
+}
+
+// reportResult makes the report entry of a store result. Its Properties map
+// may be shared: never modify it.
+func reportResult(r memstore.Result) wgv1alpha2.PolicyReportResult {
+	e := r.Value()
+	at := r.ChangedAt()
+	return wgv1alpha2.PolicyReportResult{
+		Source: e.Source, Policy: e.Policy, Rule: e.Rule, Category: e.Category, Severity: wgv1alpha2.Severity(e.Severity),
+		Timestamp: metav1.Timestamp{Seconds: at.Unix(), Nanos: int32(at.Nanosecond())},
+		Result:    wgv1alpha2.Result(e.Result), Scored: e.Scored, Message: e.Message,
+		Properties: decodeProperties(e.Properties),
+	}
+}
+
+// encodeProperties is the canonical form of a properties map: JSON with
+// sorted keys ("" for none).
+func encodeProperties(p map[string]string) string {
+	if len(p) == 0 {
+		return ""
+	}
+	data, _ := json.Marshal(p) // a map of strings: cannot fail
+	return string(data)
+}
+
+// propertyMaps shares decoded properties maps: a few distinct ones serve
+// every result. Bounded: past its size, maps are decoded each time.
+var propertyMaps struct {
+	sync.Mutex
+	m map[string]map[string]string
+}
+
+func decodeProperties(s string) map[string]string {
+	if s == "" {
+		return nil
+	}
+	propertyMaps.Lock()
+	defer propertyMaps.Unlock()
+	if m, ok := propertyMaps.m[s]; ok {
+		return m
+	}
+	var m map[string]string
+	if json.Unmarshal([]byte(s), &m) != nil {
+		return nil // written by encodeProperties: cannot happen
+	}
+	if propertyMaps.m == nil {
+		propertyMaps.m = map[string]map[string]string{}
+	}
+	if len(propertyMaps.m) < 1024 {
+		propertyMaps.m[s] = m
+	}
+	return m
+}
