@@ -42,7 +42,7 @@ func benchPodJSON(i int) []byte {
 			Volumes:       []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace, DNSPolicy: corev1.DNSClusterFirst,
 			SecurityContext: &corev1.PodSecurityContext{}, SchedulerName: "default-scheduler", Priority: &prio,
-			Tolerations:      []corev1.Toleration{toleration("node.kubernetes.io/not-ready"), toleration("node.kubernetes.io/unreachable")},
+			Tolerations:        []corev1.Toleration{toleration("node.kubernetes.io/not-ready"), toleration("node.kubernetes.io/unreachable")},
 			EnableServiceLinks: &t, PreemptionPolicy: ptrTo(corev1.PreemptLowerPriority),
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort},
