@@ -1,0 +1,272 @@
+package kind
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/tally-dev/tally/e2e/cluster"
+)
+
+func render(t *testing.T, overlay string) []*unstructured.Unstructured {
+	t.Helper()
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Render(filepath.Join(root, "config", "overlays", overlay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func kinds(objs []*unstructured.Unstructured) map[string]int {
+	n := map[string]int{}
+	for _, o := range objs {
+		n[o.GetKind()]++
+	}
+	return n
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func container(t *testing.T, objs []*unstructured.Unstructured, deployment string) map[string]any {
+	t.Helper()
+	d := find(objs, "Deployment", deployment)
+	if d == nil {
+		t.Fatalf("no Deployment %s", deployment)
+	}
+	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	if len(cs) != 1 {
+		t.Fatalf("Deployment %s: %d containers, want 1", deployment, len(cs))
+	}
+	return cs[0].(map[string]any)
+}
+
+func args(c map[string]any) []string {
+	a, _, _ := unstructured.NestedStringSlice(c, "args")
+	return a
+}
+
+// TestRenderOverlays renders each overlay without a server and checks what
+// each must and must not hold, the restricted Pod Security Standard and the
+// least-privilege RBAC.
+func TestRenderOverlays(t *testing.T) {
+	common := map[string]int{
+		"Namespace": 1, "ServiceAccount": 2, "ClusterRole": 5, "ClusterRoleBinding": 4,
+		"Deployment": 2, "PodDisruptionBudget": 2,
+	}
+	with := func(extra map[string]int) map[string]int {
+		m := map[string]int{}
+		for k, v := range common {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	standalone := with(map[string]int{"CustomResourceDefinition": 9, "Role": 3, "RoleBinding": 3, "Service": 3, "ValidatingWebhookConfiguration": 1})
+	for _, tc := range []struct {
+		overlay string
+		kinds   map[string]int
+		image   string
+	}{
+		{"standalone", standalone, "ghcr.io/tally-dev/tally:latest"},
+		{"kind", standalone, Image},
+		{"beside-kyverno", with(map[string]int{"Role": 2, "RoleBinding": 2, "Service": 2}), "ghcr.io/tally-dev/tally:latest"},
+	} {
+		t.Run(tc.overlay, func(t *testing.T) {
+			objs := render(t, tc.overlay)
+			if got := kinds(objs); fmt.Sprint(got) != fmt.Sprint(tc.kinds) {
+				t.Errorf("kinds: got %v, want %v", got, tc.kinds)
+			}
+			for _, o := range objs {
+				if ns := o.GetNamespace(); ns != "" && ns != Namespace {
+					t.Errorf("%s outside %s", Describe(o), Namespace)
+				}
+			}
+			for _, d := range []string{ScannerDeployment, MergerDeployment} {
+				c := container(t, objs, d)
+				if c["image"] != tc.image {
+					t.Errorf("%s image %v, want %s", d, c["image"], tc.image)
+				}
+				if tc.overlay == "kind" && c["imagePullPolicy"] != "IfNotPresent" {
+					t.Errorf("%s imagePullPolicy %v, want IfNotPresent", d, c["imagePullPolicy"])
+				}
+				if !slices.Contains(args(c), "--namespace=$(POD_NAMESPACE)") {
+					t.Errorf("%s args %v lack --namespace=$(POD_NAMESPACE)", d, args(c))
+				}
+			}
+			scanner := args(container(t, objs, ScannerDeployment))
+			if tc.overlay == "beside-kyverno" {
+				for _, want := range []string{"--webhook-listen=", "--ingest-kyverno-reports"} {
+					if !slices.Contains(scanner, want) {
+						t.Errorf("scanner args %v lack %s", scanner, want)
+					}
+				}
+				for _, o := range objs {
+					if g := o.GroupVersionKind().Group; o.GetKind() == "CustomResourceDefinition" || strings.Contains(g, "kyverno.io") || g == "wgpolicyk8s.io" {
+						t.Errorf("beside Kyverno, %s must not be installed (Kyverno ships it)", Describe(o))
+					}
+				}
+				if find(objs, "ClusterRole", "tally-scanner-webhook") != nil {
+					t.Error("beside Kyverno, the scanner needs no rights on the webhook configuration")
+				}
+			} else {
+				if !slices.Contains(scanner, "--webhook-listen=:9443") {
+					t.Errorf("scanner args %v lack --webhook-listen=:9443", scanner)
+				}
+				checkWebhook(t, objs)
+			}
+			for _, err := range CheckRestricted(objs) {
+				t.Error(err)
+			}
+			for _, err := range CheckLeastPrivilege(objs) {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func checkWebhook(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	vwc := find(objs, "ValidatingWebhookConfiguration", WebhookConfig)
+	if vwc == nil {
+		t.Fatal("no ValidatingWebhookConfiguration tally")
+	}
+	hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
+	if len(hooks) != 1 {
+		t.Fatalf("%d webhooks, want 1", len(hooks))
+	}
+	h := hooks[0].(map[string]any)
+	str := func(path ...string) string { s, _, _ := unstructured.NestedString(h, path...); return s }
+	if _, found, _ := unstructured.NestedFieldNoCopy(h, "clientConfig", "caBundle"); found {
+		t.Error("the caBundle is tally-scanner's to set")
+	}
+	for path, want := range map[string]string{
+		"clientConfig.service.name": "tally-webhook", "clientConfig.service.namespace": Namespace,
+		"clientConfig.service.path": "/validate", "failurePolicy": "Ignore", "sideEffects": "None",
+	} {
+		if got := str(strings.Split(path, ".")...); got != want {
+			t.Errorf("webhook %s = %q, want %q", path, got, want)
+		}
+	}
+	if port, _, _ := unstructured.NestedInt64(h, "clientConfig", "service", "port"); port != 443 {
+		t.Errorf("webhook service port %d, want 443", port)
+	}
+	if timeout, _, _ := unstructured.NestedInt64(h, "timeoutSeconds"); timeout != 10 {
+		t.Errorf("webhook timeoutSeconds %d, want 10", timeout)
+	}
+	sel, _, _ := unstructured.NestedSlice(h, "namespaceSelector", "matchExpressions")
+	if fmt.Sprint(sel) != "[map[key:kubernetes.io/metadata.name operator:NotIn values:[tally-system]]]" {
+		t.Errorf("webhook namespaceSelector %v does not exclude %s", sel, Namespace)
+	}
+	svc := find(objs, "Service", "tally-webhook")
+	if svc == nil {
+		t.Fatal("no Service tally-webhook")
+	}
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	if fmt.Sprint(ports) != "[map[name:webhook port:443 protocol:TCP targetPort:webhook]]" {
+		t.Errorf("Service tally-webhook ports %v", ports)
+	}
+	var webhookPort int64
+	cports, _, _ := unstructured.NestedSlice(container(t, objs, ScannerDeployment), "ports")
+	for _, p := range cports {
+		if p.(map[string]any)["name"] == "webhook" {
+			webhookPort, _, _ = unstructured.NestedInt64(p.(map[string]any), "containerPort")
+		}
+	}
+	if webhookPort != 9443 {
+		t.Errorf("scanner's webhook containerPort %d, want 9443", webhookPort)
+	}
+}
+
+// TestCheckLeastPrivilegeCatches proves the RBAC check fails on what it must
+// refuse: each case adds one rule to the rendered standalone RBAC.
+func TestCheckLeastPrivilegeCatches(t *testing.T) {
+	for _, tc := range []struct {
+		name, kind string
+		rule       map[string]any
+		want       string
+	}{
+		{"write pods", "ClusterRole", rule("", "pods", nil, "create"), "create pods"},
+		{"wildcard verbs", "ClusterRole", rule("apps", "deployments", nil, "*"), "wildcard"},
+		{"wildcard resources", "ClusterRole", rule("", "*", nil, "get"), "wildcard"},
+		{"read secrets cluster-wide", "ClusterRole", rule("", "secrets", nil, "list"), "list secrets"},
+		{"read any secret in the namespace", "Role", rule("", "secrets", nil, "get"), "get secrets"},
+		{"leases cluster-wide", "ClusterRole", rule("coordination.k8s.io", "leases", []any{"tally-scanner"}, "update"), "cluster-wide"},
+		{"any configmap", "Role", rule("", "configmaps", nil, "patch"), "not limited"},
+		{"delete the state", "Role", rule("", "configmaps", []any{"tally-scan-state"}, "delete"), "only"},
+		{"any webhook configuration", "ClusterRole", rule("admissionregistration.k8s.io", "validatingwebhookconfigurations", nil, "patch"), "not limited"},
+		{"escalate", "ClusterRole", rule("rbac.authorization.k8s.io", "clusterroles", nil, "escalate"), "escalate"},
+		{"non-resource", "ClusterRole", map[string]any{"nonResourceURLs": []any{"/metrics"}, "verbs": []any{"get"}}, "non-resource"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, "standalone")
+			if errs := CheckLeastPrivilege(objs); len(errs) != 0 {
+				t.Fatalf("the shipped RBAC already fails: %v", errs)
+			}
+			var target *unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() == tc.kind {
+					target = o
+					break
+				}
+			}
+			rules, _, _ := unstructured.NestedSlice(target.Object, "rules")
+			if err := unstructured.SetNestedSlice(target.Object, append(rules, tc.rule), "rules"); err != nil {
+				t.Fatal(err)
+			}
+			errs := CheckLeastPrivilege(objs)
+			if len(errs) == 0 || !strings.Contains(fmt.Sprint(errs), tc.want) {
+				t.Errorf("%s %s with %v: got %v, want an error containing %q", tc.kind, target.GetName(), tc.rule, errs, tc.want)
+			}
+		})
+	}
+}
+
+func rule(group, resource string, names []any, verbs ...string) map[string]any {
+	vs := make([]any, len(verbs))
+	for i, v := range verbs {
+		vs[i] = v
+	}
+	r := map[string]any{"apiGroups": []any{group}, "resources": []any{resource}, "verbs": vs}
+	if names != nil {
+		r["resourceNames"] = names
+	}
+	return r
+}
+
+// TestCheckRestrictedCatches proves the Pod Security check fails on a
+// privileged container.
+func TestCheckRestrictedCatches(t *testing.T) {
+	objs := render(t, "standalone")
+	d := find(objs, "Deployment", MergerDeployment)
+	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	c := cs[0].(map[string]any)
+	if err := unstructured.SetNestedField(c, true, "securityContext", "privileged"); err != nil {
+		t.Fatal(err)
+	}
+	unstructured.RemoveNestedField(c, "securityContext", "capabilities")
+	if err := unstructured.SetNestedSlice(d.Object, cs, "spec", "template", "spec", "containers"); err != nil {
+		t.Fatal(err)
+	}
+	errs := CheckRestricted(objs)
+	msg := fmt.Sprint(errs)
+	if !strings.Contains(msg, "privileged") || !strings.Contains(msg, "capabilities") {
+		t.Errorf("got %v, want privileged and capabilities violations", errs)
+	}
+}
