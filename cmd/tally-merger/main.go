@@ -13,7 +13,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/klog/v2/textlogger"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -24,13 +27,17 @@ import (
 func main() {
 	var o process.Options
 	o.Bind(flag.CommandLine, "tally-merger")
-	workers := flag.Int("workers", 2, "resources merged in parallel")
+	var mo merge.Options
+	flag.IntVar(&mo.Workers, "workers", 2, "resources merged in parallel")
 	allowed := flag.String("allowed-results", "", "comma-separated results to report (default: all of pass,fail,warn,error,skip)")
+	flag.DurationVar(&mo.OrphanGrace, "orphan-grace", merge.DefaultOrphanGrace, "check an intermediate report without ownerReference for a deleted resource once it has not changed for this long")
+	flag.DurationVar(&mo.OrphanRecheck, "orphan-recheck", merge.DefaultOrphanRecheck, "check again after this long a resource found alive")
+	flag.Float64Var(&mo.OrphanQPS, "orphan-qps", merge.DefaultOrphanQPS, "resource reads per second of the orphan check")
 	flag.Parse()
 
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(logr.NewContext(ctx, log), o, *workers, *allowed)
+	err := run(logr.NewContext(ctx, log), o, mo, *allowed)
 	stop()
 	if err != nil {
 		log.Error(err, "tally-merger failed")
@@ -38,10 +45,13 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, o process.Options, workers int, allowed string) error {
+func run(ctx context.Context, o process.Options, mo merge.Options, allowed string) error {
 	filter, err := parseAllowed(allowed)
 	if err != nil {
 		return err
+	}
+	if mo.OrphanGrace < 0 || mo.OrphanRecheck < 0 || mo.OrphanQPS < 0 {
+		return fmt.Errorf("--orphan-grace, --orphan-recheck and --orphan-qps must not be negative")
 	}
 	cfg, err := o.RESTConfig()
 	if err != nil {
@@ -51,8 +61,14 @@ func run(ctx context.Context, o process.Options, workers int, allowed string) er
 	if err != nil {
 		return err
 	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
-	m := merge.New(dyn, merge.Options{Workers: workers, Filter: filter, Registry: reg})
+	mo.Filter, mo.Registry = filter, reg
+	mo.Mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	m := merge.New(dyn, mo)
 	return process.Run(ctx, o, cfg, reg, m, nil)
 }
 

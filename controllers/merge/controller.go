@@ -7,10 +7,12 @@ import (
 	"hash/fnv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,6 +44,7 @@ var (
 const (
 	labelResourceUID    = "audit.kyverno.io/resource.uid"
 	labelResourceHash   = "audit.kyverno.io/resource.hash"
+	labelResourceGVR    = "audit.kyverno.io/resource.gvr"
 	labelReportsDisable = "reports.kyverno.io/disabled"
 	fieldManager        = "tally-merger"
 )
@@ -51,6 +54,16 @@ type Options struct {
 	Workers  int
 	Filter   Filter
 	Registry prometheus.Registerer
+	// Mapper finds the resource type of a report's resource when the report
+	// has no audit.kyverno.io/resource.gvr label (nil: such reports are
+	// never checked for orphans).
+	Mapper meta.RESTMapper
+	// OrphanGrace, OrphanRecheck and OrphanQPS bound the orphan check
+	// (orphan.go); OrphanTick is how often candidates are looked for.
+	OrphanGrace, OrphanRecheck, OrphanTick time.Duration
+	OrphanQPS                              float64
+	// Now is the clock (default time.Now).
+	Now func() time.Time
 }
 
 // Merger keeps every resource's final report equal to Merge of its
@@ -71,16 +84,13 @@ type Merger struct {
 	states   map[string]*resourceState
 	policies map[string]PolicyInfo
 	written  map[string]writtenReport
-}
-
-type resourceState struct {
-	subject        report.Subject
-	admission      []wgv1alpha2.PolicyReportResult
-	background     []wgv1alpha2.PolicyReportResult
-	admissionHash  string
-	backgroundHash string
-	hasAdmission   bool
-	hasBackground  bool
+	// strings and props hold the one copy of repeated values (state.go).
+	strings map[string]string
+	props   map[string]map[string]string
+	// allListed is closed once every watched kind was listed: merging
+	// earlier would write reports of a partial view (after a restart, a
+	// resource whose policies are not listed yet would lose its entries).
+	allListed chan struct{}
 }
 
 type writtenReport struct {
@@ -96,15 +106,34 @@ func New(client dynamic.Interface, opts Options) *Merger {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
+	if opts.OrphanGrace <= 0 {
+		opts.OrphanGrace = DefaultOrphanGrace
+	}
+	if opts.OrphanRecheck <= 0 {
+		opts.OrphanRecheck = DefaultOrphanRecheck
+	}
+	if opts.OrphanQPS <= 0 {
+		opts.OrphanQPS = DefaultOrphanQPS
+	}
+	if opts.OrphanTick <= 0 {
+		opts.OrphanTick = min(opts.OrphanGrace, 30*time.Second)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	m := &Merger{
 		opts:   opts,
 		client: client,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "tally-merge"}),
-		listed:   map[schema.GroupVersionResource]bool{},
-		states:   map[string]*resourceState{},
-		policies: map[string]PolicyInfo{},
-		written:  map[string]writtenReport{},
+		listed:  map[schema.GroupVersionResource]bool{},
+		states:  map[string]*resourceState{},
+		strings: map[string]string{},
+		props:   map[string]map[string]string{},
+
+		allListed: make(chan struct{}),
+		policies:  map[string]PolicyInfo{},
+		written:   map[string]writtenReport{},
 	}
 	m.metrics = newMetrics(opts.Registry, func() float64 { return float64(m.queue.Len()) })
 	return m
@@ -135,10 +164,20 @@ func (m *Merger) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			select {
+			case <-m.allListed:
+			case <-ctx.Done():
+				return
+			}
 			for m.processNext(ctx) {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.collectOrphans(ctx)
+	}()
 	<-ctx.Done()
 	m.queue.ShutDown()
 	for _, s := range m.sources {
@@ -186,8 +225,8 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	var subject report.Subject
 	if st != nil {
 		subject = st.subject
-		in.Admission, in.Background = st.admission, st.background
-		in.BackgroundCurrent = st.hasBackground && (!st.hasAdmission || st.backgroundHash == st.admissionHash)
+		in.Admission, in.Background = st.admission.results, st.background.results
+		in.BackgroundCurrent = st.background.present && (!st.admission.present || st.background.hash == st.admission.hash)
 	}
 	prev, hadReport := m.written[uid]
 	m.mu.Unlock()

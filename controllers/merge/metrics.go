@@ -6,11 +6,15 @@ import "github.com/prometheus/client_golang/prometheus"
 const (
 	metricWrites     = "tally_merge_report_writes_total"
 	metricQueueDepth = "tally_merge_queue_depth"
+	metricOrphans    = "tally_merge_orphaned_reports_deleted_total"
+	metricChecks     = "tally_merge_orphan_checks_total"
 )
 
 type metrics struct {
 	writes     *prometheus.CounterVec
 	queueDepth prometheus.GaugeFunc
+	orphans    *prometheus.CounterVec
+	checks     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
@@ -21,7 +25,13 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
 		queueDepth: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: metricQueueDepth, Help: "Resources waiting to be merged.",
 		}, queueLen),
+		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricOrphans, Help: "Intermediate reports deleted because their resource no longer exists, by kind.",
+		}, []string{"resource"}),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricChecks, Help: "Orphan checks of a resource by outcome (alive, gone, unknown: its reports are kept).",
+		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.writes, m.queueDepth)
+	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks)
 	return m
 }

@@ -3,6 +3,7 @@ package merge
 import (
 	"maps"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -51,26 +52,40 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 		m.log().Error(err, "intermediate report could not be read; ignored", "name", u.GetNamespace()+"/"+u.GetName())
 		return
 	}
-	uid := u.GetLabels()[labelResourceUID]
+	labels := u.GetLabels()
+	uid := labels[labelResourceUID]
 	if uid == "" {
 		uid = string(r.Spec.Owner.UID)
 	}
 	if uid == "" {
 		return
 	}
-	hash := u.GetLabels()[labelResourceHash]
+	owned := false
+	for _, o := range u.GetOwnerReferences() {
+		owned = owned || string(o.UID) == uid
+	}
 	m.mu.Lock()
 	st := m.states[uid]
 	if st == nil {
 		st = &resourceState{}
 		m.states[uid] = st
 	}
-	st.subject = report.Subject{APIVersion: r.Spec.Owner.APIVersion, Kind: r.Spec.Owner.Kind, Namespace: u.GetNamespace(), Name: r.Spec.Owner.Name, UID: r.Spec.Owner.UID}
+	st.subject = report.Subject{APIVersion: m.intern(r.Spec.Owner.APIVersion), Kind: m.intern(r.Spec.Owner.Kind),
+		Namespace: m.intern(u.GetNamespace()), Name: r.Spec.Owner.Name, UID: r.Spec.Owner.UID}
+	part := &st.background
 	if isAdmission(gvr) {
-		st.admission, st.admissionHash, st.hasAdmission = r.Spec.Results, hash, true
-	} else {
-		st.background, st.backgroundHash, st.hasBackground = r.Spec.Results, hash, true
+		part = &st.admission
 	}
+	*part = reportPart{
+		present: true,
+		results: m.compact(r.Spec.Results),
+		hash:    labels[labelResourceHash],
+		ref: reportRef{
+			gvr: gvr, namespace: st.subject.Namespace, name: u.GetName(), uid: u.GetUID(),
+			resourceVersion: u.GetResourceVersion(), gvrLabel: m.intern(labels[labelResourceGVR]), owned: owned,
+		},
+	}
+	st.updated, st.checked = m.opts.Now(), time.Time{}
 	m.mu.Unlock()
 	m.queue.Add(uid)
 }
@@ -92,31 +107,67 @@ func (m *Merger) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 	}
 	uid := u.GetLabels()[labelResourceUID]
 	if uid == "" {
+		uid, _, _ = unstructured.NestedString(u.Object, "spec", "owner", "uid")
+	}
+	if uid == "" {
 		uid = u.GetName()
 	}
 	m.mu.Lock()
-	if st := m.states[uid]; st != nil {
-		if isAdmission(gvr) {
-			st.admission, st.hasAdmission = nil, false
-		} else {
-			st.background, st.hasBackground = nil, false
-		}
-		if !st.hasAdmission && !st.hasBackground {
-			delete(m.states, uid)
-		}
-	}
+	m.removeLocked(uid, gvr, u.GetNamespace(), u.GetName())
 	m.mu.Unlock()
 	m.queue.Add(uid)
 }
 
-// Replace makes objs the complete list of a kind.
+// removeLocked forgets the intermediate report gvr namespace/name of uid.
+func (m *Merger) removeLocked(uid string, gvr schema.GroupVersionResource, namespace, name string) {
+	st := m.states[uid]
+	if st == nil {
+		return
+	}
+	for _, part := range []*reportPart{&st.admission, &st.background} {
+		if part.present && part.ref.gvr == gvr && part.ref.namespace == namespace && part.ref.name == name {
+			*part = reportPart{}
+		}
+	}
+	if !st.admission.present && !st.background.present {
+		delete(m.states, uid)
+	}
+}
+
+// StreamsLists makes the watch deliver listed objects one by one through
+// Upsert and hand Replace only stubs (watch.StreamingSink): 10,000 reports
+// are never held whole in memory while they are listed.
+func (m *Merger) StreamsLists() {}
+
+// Replace makes objs the complete list of a kind. Objects already delivered
+// through Upsert come as stubs (metadata only); full ones are recorded here.
 func (m *Merger) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
-	present := map[string]bool{}
+	present := make(map[string]bool, len(objs))
 	for _, u := range objs {
-		m.Upsert(gvr, u)
+		if _, full := u.Object["spec"]; full {
+			m.Upsert(gvr, u)
+		}
 		present[u.GetNamespace()+"/"+u.GetName()] = true
 	}
-	if isPolicy(gvr) {
+	if !isPolicy(gvr) {
+		// Reports deleted while the watch was down.
+		var gone []string
+		m.mu.Lock()
+		for uid, st := range m.states {
+			for _, part := range []*reportPart{&st.admission, &st.background} {
+				if part.present && part.ref.gvr == gvr && !present[part.ref.namespace+"/"+part.ref.name] {
+					m.removeLocked(uid, gvr, part.ref.namespace, part.ref.name)
+					gone = append(gone, uid)
+				}
+			}
+		}
+		m.mu.Unlock()
+		for _, uid := range gone {
+			m.queue.Add(uid)
+		}
+		return
+	}
+	{
 		m.mu.Lock()
 		var gone []string
 		for name := range m.policies {
@@ -136,11 +187,27 @@ func (m *Merger) Replace(gvr schema.GroupVersionResource, objs []*unstructured.U
 	}
 }
 
-// Listed records that a kind was listed once.
+// Listed records that a kind was listed once. Once every kind was, the
+// workers start, and the final reports found at start-up whose resource has
+// no intermediate report left are queued: they go (R19).
 func (m *Merger) Listed(gvr schema.GroupVersionResource) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.listed[gvr] {
+		return
+	}
 	m.listed[gvr] = true
-	m.mu.Unlock()
+	for _, g := range watched {
+		if !m.listed[g] {
+			return
+		}
+	}
+	for uid := range m.written {
+		if m.states[uid] == nil {
+			m.queue.Add(uid)
+		}
+	}
+	close(m.allListed)
 }
 
 func containsSlash(s string) bool { return strings.Contains(s, "/") }
@@ -168,12 +235,12 @@ func (m *Merger) enqueuePolicy(name string) {
 }
 
 func hasPolicy(st *resourceState, name string) bool {
-	for _, r := range st.admission {
+	for _, r := range st.admission.results {
 		if r.Policy == name {
 			return true
 		}
 	}
-	for _, r := range st.background {
+	for _, r := range st.background.results {
 		if r.Policy == name {
 			return true
 		}

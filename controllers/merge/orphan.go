@@ -1,0 +1,226 @@
+package merge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/flowcontrol"
+)
+
+// Orphaned intermediate reports.
+//
+// An intermediate report whose resource is gone must go (R19). When the
+// report carries an ownerReference to its resource, Kubernetes' garbage
+// collector deletes it; the merger checks the others: reports written by
+// other tools without ownerReferences, and reports of resources deleted while
+// nothing watched them.
+//
+// The check is one GET of the resource by name, made only for a resource
+// whose reports have not changed for OrphanGrace (a report being written is
+// not orphaned), at most OrphanQPS per second, and again for a live resource
+// only after OrphanRecheck. A report is deleted only when the API server
+// answered that the named resource does not exist, or that the object of
+// that name has another UID (it was deleted and re-created); any other answer
+// (an unknown kind, a forbidden read, a timeout, no way to tell the kind)
+// keeps the report. The delete carries the report's UID and
+// resourceVersion as preconditions, so a report changed since it was read
+// is never deleted.
+
+// Defaults of the orphan check.
+const (
+	DefaultOrphanGrace   = 2 * time.Minute
+	DefaultOrphanRecheck = time.Hour
+	DefaultOrphanQPS     = 10
+)
+
+// orphanCandidate is a resource whose unowned reports need a look.
+type orphanCandidate struct {
+	uid     string
+	subject ownerRef
+	reports []reportRef
+}
+
+// ownerRef is what the GET of a resource needs.
+type ownerRef struct {
+	gvrLabel   string // audit.kyverno.io/resource.gvr, may be empty
+	apiVersion string
+	kind       string
+	namespace  string
+	name       string
+}
+
+// candidates lists the resources due for an orphan check at now.
+func (m *Merger) orphanCandidates(now time.Time) []orphanCandidate {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []orphanCandidate
+	for uid, st := range m.states {
+		if now.Sub(st.updated) < m.opts.OrphanGrace || (!st.checked.IsZero() && now.Sub(st.checked) < m.opts.OrphanRecheck) {
+			continue
+		}
+		var refs []reportRef
+		unowned := false
+		for _, part := range []*reportPart{&st.admission, &st.background} {
+			if part.present {
+				refs = append(refs, part.ref)
+				unowned = unowned || !part.ref.owned
+			}
+		}
+		if !unowned {
+			continue // the garbage collector deletes them with their resource
+		}
+		ref := refs[0]
+		for _, r := range refs {
+			if r.gvrLabel != "" {
+				ref = r
+			}
+		}
+		out = append(out, orphanCandidate{uid: uid, reports: refs, subject: ownerRef{
+			gvrLabel: ref.gvrLabel, apiVersion: st.subject.APIVersion, kind: st.subject.Kind,
+			namespace: st.subject.Namespace, name: st.subject.Name,
+		}})
+	}
+	return out
+}
+
+// collectOrphans checks the candidates every tick until ctx ends.
+func (m *Merger) collectOrphans(ctx context.Context) {
+	log := logr.FromContextOrDiscard(ctx).WithName("orphans")
+	limiter := flowcontrol.NewTokenBucketRateLimiter(float32(m.opts.OrphanQPS), max(1, int(m.opts.OrphanQPS)))
+	defer limiter.Stop()
+	ticker := time.NewTicker(m.opts.OrphanTick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		for _, c := range m.orphanCandidates(m.opts.Now()) {
+			if err := limiter.Wait(ctx); err != nil {
+				return
+			}
+			if err := m.checkOrphan(ctx, c); err != nil {
+				log.V(1).Info("orphan check inconclusive; reports kept", "uid", c.uid, "error", err.Error())
+			}
+		}
+	}
+}
+
+// checkOrphan deletes the reports of c if its resource is gone.
+func (m *Merger) checkOrphan(ctx context.Context, c orphanCandidate) error {
+	gone, err := m.resourceGone(ctx, c.uid, c.subject)
+	if err != nil {
+		m.metrics.checks.WithLabelValues("unknown").Inc()
+		return err
+	}
+	if !gone {
+		m.metrics.checks.WithLabelValues("alive").Inc()
+		m.mu.Lock()
+		if st := m.states[c.uid]; st != nil {
+			st.checked = m.opts.Now()
+		}
+		m.mu.Unlock()
+		return nil
+	}
+	m.metrics.checks.WithLabelValues("gone").Inc()
+	for _, r := range c.reports {
+		err := m.client.Resource(r.gvr).Namespace(r.namespace).Delete(ctx, r.name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &r.uid, ResourceVersion: &r.resourceVersion},
+		})
+		switch {
+		case err == nil:
+			m.metrics.orphans.WithLabelValues(r.gvr.Resource).Inc()
+			logr.FromContextOrDiscard(ctx).V(1).Info("orphaned report deleted", "resource", r.gvr.Resource, "namespace", r.namespace, "name", r.name)
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// already gone, or changed since it was read: looked at again later
+		default:
+			return fmt.Errorf("delete orphaned %s %s/%s: %w", r.gvr.Resource, r.namespace, r.name, err)
+		}
+	}
+	return nil
+}
+
+// resourceGone tells whether the resource of uid no longer exists. An error
+// means it could not tell.
+func (m *Merger) resourceGone(ctx context.Context, uid string, o ownerRef) (bool, error) {
+	if o.name == "" {
+		return false, errors.New("report names no resource")
+	}
+	gvr, namespaced, err := m.ownerGVR(o)
+	if err != nil {
+		return false, err
+	}
+	if m.opts.Mapper != nil {
+		// A 404 proves the object gone only if its type is served.
+		if _, err := m.opts.Mapper.KindFor(gvr); err != nil {
+			return false, fmt.Errorf("resource type %s: %w", gvr, err)
+		}
+	}
+	ns := ""
+	if namespaced {
+		ns = o.namespace
+	}
+	obj, err := m.client.Resource(gvr).Namespace(ns).Get(ctx, o.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		// Only "this named object does not exist" counts: a 404 for an
+		// unknown resource type carries no name.
+		var st apierrors.APIStatus
+		if errors.As(err, &st) && st.Status().Details != nil && st.Status().Details.Name == o.name {
+			return true, nil
+		}
+		return false, fmt.Errorf("get %s %s/%s: %w", gvr, ns, o.name, err)
+	}
+	if err != nil {
+		return false, fmt.Errorf("get %s %s/%s: %w", gvr, ns, o.name, err)
+	}
+	return obj.GetUID() != types.UID(uid), nil
+}
+
+// ownerGVR finds the resource type of a report's resource: from its
+// audit.kyverno.io/resource.gvr label, else from apiVersion and kind through
+// the RESTMapper.
+func (m *Merger) ownerGVR(o ownerRef) (schema.GroupVersionResource, bool, error) {
+	if gvr, ok := parseGVRLabel(o.gvrLabel); ok {
+		return gvr, o.namespace != "", nil
+	}
+	if m.opts.Mapper == nil || o.kind == "" {
+		return schema.GroupVersionResource{}, false, fmt.Errorf("no %s label and no way to map %s %s", labelResourceGVR, o.apiVersion, o.kind)
+	}
+	gv, err := schema.ParseGroupVersion(o.apiVersion)
+	if err != nil {
+		return schema.GroupVersionResource{}, false, fmt.Errorf("owner apiVersion %q: %w", o.apiVersion, err)
+	}
+	mapping, err := m.opts.Mapper.RESTMapping(gv.WithKind(o.kind).GroupKind(), gv.Version)
+	if err != nil {
+		return schema.GroupVersionResource{}, false, fmt.Errorf("map %s %s: %w", o.apiVersion, o.kind, err)
+	}
+	return mapping.Resource, mapping.Scope.Name() == meta.RESTScopeNameNamespace, nil
+}
+
+// parseGVRLabel reads "v1.pods" or "apps.v1.deployments" (the group may
+// itself hold dots: "networking.k8s.io.v1.ingresses").
+func parseGVRLabel(s string) (schema.GroupVersionResource, bool) {
+	i := strings.LastIndexByte(s, '.')
+	if i <= 0 || i == len(s)-1 {
+		return schema.GroupVersionResource{}, false
+	}
+	resource, rest := s[i+1:], s[:i]
+	j := strings.LastIndexByte(rest, '.')
+	if j < 0 {
+		return schema.GroupVersionResource{Version: rest, Resource: resource}, true
+	}
+	if j == 0 || j == len(rest)-1 {
+		return schema.GroupVersionResource{}, false
+	}
+	return schema.GroupVersionResource{Group: rest[:j], Version: rest[j+1:], Resource: resource}, true
+}
