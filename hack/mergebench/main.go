@@ -270,7 +270,7 @@ func createOne(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Inter
 			"name":      uid,
 			"namespace": ns,
 			"labels": map[string]any{
-				report.LabelManagedBy:           report.ManagedBy,
+				report.LabelManagedBy:            report.ManagedBy,
 				"audit.kyverno.io/resource.uid":  uid,
 				"audit.kyverno.io/resource.hash": fmt.Sprintf("%x", hash),
 				"audit.kyverno.io/resource.gvr":  "v1.pods",
