@@ -14,7 +14,12 @@ import (
 	"github.com/tally-dev/tally/memstore"
 )
 
-var _ watch.Sink = (*Scanner)(nil)
+var _ watch.StreamingSink = (*Scanner)(nil)
+
+// StreamsLists: listed objects arrive one by one through Upsert, and Replace
+// receives stubs (see watch.StreamingSink), so that a large kind is never
+// held whole in memory while it is listed.
+func (s *Scanner) StreamsLists() {}
 
 func (s *Scanner) log() logr.Logger {
 	s.mu.Lock()
@@ -63,11 +68,12 @@ func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstru
 	s.queue.Add(uid) // reconcile finds it gone and deletes its report
 }
 
+// Replace removes what is not in a complete list; the objects themselves
+// were delivered through Upsert already (objs are stubs).
 func (s *Scanner) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	present := make(map[string]bool, len(objs))
 	for _, u := range objs {
 		present[string(u.GetUID())] = true
-		s.Upsert(gvr, u)
 	}
 	switch gvr {
 	case GVRClusterPolicy, GVRPolicy, GVRPolicyException:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,6 +31,17 @@ type Sink interface {
 	Listed(gvr schema.GroupVersionResource)
 }
 
+// StreamingSink is a Sink that takes listed objects one at a time: each is
+// delivered through Upsert as soon as it is read (page by page, or event by
+// event in a streaming watch-list), and the reflector keeps only a stub of
+// it, so that no complete list of a large kind is ever held in memory.
+// Replace then receives stubs: apiVersion, kind and metadata (name,
+// namespace, uid, resourceVersion) only.
+type StreamingSink interface {
+	Sink
+	StreamsLists()
+}
+
 // Source lists then watches one kind through a client-go Reflector.
 type Source struct {
 	GVR    schema.GroupVersionResource
@@ -41,12 +53,26 @@ type Source struct {
 func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, s Sink) *Source {
 	ctx, cancel := context.WithCancel(ctx)
 	src := &Source{GVR: gvr, cancel: cancel, done: make(chan struct{})}
+	_, streaming := s.(StreamingSink)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return client.Resource(gvr).List(ctx, opts)
+			list, err := client.Resource(gvr).List(ctx, opts)
+			if err != nil || !streaming {
+				return list, err
+			}
+			for i := range list.Items {
+				u := list.Items[i] // the sink may keep it; the page keeps a stub
+				s.Upsert(gvr, &u)
+				list.Items[i] = *stub(&u)
+			}
+			return list, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return client.Resource(gvr).Watch(ctx, opts)
+			w, err := client.Resource(gvr).Watch(ctx, opts)
+			if err != nil || !streaming || opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
+				return w, err
+			}
+			return streamInitialEvents(w, gvr, s), nil
 		},
 	}
 	store := &storeAdapter{gvr: gvr, sink: s}
@@ -59,6 +85,41 @@ func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersio
 		r.RunWithContext(ctx)
 	}()
 	return src
+}
+
+// stub is what the reflector keeps of a streamed object: enough for its
+// keys, resource versions and the sink's Replace.
+func stub(u *unstructured.Unstructured) *unstructured.Unstructured {
+	md := map[string]any{"name": u.GetName(), "uid": string(u.GetUID()), "resourceVersion": u.GetResourceVersion()}
+	if ns := u.GetNamespace(); ns != "" {
+		md["namespace"] = ns
+	}
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": md}}
+}
+
+// streamInitialEvents delivers the initial events of a watch-list (the
+// synthetic ADDED events before the "initial events end" bookmark) to the
+// sink as they arrive, and passes stubs on to the reflector, which would
+// otherwise gather every object before its Replace.
+func streamInitialEvents(w watch.Interface, gvr schema.GroupVersionResource, s Sink) watch.Interface {
+	initial := true
+	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		if !initial {
+			return e, true
+		}
+		switch e.Type {
+		case watch.Added:
+			if u, ok := e.Object.(*unstructured.Unstructured); ok {
+				s.Upsert(gvr, u)
+				e.Object = stub(u)
+			}
+		case watch.Bookmark:
+			if m, err := meta.Accessor(e.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				initial = false
+			}
+		}
+		return e, true
+	})
 }
 
 // Stop ends the Source and waits for it.

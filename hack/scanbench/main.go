@@ -45,12 +45,15 @@ func main() {
 	pods := flag.Int("pods", 1000, "Pods to create")
 	namespaces := flag.Int("namespaces", 50, "namespaces to spread them over")
 	corpus := flag.String("corpus", "../shared/corpus", "the corpus holding policy-library/pod-security")
+	flag.StringVar(&scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
 	flag.Parse()
 	if err := run(*pods, *namespaces, *corpus); err != nil {
 		fmt.Fprintln(os.Stderr, "scanbench:", err)
 		os.Exit(1)
 	}
 }
+
+var scannerBin string
 
 func run(pods, namespaces int, corpus string) error {
 	ctx := context.Background()
@@ -86,11 +89,19 @@ func run(pods, namespaces int, corpus string) error {
 	}
 	fmt.Printf("installed %d Pod Security Standards policies\n", len(policies))
 
-	bin := filepath.Join(os.TempDir(), "tally-scanner-bench")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/tally-scanner")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build tally-scanner: %w", err)
+	bin := scannerBin
+	if bin == "" {
+		bin = filepath.Join(os.TempDir(), "tally-scanner-bench")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/tally-scanner")
+		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("build tally-scanner: %w", err)
+		}
+	}
+	cpuBefore := childCPU()
+	reqBefore, err := reportRequests(ctx, kube)
+	if err != nil {
+		return err
 	}
 	addr, err := freeAddr()
 	if err != nil {
@@ -110,6 +121,21 @@ func run(pods, namespaces int, corpus string) error {
 	}
 	defer func() { _ = scanner.Process.Kill(); _ = scanner.Wait() }()
 	m := &metricsClient{base: "http://" + addr}
+	if out := os.Getenv("SCANBENCH_CPU"); out != "" {
+		// A CPU profile of the scanner's first 30 s (the full scan).
+		go func() {
+			for !m.ready() && time.Since(t0) < 10*time.Second {
+				if resp, err := http.Get(m.base + "/healthz"); err == nil {
+					resp.Body.Close()
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if err := fetch(m.base+"/debug/pprof/profile?seconds=30", out); err != nil {
+				fmt.Fprintln(os.Stderr, "cpu profile:", err)
+			}
+		}()
+	}
 
 	// 1. Full scan from start.
 	if err := m.waitSynced(float64(pods), 15*time.Minute); err != nil {
@@ -124,6 +150,18 @@ func run(pods, namespaces int, corpus string) error {
 	rss := peakRSS(scanner.Process.Pid)
 	fmt.Printf("full scan: %s to all reports written; %d reports; %.0f API writes; scanner peak RSS %.1f MiB\n",
 		full.Round(time.Millisecond), reports, writes, float64(rss)/1024)
+	cpuAfter := childCPU()
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		fmt.Printf("  CPU during the full scan: %s %.1f s\n", name, cpuAfter[name]-cpuBefore[name])
+	}
+	fmt.Printf("  CPU of the scanner process: %.1f s\n", processCPU(scanner.Process.Pid))
+	if reqAfter, err := reportRequests(ctx, kube); err == nil {
+		for verb, n := range reqAfter {
+			if d := n - reqBefore[verb]; d > 0 {
+				fmt.Printf("  API server requests on background reports: %s %.0f\n", verb, d)
+			}
+		}
+	}
 	if out := os.Getenv("SCANBENCH_HEAP"); out != "" {
 		if err := fetch(m.base+"/debug/pprof/heap", out); err != nil {
 			return err
@@ -388,4 +426,77 @@ func fetch(url, file string) error {
 	defer f.Close()
 	_, err = io.Copy(f, resp.Body)
 	return err
+}
+
+// childCPU sums the CPU seconds (user+system) of this process's children by
+// command name: the control plane it started.
+func childCPU() map[string]float64 {
+	out := map[string]float64{}
+	me := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, ppid, cpu, ok := procStat(pid)
+		if ok && ppid == me {
+			out[comm] += cpu
+		}
+	}
+	return out
+}
+
+func processCPU(pid int) float64 {
+	_, _, cpu, _ := procStat(pid)
+	return cpu
+}
+
+// procStat reads a process's command, parent and CPU seconds from /proc.
+func procStat(pid int) (comm string, ppid int, cpu float64, ok bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", 0, 0, false
+	}
+	s := string(data)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return "", 0, 0, false
+	}
+	comm = s[open+1 : closing]
+	f := strings.Fields(s[closing+1:])
+	if len(f) < 13 {
+		return "", 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return comm, ppid, (utime + stime) / 100, true // USER_HZ is 100 on Linux
+}
+
+// reportRequests reads the API server's apiserver_request_total for the
+// background reports, by verb.
+func reportRequests(ctx context.Context, kube kubernetes.Interface) (map[string]float64, error) {
+	data, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("API server metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="backgroundscanreports"`) {
+			continue
+		}
+		i := strings.Index(line, `verb="`)
+		if i < 0 {
+			continue
+		}
+		verb := line[i+6:]
+		verb = verb[:strings.IndexByte(verb, '"')]
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err == nil {
+			out[verb] += v
+		}
+	}
+	return out, nil
 }
