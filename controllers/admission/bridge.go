@@ -1,0 +1,367 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+
+	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/engine"
+)
+
+// GVRValidatingWebhookConfiguration is the kind whose caBundle the bridge keeps set.
+var GVRValidatingWebhookConfiguration = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}
+
+// Options configure a Bridge.
+type Options struct {
+	// Listen is the HTTPS address of /validate (":9443"; "127.0.0.1:0" picks a port).
+	Listen string
+	// CertDir holds a supplied tls.crt/tls.key (and optionally ca.crt); empty:
+	// tally generates a CA and serving certificate in the Secret below.
+	CertDir string
+	// SecretNamespace/SecretName locate the generated certificate's Secret.
+	SecretNamespace, SecretName string
+	// DNSNames are the serving certificate's DNS SANs (IP 127.0.0.1 is always added).
+	DNSNames []string
+	// WebhookConfiguration names the ValidatingWebhookConfiguration whose
+	// webhooks get the CA bundle ("" leaves webhook configurations alone).
+	WebhookConfiguration string
+	// Timeout bounds one request's evaluation (default 8s).
+	Timeout time.Duration
+	// MaxRequestBytes bounds an AdmissionReview body (default 3 MiB).
+	MaxRequestBytes int64
+	// FlushInterval is how often aggregated results are written (default 500ms).
+	FlushInterval time.Duration
+	// WriteWorkers write reports in parallel during a flush (default 4).
+	WriteWorkers int
+	// IngestKyvernoReports folds (and deletes) the admission reports of a
+	// Kyverno admission controller running beside tally.
+	IngestKyvernoReports bool
+	// Loader resolves context entries that read the cluster (nil: none).
+	Loader engine.ContextLoader
+	// CAValidity and CertValidity of generated certificates (defaults 3y, 1y);
+	// CertCheckInterval is how often they are checked (default 1m).
+	CAValidity, CertValidity, CertCheckInterval time.Duration
+	Registry                                    prometheus.Registerer
+	Clock                                       clock.WithTicker
+}
+
+// DefaultMaxRequestBytes bounds an AdmissionReview body: the API server's
+// own limit on objects is 3 MiB.
+const DefaultMaxRequestBytes = 3 << 20
+
+// DefaultDNSNames are the serving certificate's names for a namespace.
+func DefaultDNSNames(namespace string) []string {
+	return []string{"tally-webhook." + namespace + ".svc", "tally-webhook." + namespace + ".svc.cluster.local"}
+}
+
+type certSource interface {
+	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	reconcile(ctx context.Context) error
+	ready() bool
+	bundle() []byte
+}
+
+// Bridge is the admission webhook: it serves /validate, keeps its own view
+// of the policies, records results and manages its certificate.
+type Bridge struct {
+	opts     Options
+	client   dynamic.Interface
+	kube     kubernetes.Interface
+	disc     discovery.DiscoveryInterface
+	clock    clock.WithTicker
+	metrics  *metrics
+	policies *policySet
+	recorder *recorder
+	certs    certSource
+
+	mu   sync.Mutex
+	ctx  context.Context
+	addr string
+	kick chan struct{}
+}
+
+// New builds a Bridge; it starts nothing (Run does).
+func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.DiscoveryInterface, opts Options) *Bridge {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 8 * time.Second
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 500 * time.Millisecond
+	}
+	if opts.WriteWorkers <= 0 {
+		opts.WriteWorkers = 4
+	}
+	if opts.CAValidity <= 0 {
+		opts.CAValidity = 3 * 365 * 24 * time.Hour
+	}
+	if opts.CertValidity <= 0 {
+		opts.CertValidity = 365 * 24 * time.Hour
+	}
+	if opts.CertCheckInterval <= 0 {
+		opts.CertCheckInterval = time.Minute
+	}
+	if len(opts.DNSNames) == 0 {
+		opts.DNSNames = DefaultDNSNames(opts.SecretNamespace)
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	b := &Bridge{opts: opts, client: client, kube: kube, disc: disc, clock: opts.Clock, ctx: context.Background(), kick: make(chan struct{}, 1)}
+	b.recorder = newRecorder(client, nil, opts.Clock, opts.FlushInterval, opts.WriteWorkers)
+	b.metrics = newMetrics(opts.Registry, func() float64 { return float64(b.recorder.pendingCount()) })
+	b.recorder.metrics = b.metrics
+	b.policies = newPolicySet(b.log, b.metrics.policyErrors.Inc)
+	if opts.CertDir != "" {
+		b.certs = &dirCerts{dir: opts.CertDir}
+	} else {
+		b.certs = &secretCerts{kube: kube, namespace: opts.SecretNamespace, secretName: opts.SecretName, clock: opts.Clock,
+			opts: certOptions{dnsNames: opts.DNSNames, caValidity: opts.CAValidity, certValidity: opts.CertValidity}}
+	}
+	return b
+}
+
+func (b *Bridge) log() logr.Logger {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return logr.FromContextOrDiscard(b.ctx)
+}
+
+// Addr is the address the webhook listens on, once it does ("" before).
+func (b *Bridge) Addr() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.addr
+}
+
+// Synced reports whether the policies were listed and a certificate is served.
+func (b *Bridge) Synced() bool { return b.policies.synced() && b.certs.ready() }
+
+// served reports which of gvrs the API server serves.
+func (b *Bridge) served(gvrs ...schema.GroupVersionResource) []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	for _, gvr := range gvrs {
+		list, err := b.disc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if r.Name == gvr.Resource {
+				out = append(out, gvr)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Run watches, manages the certificate, serves /validate once the policies
+// were listed and a certificate is ready, and flushes reports, until ctx
+// ends. It fails only when the listener cannot be opened.
+func (b *Bridge) Run(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx).WithName("admission")
+	ctx = logr.NewContext(ctx, log)
+	b.mu.Lock()
+	b.ctx = ctx
+	b.mu.Unlock()
+
+	var sources []*watch.Source
+	watched := b.served(GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy)
+	if len(watched) < 4 {
+		log.Info("some policy kinds are not served; admission evaluates without them", "served", fmt.Sprint(watched))
+	}
+	for _, gvr := range watched {
+		b.policies.expect(gvr)
+		sources = append(sources, watch.Start(ctx, b.client, gvr, b.policies))
+	}
+	if b.opts.IngestKyvernoReports {
+		in := &ingester{rec: b.recorder}
+		kinds := b.served(GVRAdmissionReport, GVRClusterAdmissionReport, GVREphemeralReport, GVRClusterEphemeralReport)
+		log.Info("ingesting Kyverno admission reports", "kinds", fmt.Sprint(kinds))
+		for _, gvr := range kinds {
+			sources = append(sources, watch.Start(ctx, b.client, gvr, in))
+		}
+	}
+	if b.opts.WebhookConfiguration != "" {
+		sources = append(sources, watch.Start(ctx, b.client, GVRValidatingWebhookConfiguration, &configWatch{name: b.opts.WebhookConfiguration, kick: b.kick}))
+	}
+	var wg sync.WaitGroup
+	defer func() {
+		for _, s := range sources {
+			s.Cancel()
+		}
+		for _, s := range sources {
+			<-s.Done()
+		}
+		wg.Wait()
+	}()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		b.recorder.run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		b.maintainCerts(ctx)
+	}()
+
+	// Serve once the answers can be right: before that the connection is
+	// refused and the API server applies the webhook's failurePolicy.
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return b.Synced(), nil
+	}); err != nil {
+		return nil // ctx ended
+	}
+	ln, err := net.Listen("tcp", b.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("admission webhook: listen on %s: %w", b.opts.Listen, err)
+	}
+	b.mu.Lock()
+	b.addr = ln.Addr().String()
+	b.mu.Unlock()
+	mux := http.NewServeMux()
+	mux.Handle("/validate", b)
+	srv := &http.Server{
+		Handler:           mux,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: b.certs.GetCertificate},
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       b.opts.Timeout + 5*time.Second,
+		WriteTimeout:      b.opts.Timeout + 5*time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	log.Info("admission webhook serving", "address", b.addr, "path", "/validate")
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("admission webhook: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdown) // best effort: the process is stopping
+	return nil
+}
+
+// maintainCerts keeps the certificate served, renewed and set on the
+// webhook configuration: at start (retrying with backoff), every
+// CertCheckInterval, and whenever the webhook configuration changes.
+func (b *Bridge) maintainCerts(ctx context.Context) {
+	log := logr.FromContextOrDiscard(ctx)
+	initial := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
+	backoff := initial
+	t := b.clock.NewTicker(b.opts.CertCheckInterval)
+	defer t.Stop()
+	for {
+		err := b.certs.reconcile(ctx)
+		if err == nil {
+			err = b.ensureCABundle(ctx)
+		}
+		next := b.opts.CertCheckInterval
+		if err != nil {
+			log.Error(err, "webhook certificate maintenance failed; retrying")
+			next = backoff.Step()
+		} else {
+			backoff = initial
+		}
+		retryAt := b.clock.After(next)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-b.kick:
+		case <-retryAt:
+		}
+	}
+}
+
+// ensureCABundle sets the CA bundle on every webhook of the webhook
+// configuration; a configuration that does not exist (yet) is skipped.
+func (b *Bridge) ensureCABundle(ctx context.Context) error {
+	bundle := b.certs.bundle()
+	if b.opts.WebhookConfiguration == "" || len(bundle) == 0 {
+		return nil
+	}
+	api := b.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vwc, err := api.Get(ctx, b.opts.WebhookConfiguration, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // not created yet: its creation kicks another pass
+		}
+		if err != nil {
+			return fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", b.opts.WebhookConfiguration, err)
+		}
+		changed := false
+		for i := range vwc.Webhooks {
+			if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, bundle) {
+				vwc.Webhooks[i].ClientConfig.CABundle = bundle
+				changed = true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		if _, err := api.Update(ctx, vwc, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			return err
+		}
+		logr.FromContextOrDiscard(ctx).Info("set the CA bundle of the webhook configuration", "name", vwc.Name, "webhooks", len(vwc.Webhooks))
+		return nil
+	})
+}
+
+// configWatch kicks certificate maintenance when the webhook configuration
+// is created or changed.
+type configWatch struct {
+	name string
+	kick chan struct{}
+}
+
+func (c *configWatch) signal(u *unstructured.Unstructured) {
+	if u.GetName() != c.name {
+		return
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *configWatch) Upsert(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+	c.signal(u)
+}
+func (c *configWatch) Remove(schema.GroupVersionResource, *unstructured.Unstructured) {}
+func (c *configWatch) Replace(_ schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	for _, u := range objs {
+		c.signal(u)
+	}
+}
+func (c *configWatch) Listed(schema.GroupVersionResource) {}

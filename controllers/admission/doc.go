@@ -1,0 +1,19 @@
+// Package admission is tally's admission bridge: an HTTPS validating webhook
+// (AdmissionReview admission.k8s.io/v1, path /validate) that evaluates the
+// compiled validate rules of every policy with admission enabled against the
+// request, answers allowed or denied per the rules' failure actions, and
+// records the results as AdmissionReports.
+//
+// Watches: ClusterPolicies, Policies, PolicyExceptions and Namespaces (its
+// own reflectors, so the webhook works on every replica, not only the
+// scanner's leader); with ingestion on, the kyverno.io AdmissionReports and
+// reports.kyverno.io EphemeralReports that a Kyverno admission controller
+// writes beside tally; the Secret holding the generated serving certificate
+// and the ValidatingWebhookConfiguration whose caBundle it keeps set.
+//
+// Writes: at most one AdmissionReport (namespaced resources) or
+// ClusterAdmissionReport per resource, named by the resource UID. Results
+// are aggregated per UID in memory and flushed in batches with a
+// read-merge-write that keeps the newest result per (policy, rule), so that
+// several replicas can serve the webhook at once. Queue key: resource UID.
+package admission

@@ -1,0 +1,314 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/report"
+)
+
+// badRequest is an error answered with HTTP 400.
+type badRequest struct{ msg string }
+
+func (e *badRequest) Error() string { return e.msg }
+
+func badRequestf(format string, args ...any) error {
+	return &badRequest{msg: fmt.Sprintf(format, args...)}
+}
+
+// ServeHTTP answers one AdmissionReview on /validate.
+func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := b.clock.Now()
+	if r.Method != http.MethodPost {
+		http.Error(w, "admission reviews are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			http.Error(w, fmt.Sprintf("content type %q is not supported: send application/json", ct), http.StatusUnsupportedMediaType)
+			return
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, b.opts.MaxRequestBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			http.Error(w, fmt.Sprintf("admission review larger than the limit of %d bytes", tooLarge.Limit), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "read admission review: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	review, err := decodeReview(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), b.opts.Timeout)
+	defer cancel()
+	resp, err := b.Review(ctx, review.Request)
+	if err != nil {
+		status := http.StatusInternalServerError
+		var bad *badRequest
+		if errors.As(err, &bad) {
+			status = http.StatusBadRequest
+		}
+		http.Error(w, err.Error(), status)
+		return
+	}
+	out, err := json.Marshal(&admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
+		Response: resp,
+	})
+	if err != nil {
+		http.Error(w, "encode admission response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+	op := string(review.Request.Operation)
+	b.metrics.requests.WithLabelValues(op, fmt.Sprint(resp.Allowed)).Inc()
+	b.metrics.latency.WithLabelValues(op).Observe(b.clock.Since(start).Seconds())
+}
+
+// decodeReview reads an admission.k8s.io/v1 AdmissionReview and checks what
+// answering it needs.
+func decodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
+	if len(body) == 0 {
+		return nil, badRequestf("empty body: expected an admission.k8s.io/v1 AdmissionReview")
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		return nil, badRequestf("malformed AdmissionReview: %v", err)
+	}
+	if review.APIVersion != admissionv1.SchemeGroupVersion.String() || review.Kind != "AdmissionReview" {
+		return nil, badRequestf("expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got apiVersion %q kind %q", review.APIVersion, review.Kind)
+	}
+	req := review.Request
+	switch {
+	case req == nil:
+		return nil, badRequestf("AdmissionReview has no request")
+	case req.UID == "":
+		return nil, badRequestf("AdmissionReview request has no uid")
+	case req.Operation == "":
+		return nil, badRequestf("AdmissionReview request has no operation")
+	case req.Kind.Kind == "":
+		return nil, badRequestf("AdmissionReview request has no kind")
+	}
+	return &review, nil
+}
+
+// skipped reports whether a request is admitted without evaluation and
+// records nothing (R13): DELETE (and CONNECT) requests, Events, pods/exec.
+func skipped(req *admissionv1.AdmissionRequest) bool {
+	switch req.Operation {
+	case admissionv1.Create, admissionv1.Update:
+	default:
+		return true
+	}
+	if req.Kind.Kind == "Event" && (req.Kind.Group == "" || req.Kind.Group == "events.k8s.io") {
+		return true
+	}
+	return req.SubResource == "exec"
+}
+
+func decodeObject(what string, raw []byte) (map[string]any, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, badRequestf("request.%s is not a JSON object: %v", what, err)
+	}
+	return obj, nil
+}
+
+func userInfoOf(u authenticationv1.UserInfo) *engine.UserInfo {
+	out := &engine.UserInfo{Username: u.Username, UID: u.UID, Groups: u.Groups}
+	if len(u.Extra) > 0 {
+		out.Extra = make(map[string][]string, len(u.Extra))
+		for k, v := range u.Extra {
+			out.Extra[k] = []string(v)
+		}
+	}
+	return out
+}
+
+// evaluation is what the evaluating goroutine hands over: the results of
+// the policies it finished, in snapshot order.
+type evaluation struct {
+	mu       sync.Mutex
+	results  [][]engine.RuleResult
+	done     int
+	panicked error
+}
+
+// Review evaluates one admission request and builds its answer. Results are
+// recorded unless the request is denied, a dry run, or not a CREATE/UPDATE
+// of a whole object.
+func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	if skipped(req) {
+		return resp, nil
+	}
+	obj, err := decodeObject("object", req.Object.Raw)
+	if err != nil {
+		return nil, err
+	}
+	if obj == nil {
+		return nil, badRequestf("%s request has no object", req.Operation)
+	}
+	old, err := decodeObject("oldObject", req.OldObject.Raw)
+	if err != nil {
+		return nil, err
+	}
+	subject := report.SubjectOf(obj)
+	namespace := subject.Namespace
+	if namespace == "" && !(req.Kind.Group == "" && req.Kind.Kind == "Namespace") {
+		namespace = req.Namespace
+	}
+	nsLabels := b.policies.namespaceLabels(namespace)
+	snap := b.policies.current()
+	ereq := &engine.Request{
+		Object: obj, OldObject: old, Operation: string(req.Operation), Subresource: req.SubResource,
+		UserInfo: userInfoOf(req.UserInfo), NamespaceLabels: nsLabels, Exceptions: snap.exceptions,
+		Loader: b.opts.Loader,
+	}
+
+	ev := &evaluation{results: make([][]engine.RuleResult, len(snap.policies))}
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer func() {
+			if p := recover(); p != nil { // the engine must never take the webhook down
+				ev.mu.Lock()
+				ev.panicked = fmt.Errorf("evaluation panicked: %v", p)
+				ev.mu.Unlock()
+			}
+		}()
+		for i, ap := range snap.policies {
+			if ctx.Err() != nil {
+				return
+			}
+			rr := ap.compiled.Evaluate(ctx, ereq)
+			ev.mu.Lock()
+			ev.results[i], ev.done = rr, i+1
+			ev.mu.Unlock()
+		}
+	}()
+	timedOut := false
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		timedOut = true
+	}
+	ev.mu.Lock()
+	done, panicked := ev.done, ev.panicked
+	results := ev.results[:done]
+	ev.mu.Unlock()
+	if !timedOut && panicked == nil && done < len(snap.policies) {
+		timedOut = true // the goroutine saw the deadline first
+	}
+
+	now := b.clock.Now()
+	var denials []string
+	var record []wgv1alpha2.PolicyReportResult
+	labels := map[string]string{}
+	for i, rrs := range results {
+		ap := snap.policies[i]
+		var policyDenials []string
+		for _, rr := range rrs {
+			switch rr.Result {
+			case engine.Fail, engine.Warn:
+				if enforced(ap.compiled, rr.Rule, namespace, nsLabels) {
+					policyDenials = append(policyDenials, fmt.Sprintf("  %s: %s", rr.Rule, rr.Message))
+				} else {
+					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s.%s: %s", rr.Policy, rr.Rule, rr.Message))
+				}
+			case engine.Error:
+				if ap.failClosed && enforced(ap.compiled, rr.Rule, namespace, nsLabels) {
+					policyDenials = append(policyDenials, fmt.Sprintf("  %s: evaluation error (failurePolicy Fail): %s", rr.Rule, rr.Message))
+				} else {
+					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s.%s: evaluation error: %s", rr.Policy, rr.Rule, rr.Message))
+				}
+			}
+			record = append(record, report.Result(ap.compiled, rr, report.ProcessAdmission, now))
+		}
+		if len(rrs) > 0 && ap.labelKey != "" {
+			labels[ap.labelKey] = ap.resourceVersion
+		}
+		if len(policyDenials) > 0 {
+			denials = append(denials, ap.compiled.Name+":\n"+strings.Join(policyDenials, "\n"))
+		}
+	}
+	if timedOut || panicked != nil {
+		cause := fmt.Sprintf("evaluation did not finish within %s", b.opts.Timeout)
+		if panicked != nil {
+			cause = panicked.Error()
+		}
+		for _, ap := range snap.policies[done:] {
+			if ap.failClosed && canEnforce(ap.compiled, namespace, nsLabels) {
+				denials = append(denials, fmt.Sprintf("%s:\n  %s (failurePolicy Fail)", ap.compiled.Name, cause))
+			} else {
+				resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s: not evaluated: %s (failurePolicy Ignore or Audit)", ap.compiled.Name, cause))
+			}
+		}
+	}
+	if len(denials) > 0 {
+		resp.Allowed = false
+		resp.Warnings = nil
+		resp.Result = &metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+			Message: fmt.Sprintf("resource %s was blocked due to the following policies\n\n%s", describe(req, subject), strings.Join(denials, "\n")),
+		}
+		return resp, nil // R11: a denied request records nothing
+	}
+	if timedOut || panicked != nil || len(record) == 0 || req.SubResource != "" || (req.DryRun != nil && *req.DryRun) || subject.UID == "" {
+		return resp, nil // R13: dry runs record nothing; partial evaluations neither
+	}
+	hash, err := report.ContentHash(obj)
+	if err != nil {
+		return resp, nil // not a JSON document after all: nothing to label the report with
+	}
+	b.recorder.add(&entry{
+		uid: string(subject.UID), namespace: subject.Namespace,
+		owner: metav1.OwnerReference{APIVersion: subject.APIVersion, Kind: subject.Kind, Name: subject.Name, UID: types.UID(subject.UID)},
+		gvr:   gvrLabel(req.Resource.Group, req.Resource.Version, req.Resource.Resource),
+		hash:  fmt.Sprintf("%x", hash), at: now, policyLabels: labels, results: record,
+	})
+	return resp, nil
+}
+
+func describe(req *admissionv1.AdmissionRequest, s report.Subject) string {
+	name := s.Name
+	if name == "" {
+		name = req.Name
+	}
+	if s.Namespace != "" {
+		return req.Kind.Kind + "/" + s.Namespace + "/" + name
+	}
+	return req.Kind.Kind + "//" + name
+}
+
+// gvrLabel renders a GVR as a label value ("v1.pods", "apps.v1.deployments"),
+// as the scanner does.
+func gvrLabel(group, version, resource string) string {
+	if group == "" {
+		return version + "." + resource
+	}
+	return group + "." + version + "." + resource
+}

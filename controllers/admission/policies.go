@@ -1,0 +1,278 @@
+package admission
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/engine"
+)
+
+// GVRs the bridge watches for evaluation.
+var (
+	GVRClusterPolicy   = kyvernov1.GroupVersion.WithResource("clusterpolicies")
+	GVRPolicy          = kyvernov1.GroupVersion.WithResource("policies")
+	GVRPolicyException = kyvernov2.GroupVersion.WithResource("policyexceptions")
+	GVRNamespace       = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+)
+
+// admissionPolicy is a compiled policy with what answering and recording need.
+type admissionPolicy struct {
+	compiled *engine.Policy
+	// resourceVersion is the value of the policy label of the reports.
+	resourceVersion string
+	// labelKey is "cpol.kyverno.io/<name>" or "pol.kyverno.io/<name>" ("" when
+	// the name does not fit a label key).
+	labelKey string
+	// failClosed is spec.failurePolicy: Fail (the default).
+	failClosed bool
+}
+
+// snapshot is an immutable view of the policies and exceptions, swapped as a
+// whole on every change so that requests read it without locks.
+type snapshot struct {
+	policies   []*admissionPolicy
+	exceptions []*engine.Exception
+}
+
+// policySet keeps the compiled admission policies, the PolicyExceptions and
+// the namespace labels in step with the cluster. It is a watch.Sink.
+type policySet struct {
+	log     func() logr.Logger
+	onError func()
+
+	mu         sync.Mutex
+	policies   map[string]*admissionPolicy // by report name
+	exceptions map[string]*engine.Exception
+	listed     map[schema.GroupVersionResource]bool
+	expected   map[schema.GroupVersionResource]bool
+
+	snap       atomic.Pointer[snapshot]
+	namespaces sync.Map // name -> map[string]string (labels)
+}
+
+var _ watch.Sink = (*policySet)(nil)
+
+func newPolicySet(log func() logr.Logger, onError func()) *policySet {
+	ps := &policySet{log: log, onError: onError, policies: map[string]*admissionPolicy{},
+		exceptions: map[string]*engine.Exception{}, listed: map[schema.GroupVersionResource]bool{},
+		expected: map[schema.GroupVersionResource]bool{}}
+	ps.snap.Store(&snapshot{})
+	return ps
+}
+
+// current returns the policies and exceptions to evaluate a request with.
+func (ps *policySet) current() *snapshot { return ps.snap.Load() }
+
+// namespaceLabels returns the labels of a namespace (nil if unknown).
+func (ps *policySet) namespaceLabels(name string) map[string]string {
+	if v, ok := ps.namespaces.Load(name); ok {
+		return v.(map[string]string)
+	}
+	return nil
+}
+
+// expect declares the kinds whose first list makes the set synced.
+func (ps *policySet) expect(gvr schema.GroupVersionResource) {
+	ps.mu.Lock()
+	ps.expected[gvr] = true
+	ps.mu.Unlock()
+}
+
+// synced reports whether every expected kind was listed once.
+func (ps *policySet) synced() bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for gvr := range ps.expected {
+		if !ps.listed[gvr] {
+			return false
+		}
+	}
+	return len(ps.expected) > 0
+}
+
+// publish swaps in a new snapshot; the caller holds ps.mu.
+func (ps *policySet) publish() {
+	s := &snapshot{
+		policies:   make([]*admissionPolicy, 0, len(ps.policies)),
+		exceptions: make([]*engine.Exception, 0, len(ps.exceptions)),
+	}
+	for _, name := range slices.Sorted(maps.Keys(ps.policies)) {
+		s.policies = append(s.policies, ps.policies[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(ps.exceptions)) {
+		s.exceptions = append(s.exceptions, ps.exceptions[name])
+	}
+	ps.snap.Store(s)
+}
+
+func policyName(gvr schema.GroupVersionResource, namespace, name string) string {
+	if gvr == GVRPolicy {
+		return namespace + "/" + name
+	}
+	return name
+}
+
+// compilePolicy converts and compiles a policy object; a nil policy with a
+// nil error means the policy has admission off.
+func compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*admissionPolicy, error) {
+	var compiled *engine.Policy
+	var spec *kyvernov1.Spec
+	var err error
+	prefix := "cpol.kyverno.io/"
+	if gvr == GVRPolicy {
+		var p kyvernov1.Policy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			return nil, err
+		}
+		spec = &p.Spec
+		compiled, err = engine.CompilePolicy(&p)
+		prefix = "pol.kyverno.io/"
+	} else {
+		var p kyvernov1.ClusterPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			return nil, err
+		}
+		spec = &p.Spec
+		compiled, err = engine.CompileClusterPolicy(&p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The scanner rejects such a policy as a whole (R06); the bridge does the
+	// same so that both agree on which policies exist.
+	if err := engine.ValidateBackground(spec); err != nil {
+		return nil, err
+	}
+	if !spec.AdmissionEnabled() {
+		return nil, nil
+	}
+	ap := &admissionPolicy{
+		compiled:        compiled,
+		resourceVersion: u.GetResourceVersion(),
+		failClosed:      spec.FailurePolicy == nil || *spec.FailurePolicy != kyvernov1.Ignore,
+	}
+	if key := prefix + u.GetName(); len(validation.IsQualifiedName(key)) == 0 {
+		ap.labelKey = key
+	}
+	return ap, nil
+}
+
+func (ps *policySet) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	switch gvr {
+	case GVRNamespace:
+		labels := u.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		ps.namespaces.Store(u.GetName(), labels)
+	case GVRPolicyException:
+		name := u.GetNamespace() + "/" + u.GetName()
+		var pe kyvernov2.PolicyException
+		err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe)
+		var ex *engine.Exception
+		if err == nil {
+			ex, err = engine.CompileException(&pe)
+		}
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		if err != nil {
+			ps.log().Error(err, "PolicyException is invalid; ignored at admission", "exception", name)
+			delete(ps.exceptions, name)
+		} else {
+			ps.exceptions[name] = ex
+		}
+		ps.publish()
+	case GVRClusterPolicy, GVRPolicy:
+		name := policyName(gvr, u.GetNamespace(), u.GetName())
+		ap, err := compilePolicy(gvr, u)
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		if err != nil {
+			// The scanner reports it as an Event on the policy; here a log line.
+			ps.log().Error(err, "policy is invalid; skipped at admission", "policy", name)
+			ps.onError()
+			delete(ps.policies, name)
+		} else if ap == nil {
+			delete(ps.policies, name) // admission: false
+		} else {
+			ps.policies[name] = ap
+		}
+		ps.publish()
+	}
+}
+
+func (ps *policySet) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	switch gvr {
+	case GVRNamespace:
+		ps.namespaces.Delete(u.GetName())
+	case GVRPolicyException:
+		ps.mu.Lock()
+		delete(ps.exceptions, u.GetNamespace()+"/"+u.GetName())
+		ps.publish()
+		ps.mu.Unlock()
+	case GVRClusterPolicy, GVRPolicy:
+		ps.mu.Lock()
+		delete(ps.policies, policyName(gvr, u.GetNamespace(), u.GetName()))
+		ps.publish()
+		ps.mu.Unlock()
+	}
+}
+
+func (ps *policySet) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	present := make(map[string]bool, len(objs))
+	for _, u := range objs {
+		ps.Upsert(gvr, u)
+		switch gvr {
+		case GVRNamespace:
+			present[u.GetName()] = true
+		case GVRPolicyException:
+			present[u.GetNamespace()+"/"+u.GetName()] = true
+		default:
+			present[policyName(gvr, u.GetNamespace(), u.GetName())] = true
+		}
+	}
+	switch gvr {
+	case GVRNamespace:
+		ps.namespaces.Range(func(k, _ any) bool {
+			if !present[k.(string)] {
+				ps.namespaces.Delete(k)
+			}
+			return true
+		})
+		return
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if gvr == GVRPolicyException {
+		for name := range ps.exceptions {
+			if !present[name] {
+				delete(ps.exceptions, name)
+			}
+		}
+	} else {
+		for name := range ps.policies {
+			if strings.Contains(name, "/") == (gvr == GVRPolicy) && !present[name] {
+				delete(ps.policies, name)
+			}
+		}
+	}
+	ps.publish()
+}
+
+func (ps *policySet) Listed(gvr schema.GroupVersionResource) {
+	ps.mu.Lock()
+	ps.listed[gvr] = true
+	ps.mu.Unlock()
+}

@@ -1,0 +1,423 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/report"
+)
+
+// Labels of the intermediate reports, as Kyverno set them (the scanner and
+// the merger use the same).
+const (
+	LabelResourceUID  = "audit.kyverno.io/resource.uid"
+	LabelResourceHash = "audit.kyverno.io/resource.hash"
+	LabelResourceGVR  = "audit.kyverno.io/resource.gvr"
+	labelSource       = "audit.kyverno.io/source"
+)
+
+// GVRs of the admission reports.
+var (
+	GVRAdmissionReport        = kyvernov2.GroupVersion.WithResource("admissionreports")
+	GVRClusterAdmissionReport = kyvernov2.GroupVersion.WithResource("clusteradmissionreports")
+)
+
+func admissionReportGVR(namespace string) schema.GroupVersionResource {
+	if namespace == "" {
+		return GVRClusterAdmissionReport
+	}
+	return GVRAdmissionReport
+}
+
+// entry is a batch of admission results for one resource.
+type entry struct {
+	uid, namespace string
+	owner          metav1.OwnerReference
+	// gvr and hash label the report; they describe the object as of at.
+	gvr, hash string
+	at        time.Time
+	// policyLabels are "cpol.kyverno.io/<name>" / "pol.kyverno.io/<name>" =
+	// the policy's resourceVersion.
+	policyLabels map[string]string
+	results      []wgv1alpha2.PolicyReportResult
+	// sources are ingested Kyverno reports, deleted once their results were
+	// written.
+	sources []sourceRef
+}
+
+// sourceRef names an object to delete after a successful write.
+type sourceRef struct {
+	gvr             schema.GroupVersionResource
+	namespace, name string
+	uid             string
+}
+
+type ruleKey struct{ policy, rule string }
+
+// newer reports whether a is strictly newer than b.
+func newer(a, b metav1.Timestamp) bool {
+	if a.Seconds != b.Seconds {
+		return a.Seconds > b.Seconds
+	}
+	return a.Nanos > b.Nanos
+}
+
+func stamp(t time.Time) metav1.Timestamp {
+	return metav1.Timestamp{Seconds: t.Unix(), Nanos: int32(t.Nanosecond())}
+}
+
+// mergeResults keeps the newest result per (policy, rule) of both lists; on
+// a tie the second list (the incoming one) wins. The output is sorted.
+func mergeResults(have, incoming []wgv1alpha2.PolicyReportResult) []wgv1alpha2.PolicyReportResult {
+	byKey := make(map[ruleKey]wgv1alpha2.PolicyReportResult, len(have)+len(incoming))
+	for _, r := range have {
+		k := ruleKey{r.Policy, r.Rule}
+		if prev, ok := byKey[k]; !ok || newer(r.Timestamp, prev.Timestamp) {
+			byKey[k] = r
+		}
+	}
+	for _, r := range incoming {
+		k := ruleKey{r.Policy, r.Rule}
+		if prev, ok := byKey[k]; !ok || !newer(prev.Timestamp, r.Timestamp) {
+			byKey[k] = r
+		}
+	}
+	out := make([]wgv1alpha2.PolicyReportResult, 0, len(byKey))
+	for _, r := range byKey {
+		out = append(out, r)
+	}
+	report.Sort(out)
+	return out
+}
+
+// merge folds a newer batch of the same resource into e.
+func (e *entry) merge(n *entry) {
+	e.results = mergeResults(e.results, n.results)
+	if !n.at.Before(e.at) {
+		e.at, e.hash, e.owner = n.at, n.hash, n.owner
+		if n.gvr != "" {
+			e.gvr = n.gvr
+		}
+		if e.policyLabels == nil {
+			e.policyLabels = map[string]string{}
+		}
+		maps.Copy(e.policyLabels, n.policyLabels)
+	} else {
+		for k, v := range n.policyLabels {
+			if _, ok := e.policyLabels[k]; !ok {
+				if e.policyLabels == nil {
+					e.policyLabels = map[string]string{}
+				}
+				e.policyLabels[k] = v
+			}
+		}
+	}
+	if e.gvr == "" {
+		e.gvr = n.gvr
+	}
+	e.sources = append(e.sources, n.sources...)
+}
+
+// recorder aggregates admission results per resource UID and writes them in
+// batches: at most one AdmissionReport per resource, never one per request.
+type recorder struct {
+	client   dynamic.Interface
+	metrics  *metrics
+	clock    clock.WithTicker
+	interval time.Duration
+	workers  int
+
+	mu      sync.Mutex
+	pending map[string]*entry
+	kick    chan struct{}
+}
+
+// maxPending bounds the resources waiting for a flush; past it a flush is
+// started at once.
+const maxPending = 2000
+
+func newRecorder(client dynamic.Interface, m *metrics, clk clock.WithTicker, interval time.Duration, workers int) *recorder {
+	return &recorder{client: client, metrics: m, clock: clk, interval: interval, workers: workers,
+		pending: map[string]*entry{}, kick: make(chan struct{}, 1)}
+}
+
+// add queues a batch of results for the next flush.
+func (r *recorder) add(e *entry) {
+	r.mu.Lock()
+	if prev, ok := r.pending[e.uid]; ok {
+		prev.merge(e)
+	} else {
+		r.pending[e.uid] = e
+	}
+	n := len(r.pending)
+	r.mu.Unlock()
+	if n >= maxPending {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (r *recorder) pendingCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pending)
+}
+
+// run flushes every interval until ctx ends, then once more with a short
+// deadline so that results of the last requests are not lost on shutdown.
+func (r *recorder) run(ctx context.Context) {
+	t := r.clock.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			r.flush(final)
+			cancel()
+			return
+		case <-t.C():
+		case <-r.kick:
+		}
+		r.flush(ctx)
+	}
+}
+
+// flush writes every pending entry; entries that fail go back to pending
+// and are retried on the next flush.
+func (r *recorder) flush(ctx context.Context) {
+	r.mu.Lock()
+	batch := r.pending
+	r.pending = map[string]*entry{}
+	r.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	work := make(chan *entry)
+	var wg sync.WaitGroup
+	for range r.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for e := range work {
+				if err := r.write(ctx, e); err != nil {
+					log.Error(err, "writing an admission report failed; retrying at the next flush", "uid", e.uid)
+					r.metrics.reportWrites.WithLabelValues("error").Inc()
+					if ctx.Err() == nil {
+						r.add(e)
+					}
+					continue
+				}
+				r.deleteSources(ctx, e.sources)
+			}
+		}()
+	}
+	for _, e := range batch {
+		work <- e
+	}
+	close(work)
+	wg.Wait()
+}
+
+// write merges e into the resource's report: get, merge the newest result
+// per (policy, rule), then update or create, again on conflicts.
+func (r *recorder) write(ctx context.Context, e *entry) error {
+	ri := r.client.Resource(admissionReportGVR(e.namespace)).Namespace(e.namespace)
+	return retry.OnError(retry.DefaultRetry, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+	}, func() error {
+		cur, err := ri.Get(ctx, e.uid, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			if len(e.results) == 0 {
+				return nil // nothing to report (an ingested report without results)
+			}
+			u, err := desired(nil, e)
+			if err != nil {
+				return err
+			}
+			if _, err := ri.Create(ctx, u, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
+				if apierrors.IsAlreadyExists(err) {
+					r.metrics.reportWrites.WithLabelValues("conflict").Inc()
+				}
+				return err
+			}
+			r.metrics.reportWrites.WithLabelValues("create").Inc()
+			return nil
+		case err != nil:
+			return fmt.Errorf("get %s %s/%s: %w", kindOf(e.namespace), e.namespace, e.uid, err)
+		}
+		u, err := desired(cur, e)
+		if err != nil {
+			return err
+		}
+		if u == nil {
+			return nil // nothing newer than what is stored
+		}
+		if _, err := ri.Update(ctx, u, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			if apierrors.IsConflict(err) {
+				r.metrics.reportWrites.WithLabelValues("conflict").Inc()
+			}
+			return err
+		}
+		r.metrics.reportWrites.WithLabelValues("update").Inc()
+		return nil
+	})
+}
+
+const fieldManager = "tally-admission"
+
+func kindOf(namespace string) string {
+	if namespace == "" {
+		return "ClusterAdmissionReport"
+	}
+	return "AdmissionReport"
+}
+
+// desired builds the report that holds cur's results merged with e's (cur
+// nil: a new report). It returns nil when cur already holds everything.
+func desired(cur *unstructured.Unstructured, e *entry) (*unstructured.Unstructured, error) {
+	var have kyvernov2.AdmissionReport
+	if cur != nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(cur.Object, &have); err != nil {
+			// Unreadable: replace its spec with what we know.
+			have = kyvernov2.AdmissionReport{}
+		}
+	}
+	results := mergeResults(have.Spec.Results, e.results)
+	labels := map[string]string{}
+	if cur != nil {
+		maps.Copy(labels, cur.GetLabels())
+	}
+	// The hash, GVR and owner follow the newest side.
+	var newestHave metav1.Timestamp
+	for _, res := range have.Spec.Results {
+		if newer(res.Timestamp, newestHave) {
+			newestHave = res.Timestamp
+		}
+	}
+	owner := e.owner
+	if cur == nil || !newer(newestHave, stamp(e.at)) || labels[LabelResourceHash] == "" {
+		labels[LabelResourceHash] = e.hash
+		if e.gvr != "" {
+			labels[LabelResourceGVR] = e.gvr
+		}
+	} else if have.Spec.Owner.UID != "" {
+		owner = have.Spec.Owner
+	}
+	labels[LabelResourceUID] = e.uid
+	labels[report.LabelManagedBy] = report.ManagedBy
+	keep := map[string]bool{}
+	for _, res := range results {
+		keep[policyLabelKey(res.Policy)] = true
+	}
+	for k, v := range e.policyLabels {
+		if _, ok := labels[k]; !ok || !newer(newestHave, stamp(e.at)) {
+			labels[k] = v
+		}
+	}
+	for k := range labels { // policies without results lose their label
+		if (strings.HasPrefix(k, "cpol.kyverno.io/") || strings.HasPrefix(k, "pol.kyverno.io/")) && !keep[k] {
+			delete(labels, k)
+		}
+	}
+	spec := kyvernov2.ReportSpec{Owner: owner, Results: results, Summary: wgv1alpha2.SummaryOf(results)}
+	if cur != nil && maps.Equal(labels, cur.GetLabels()) && equalSpec(have.Spec, spec) {
+		return nil, nil
+	}
+	specMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
+	if err != nil {
+		return nil, fmt.Errorf("convert report of %s: %w", e.uid, err)
+	}
+	labelMap := make(map[string]any, len(labels))
+	for k, v := range labels {
+		labelMap[k] = v
+	}
+	md := map[string]any{"name": e.uid, "labels": labelMap}
+	if owner.UID != "" && owner.APIVersion != "" && owner.Kind != "" && owner.Name != "" {
+		// The garbage collector deletes the report with its resource.
+		md["ownerReferences"] = []any{map[string]any{
+			"apiVersion": owner.APIVersion, "kind": owner.Kind, "name": owner.Name, "uid": string(owner.UID),
+		}}
+	}
+	if e.namespace != "" {
+		md["namespace"] = e.namespace
+	}
+	if cur != nil {
+		md["resourceVersion"] = cur.GetResourceVersion()
+		if ann := cur.GetAnnotations(); len(ann) > 0 {
+			a := make(map[string]any, len(ann))
+			for k, v := range ann {
+				a[k] = v
+			}
+			md["annotations"] = a
+		}
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": kyvernov2.GroupVersion.String(),
+		"kind":       kindOf(e.namespace),
+		"metadata":   md,
+		"spec":       specMap,
+	}}, nil
+}
+
+func equalSpec(a, b kyvernov2.ReportSpec) bool {
+	if a.Owner.UID != b.Owner.UID || a.Owner.Name != b.Owner.Name || a.Owner.Kind != b.Owner.Kind || a.Owner.APIVersion != b.Owner.APIVersion {
+		return false
+	}
+	if len(a.Results) != len(b.Results) || a.Summary != b.Summary {
+		return false
+	}
+	for i := range a.Results {
+		x, y := a.Results[i], b.Results[i]
+		if x.Policy != y.Policy || x.Rule != y.Rule || x.Result != y.Result || x.Message != y.Message || x.Timestamp != y.Timestamp {
+			return false
+		}
+	}
+	return true
+}
+
+// deleteSources deletes ingested reports once their results are written.
+func (r *recorder) deleteSources(ctx context.Context, sources []sourceRef) {
+	log := logr.FromContextOrDiscard(ctx)
+	for _, s := range sources {
+		opts := metav1.DeleteOptions{}
+		if s.uid != "" {
+			uid := types.UID(s.uid)
+			opts.Preconditions = &metav1.Preconditions{UID: &uid}
+		}
+		err := r.client.Resource(s.gvr).Namespace(s.namespace).Delete(ctx, s.name, opts)
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			log.Error(err, "deleting an ingested Kyverno report failed", "name", s.namespace+"/"+s.name)
+			continue
+		}
+		r.metrics.ingested.WithLabelValues(s.gvr.Resource).Inc()
+	}
+}
+
+// policyLabelKey is the report label of a policy by its report name.
+func policyLabelKey(policy string) string {
+	if _, name, ok := strings.Cut(policy, "/"); ok {
+		return "pol.kyverno.io/" + name
+	}
+	return "cpol.kyverno.io/" + policy
+}
