@@ -1,6 +1,7 @@
 // Command tally-scanner is tally's scan engine: it keeps the store in step
 // with the cluster, evaluates the background-enabled validate rules and
-// writes BackgroundScanReports.
+// writes BackgroundScanReports (while leading). Every replica also serves the
+// admission bridge (--webhook-listen), outside leader election.
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +29,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/tally-dev/tally/api"
+	"github.com/tally-dev/tally/controllers/admission"
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/internal/process"
 	"github.com/tally-dev/tally/memstore"
@@ -38,6 +41,13 @@ type options struct {
 	interval       time.Duration
 	stateConfigMap string
 	rescanEndpoint bool
+	webhook        webhookOptions
+}
+
+type webhookOptions struct {
+	listen, certDir, secret, dnsNames, configuration string
+	timeout                                          time.Duration
+	ingest                                           bool
 }
 
 func main() {
@@ -47,6 +57,13 @@ func main() {
 	flag.DurationVar(&o.interval, "background-scan-interval", time.Hour, "global background scan interval (policies may override it)")
 	flag.StringVar(&o.stateConfigMap, "state-configmap", "tally-scan-state", "ConfigMap persisting each policy's last complete scan")
 	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
+	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
+	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
+	flag.StringVar(&o.webhook.secret, "webhook-secret", "tally-webhook-tls", "Secret (in --namespace) holding the generated webhook certificate, shared by every replica")
+	flag.StringVar(&o.webhook.dnsNames, "webhook-dns-names", "", "comma-separated DNS names of the generated certificate (default tally-webhook.<namespace>.svc,tally-webhook.<namespace>.svc.cluster.local; IP 127.0.0.1 is always included)")
+	flag.StringVar(&o.webhook.configuration, "webhook-configuration", "tally", "ValidatingWebhookConfiguration whose webhooks get the CA bundle (skipped while absent)")
+	flag.DurationVar(&o.webhook.timeout, "webhook-timeout", 8*time.Second, "time limit of one admission evaluation; past it the request is answered per the policies' failurePolicy")
+	flag.BoolVar(&o.webhook.ingest, "ingest-kyverno-reports", false, "fold the admission reports of a Kyverno admission controller running beside tally into tally's, and delete them")
 	flag.Parse()
 
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
@@ -107,5 +124,31 @@ func run(ctx context.Context, o options) error {
 	if o.rescanEndpoint {
 		handlers["/rescan"] = rescan
 	}
-	return process.Run(ctx, o.Options, cfg, reg, scanner, handlers)
+	if o.webhook.listen == "" {
+		return process.Run(ctx, o.Options, cfg, reg, scanner, handlers)
+	}
+	// The admission bridge serves on every replica, outside leader election.
+	var dnsNames []string
+	for _, n := range strings.Split(o.webhook.dnsNames, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			dnsNames = append(dnsNames, n)
+		}
+	}
+	bridge := admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
+		Listen: o.webhook.listen, CertDir: o.webhook.certDir,
+		SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
+		WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
+		IngestKyvernoReports: o.webhook.ingest, Registry: reg,
+	})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	bridgeDone := make(chan error, 1)
+	go func() {
+		err := bridge.Run(ctx)
+		cancel() // a bridge that cannot serve stops the process
+		bridgeDone <- err
+	}()
+	err = process.Run(ctx, o.Options, cfg, reg, scanner, handlers)
+	cancel()
+	return errors.Join(err, <-bridgeDone)
 }
