@@ -33,7 +33,7 @@ expectations, or apply them to manifests.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCommand(), newTestCommand(), newApplyCommand(), newScanCommand())
+	root.AddCommand(newVersionCommand(), newTestCommand(), newApplyCommand(), newScanCommand(), newReportCommand())
 	return root
 }
 
