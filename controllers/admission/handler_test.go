@@ -1,0 +1,357 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+)
+
+// policyYAML builds a ClusterPolicy requiring label "team" on Pods.
+func policyYAML(name, action, extra string) string {
+	return `
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: ` + name + `
+  resourceVersion: "7"
+spec:
+  validationFailureAction: ` + action + `
+` + extra + `
+  rules:
+  - name: require-team
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      message: label team is required
+      pattern:
+        metadata:
+          labels:
+            team: "?*"
+`
+}
+
+func testBridge(t *testing.T, policies ...string) *Bridge {
+	t.Helper()
+	b := New(nil, nil, nil, Options{Timeout: 2 * time.Second, MaxRequestBytes: 64 << 10})
+	for _, p := range policies {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(p), &obj); err != nil {
+			t.Fatal(err)
+		}
+		gvr := GVRClusterPolicy
+		if obj["kind"] == "Policy" {
+			gvr = GVRPolicy
+		}
+		b.policies.Upsert(gvr, &unstructured.Unstructured{Object: obj})
+	}
+	b.policies.Upsert(GVRNamespace, &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "prod", "labels": map[string]any{"env": "prod"}}}})
+	return b
+}
+
+func pod(labels map[string]string) map[string]any {
+	md := map[string]any{"name": "p", "namespace": "prod", "uid": "uid-1"}
+	if labels != nil {
+		l := map[string]any{}
+		for k, v := range labels {
+			l[k] = v
+		}
+		md["labels"] = l
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": md,
+		"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "image": "nginx"}}}}
+}
+
+func request(op admissionv1.Operation, obj map[string]any) *admissionv1.AdmissionRequest {
+	raw, _ := json.Marshal(obj)
+	return &admissionv1.AdmissionRequest{
+		UID: types.UID("req-1"), Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: "prod", Name: "p",
+		Operation: op, Object: runtime.RawExtension{Raw: raw},
+	}
+}
+
+func pendingResults(b *Bridge) map[string]string {
+	out := map[string]string{}
+	b.recorder.mu.Lock()
+	defer b.recorder.mu.Unlock()
+	for _, e := range b.recorder.pending {
+		for _, r := range e.results {
+			out[e.uid+" "+r.Policy+"/"+r.Rule] = string(r.Result)
+		}
+	}
+	return out
+}
+
+func TestReview(t *testing.T) {
+	audit := policyYAML("audit-team", "Audit", "")
+	enforce := policyYAML("enforce-team", "Enforce", "")
+	ruleEnforce := strings.Replace(policyYAML("rule-enforce", "Audit", ""), "      message: label", "      failureAction: Enforce\n      message: label", 1)
+	overrideProd := policyYAML("override-prod", "Audit", `  validationFailureActionOverrides:
+  - action: Enforce
+    namespaceSelector:
+      matchLabels: {env: prod}`)
+	admissionOff := policyYAML("admission-off", "Enforce", "  admission: false")
+	tests := map[string]struct {
+		policies     []string
+		req          func() *admissionv1.AdmissionRequest
+		allowed      bool
+		messageHas   []string
+		warnings     int
+		wantRecorded map[string]string
+	}{
+		"an Audit failure is admitted with one warning and recorded": {
+			policies: []string{audit}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(nil)) },
+			allowed: true, warnings: 1, wantRecorded: map[string]string{"uid-1 audit-team/require-team": "fail"},
+		},
+		"an Enforce failure is denied naming the policy and rule, and records nothing (R11)": {
+			policies: []string{audit, enforce}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(nil)) },
+			allowed: false, messageHas: []string{"enforce-team:", "require-team: validation error: label team is required"},
+			wantRecorded: map[string]string{},
+		},
+		"a passing Enforce rule is recorded (R07)": {
+			policies: []string{enforce}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(map[string]string{"team": "a"})) },
+			allowed: true, wantRecorded: map[string]string{"uid-1 enforce-team/require-team": "pass"},
+		},
+		"a rule-level failureAction Enforce overrides the policy's Audit (R12)": {
+			policies: []string{ruleEnforce}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Update, pod(nil)) },
+			allowed: false, messageHas: []string{"rule-enforce:"}, wantRecorded: map[string]string{},
+		},
+		"a namespace override turns Audit into Enforce (R12)": {
+			policies: []string{overrideProd}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(nil)) },
+			allowed: false, messageHas: []string{"override-prod:"}, wantRecorded: map[string]string{},
+		},
+		"DELETE is admitted without evaluation (R13)": {
+			policies: []string{enforce}, req: func() *admissionv1.AdmissionRequest {
+				r := request(admissionv1.Delete, nil)
+				raw, _ := json.Marshal(pod(nil))
+				r.OldObject = runtime.RawExtension{Raw: raw}
+				return r
+			},
+			allowed: true, wantRecorded: map[string]string{},
+		},
+		"a dry run is answered but records nothing (R13)": {
+			policies: []string{audit}, req: func() *admissionv1.AdmissionRequest {
+				r := request(admissionv1.Create, pod(nil))
+				r.DryRun = ptr.To(true)
+				return r
+			},
+			allowed: true, warnings: 1, wantRecorded: map[string]string{},
+		},
+		"an Event is admitted and records nothing (R13)": {
+			policies: []string{enforce}, req: func() *admissionv1.AdmissionRequest {
+				r := request(admissionv1.Create, map[string]any{"apiVersion": "v1", "kind": "Event", "metadata": map[string]any{"name": "e", "namespace": "prod", "uid": "u"}})
+				r.Kind = metav1.GroupVersionKind{Version: "v1", Kind: "Event"}
+				return r
+			},
+			allowed: true, wantRecorded: map[string]string{},
+		},
+		"pods/exec is admitted and records nothing (R13)": {
+			policies: []string{enforce}, req: func() *admissionv1.AdmissionRequest {
+				r := request(admissionv1.Connect, map[string]any{"apiVersion": "v1", "kind": "PodExecOptions"})
+				r.SubResource = "exec"
+				return r
+			},
+			allowed: true, wantRecorded: map[string]string{},
+		},
+		"a policy with admission off neither denies nor records (R13)": {
+			policies: []string{admissionOff}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(nil)) },
+			allowed: true, wantRecorded: map[string]string{},
+		},
+		"a CREATE without a uid is answered but records nothing": {
+			policies: []string{audit}, req: func() *admissionv1.AdmissionRequest {
+				p := pod(nil)
+				delete(p["metadata"].(map[string]any), "uid")
+				return request(admissionv1.Create, p)
+			},
+			allowed: true, warnings: 1, wantRecorded: map[string]string{},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := testBridge(t, tc.policies...)
+			resp, err := b.Review(context.Background(), tc.req())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v, want %v (%+v)", resp.Allowed, tc.allowed, resp.Result)
+			}
+			if resp.UID != "req-1" {
+				t.Errorf("uid = %q", resp.UID)
+			}
+			for _, m := range tc.messageHas {
+				if resp.Result == nil || !strings.Contains(resp.Result.Message, m) {
+					t.Errorf("message %+v lacks %q", resp.Result, m)
+				}
+			}
+			if len(resp.Warnings) != tc.warnings {
+				t.Errorf("warnings = %q, want %d", resp.Warnings, tc.warnings)
+			}
+			got := pendingResults(b)
+			if len(got) != len(tc.wantRecorded) {
+				t.Fatalf("recorded %v, want %v", got, tc.wantRecorded)
+			}
+			for k, v := range tc.wantRecorded {
+				if got[k] != v {
+					t.Errorf("recorded %s = %q, want %q", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestRecordedEntryCarriesLabelsAndOwner(t *testing.T) {
+	b := testBridge(t, policyYAML("audit-team", "Audit", ""))
+	if _, err := b.Review(context.Background(), request(admissionv1.Create, pod(nil))); err != nil {
+		t.Fatal(err)
+	}
+	e := b.recorder.pending["uid-1"]
+	if e == nil {
+		t.Fatal("nothing recorded")
+	}
+	if e.namespace != "prod" || e.gvr != "v1.pods" || e.hash == "" || e.owner.Kind != "Pod" || e.owner.UID != "uid-1" || e.owner.Name != "p" {
+		t.Errorf("entry = %+v", e)
+	}
+	if e.policyLabels["cpol.kyverno.io/audit-team"] != "7" {
+		t.Errorf("policy labels = %v", e.policyLabels)
+	}
+	if e.results[0].Properties["process"] != "admission review" {
+		t.Errorf("properties = %v", e.results[0].Properties)
+	}
+}
+
+// blockingLoader never returns before its context ends.
+type blockingLoader struct{}
+
+func (blockingLoader) Load(ctx context.Context, _ kyvernov1.ContextEntry, _ map[string]any) (any, error) {
+	<-ctx.Done()
+	time.Sleep(50 * time.Millisecond) // the answer must not wait for the engine
+	return nil, ctx.Err()
+}
+
+func slowPolicy(name, action, failurePolicy string) string {
+	return `
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: ` + name + `}
+spec:
+  validationFailureAction: ` + action + `
+  failurePolicy: ` + failurePolicy + `
+  rules:
+  - name: slow
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    context:
+    - name: cm
+      configMap: {name: settings, namespace: default}
+    validate:
+      message: never
+      deny:
+        conditions:
+          any:
+          - {key: "{{ cm.data.x }}", operator: Equals, value: "y"}
+`
+}
+
+func TestTimeoutFollowsFailurePolicy(t *testing.T) {
+	tests := map[string]struct {
+		policy  string
+		allowed bool
+	}{
+		"failurePolicy Fail denies":   {slowPolicy("slow-fail", "Enforce", "Fail"), false},
+		"failurePolicy Ignore admits": {slowPolicy("slow-ignore", "Enforce", "Ignore"), true},
+		"an Audit policy admits":      {slowPolicy("slow-audit", "Audit", "Fail"), true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := testBridge(t, tc.policy)
+			b.opts.Loader = blockingLoader{}
+			b.opts.Timeout = 100 * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), b.opts.Timeout)
+			defer cancel()
+			start := time.Now()
+			resp, err := b.Review(ctx, request(admissionv1.Create, pod(nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("answered after %s", d)
+			}
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v, want %v (%+v, %q)", resp.Allowed, tc.allowed, resp.Result, resp.Warnings)
+			}
+			if !tc.allowed && !strings.Contains(resp.Result.Message, "did not finish within 100ms") {
+				t.Errorf("message = %q", resp.Result.Message)
+			}
+			if got := pendingResults(b); len(got) != 0 {
+				t.Errorf("a timed-out request recorded %v", got)
+			}
+		})
+	}
+}
+
+func TestServeHTTP(t *testing.T) {
+	b := testBridge(t, policyYAML("enforce-team", "Enforce", ""))
+	review := func(req *admissionv1.AdmissionRequest) []byte {
+		data, _ := json.Marshal(&admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: req})
+		return data
+	}
+	tests := map[string]struct {
+		method, contentType string
+		body                []byte
+		status              int
+		bodyHas             string
+	}{
+		"a denied review is answered 200 with allowed false": {body: review(request(admissionv1.Create, pod(nil))), status: 200, bodyHas: `"allowed":false`},
+		"an allowed review is answered 200":                  {body: review(request(admissionv1.Create, pod(map[string]string{"team": "x"}))), status: 200, bodyHas: `"allowed":true`},
+		"malformed JSON is a 400 naming the problem":         {body: []byte(`{"apiVersion":`), status: 400, bodyHas: "malformed AdmissionReview"},
+		"an empty body is a 400":                             {body: nil, status: 400, bodyHas: "empty body"},
+		"a wrong apiVersion is a 400":                        {body: []byte(`{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"x"}}`), status: 400, bodyHas: "expected apiVersion admission.k8s.io/v1"},
+		"a review without request is a 400":                  {body: []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), status: 400, bodyHas: "has no request"},
+		"a request without uid is a 400":                     {body: []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE","kind":{"version":"v1","kind":"Pod"}}}`), status: 400, bodyHas: "has no uid"},
+		"an object that is not a JSON object is a 400":       {body: []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE","kind":{"version":"v1","kind":"Pod"},"object":[1,2]}}`), status: 400, bodyHas: "request.object is not a JSON object"},
+		"an oversized body is a 413":                         {body: bytes.Repeat([]byte("x"), 70<<10), status: 413, bodyHas: "larger than the limit of 65536 bytes"},
+		"GET is a 405":                                       {method: http.MethodGet, status: 405},
+		"a non-JSON content type is a 415":                   {contentType: "application/yaml", body: []byte("a: b"), status: 415, bodyHas: "not supported"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			method := tc.method
+			if method == "" {
+				method = http.MethodPost
+			}
+			r := httptest.NewRequest(method, "/validate", bytes.NewReader(tc.body))
+			ct := tc.contentType
+			if ct == "" {
+				ct = "application/json"
+			}
+			r.Header.Set("Content-Type", ct)
+			w := httptest.NewRecorder()
+			b.ServeHTTP(w, r)
+			if w.Code != tc.status {
+				t.Fatalf("status = %d, want %d: %s", w.Code, tc.status, w.Body.String())
+			}
+			if !strings.Contains(w.Body.String(), tc.bodyHas) {
+				t.Errorf("body %q lacks %q", w.Body.String(), tc.bodyHas)
+			}
+		})
+	}
+}

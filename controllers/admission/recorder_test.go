@@ -1,0 +1,199 @@
+package admission
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+)
+
+func result(policy, rule string, res wgv1alpha2.Result, sec int64) wgv1alpha2.PolicyReportResult {
+	return wgv1alpha2.PolicyReportResult{Policy: policy, Rule: rule, Result: res, Timestamp: metav1.Timestamp{Seconds: sec},
+		Properties: map[string]string{"process": "admission review"}}
+}
+
+func podEntry(at int64, hash string, results ...wgv1alpha2.PolicyReportResult) *entry {
+	return &entry{uid: "uid-1", namespace: "prod", gvr: "v1.pods", hash: hash, at: time.Unix(at, 0),
+		owner:        metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "uid-1"},
+		policyLabels: map[string]string{"cpol.kyverno.io/a": "1"}, results: results}
+}
+
+func fakeRecorder(objs ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		GVRAdmissionReport: "AdmissionReportList", GVRClusterAdmissionReport: "ClusterAdmissionReportList",
+		GVREphemeralReport: "EphemeralReportList",
+	}, objs...)
+	m := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 })
+	return newRecorder(client, m, clocktesting.NewFakeClock(time.Unix(0, 0)), time.Second, 2), client
+}
+
+func readReport(t *testing.T, client *dynamicfake.FakeDynamicClient, ns, name string) (*kyvernov2.AdmissionReport, *unstructured.Unstructured) {
+	t.Helper()
+	u, err := client.Resource(GVRAdmissionReport).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r kyvernov2.AdmissionReport
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r, u
+}
+
+func TestMergeResultsNewestWins(t *testing.T) {
+	got := mergeResults(
+		[]wgv1alpha2.PolicyReportResult{result("a", "r1", "fail", 10), result("a", "r2", "pass", 30)},
+		[]wgv1alpha2.PolicyReportResult{result("a", "r1", "pass", 20), result("a", "r2", "fail", 25), result("b", "r", "pass", 5)},
+	)
+	want := map[string]wgv1alpha2.Result{"a/r1": "pass", "a/r2": "pass", "b/r": "pass"}
+	if len(got) != len(want) {
+		t.Fatalf("got %v", got)
+	}
+	for _, r := range got {
+		if want[r.Policy+"/"+r.Rule] != r.Result {
+			t.Errorf("%s/%s = %s, want %s", r.Policy, r.Rule, r.Result, want[r.Policy+"/"+r.Rule])
+		}
+	}
+}
+
+func TestRecorderWritesOneReportPerResource(t *testing.T) {
+	rec, client := fakeRecorder()
+	ctx := context.Background()
+	// Three requests for one resource before a flush: one pending entry.
+	rec.add(podEntry(10, "h1", result("a", "r1", "fail", 10)))
+	rec.add(podEntry(20, "h2", result("a", "r1", "pass", 20), result("a", "r2", "fail", 20)))
+	rec.add(podEntry(15, "h15", result("a", "r2", "pass", 15)))
+	if n := rec.pendingCount(); n != 1 {
+		t.Fatalf("pending = %d, want 1", n)
+	}
+	rec.flush(ctx)
+	r, u := readReport(t, client, "prod", "uid-1")
+	if got := summary(r); got != "a/r1=pass a/r2=fail" {
+		t.Errorf("results = %s", got)
+	}
+	labels := u.GetLabels()
+	if labels[LabelResourceHash] != "h2" || labels[LabelResourceUID] != "uid-1" || labels[LabelResourceGVR] != "v1.pods" ||
+		labels["app.kubernetes.io/managed-by"] != "tally" || labels["cpol.kyverno.io/a"] != "1" {
+		t.Errorf("labels = %v", labels)
+	}
+	if r.Spec.Owner.UID != "uid-1" || len(r.OwnerReferences) != 1 || r.OwnerReferences[0].UID != "uid-1" {
+		t.Errorf("owner = %+v, ownerReferences = %+v", r.Spec.Owner, r.OwnerReferences)
+	}
+	if r.Spec.Summary.Pass != 1 || r.Spec.Summary.Fail != 1 {
+		t.Errorf("summary = %+v", r.Spec.Summary)
+	}
+
+	// A later batch (another replica, or a later flush) merges into the same object.
+	rec.add(podEntry(30, "h3", result("a", "r2", "pass", 30)))
+	rec.add(podEntry(5, "h0", result("a", "r1", "fail", 5))) // older than what is stored: loses
+	rec.flush(ctx)
+	r, u = readReport(t, client, "prod", "uid-1")
+	if got := summary(r); got != "a/r1=pass a/r2=pass" {
+		t.Errorf("results after second flush = %s", got)
+	}
+	if u.GetLabels()[LabelResourceHash] != "h3" {
+		t.Errorf("hash = %s, want the newest (h3)", u.GetLabels()[LabelResourceHash])
+	}
+	list, err := client.Resource(GVRAdmissionReport).Namespace("prod").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Errorf("%d reports, want 1", len(list.Items))
+	}
+	writes := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "create" || a.GetVerb() == "update" {
+			writes++
+		}
+	}
+	if writes != 2 {
+		t.Errorf("%d writes for two flushes, want 2", writes)
+	}
+}
+
+func TestRecorderWritesNothingWhenNothingIsNewer(t *testing.T) {
+	rec, client := fakeRecorder()
+	ctx := context.Background()
+	rec.add(podEntry(10, "h1", result("a", "r1", "pass", 10)))
+	rec.flush(ctx)
+	client.ClearActions()
+	rec.add(podEntry(10, "h1", result("a", "r1", "pass", 10)))
+	rec.flush(ctx)
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "get" {
+			t.Errorf("unexpected %s", a.GetVerb())
+		}
+	}
+}
+
+func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
+	kyvernoReport := func(name string, sec int64, res wgv1alpha2.Result) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kyverno.io/v2", "kind": "AdmissionReport",
+			"metadata": map[string]any{"name": name, "namespace": "prod", "uid": "src-" + name,
+				"labels": map[string]any{LabelResourceUID: "uid-1", LabelResourceHash: "hk", "cpol.kyverno.io/a": "4"}},
+			"spec": map[string]any{
+				"owner":   map[string]any{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-1"},
+				"results": []any{map[string]any{"policy": "a", "rule": "r1", "result": string(res), "timestamp": map[string]any{"seconds": sec, "nanos": int64(0)}}},
+			},
+		}}
+	}
+	ephemeral := kyvernoReport("e1", 40, "pass")
+	ephemeral.SetAPIVersion("reports.kyverno.io/v1")
+	ephemeral.SetKind("EphemeralReport")
+	ephemeral.SetLabels(map[string]string{LabelResourceUID: "uid-1", labelSource: "admission"})
+	background := kyvernoReport("bg", 50, "fail")
+	background.SetAPIVersion("reports.kyverno.io/v1")
+	background.SetKind("EphemeralReport")
+	background.SetLabels(map[string]string{LabelResourceUID: "uid-1", labelSource: "background-scan"})
+	ours := kyvernoReport("uid-1", 1, "fail")
+	ours.SetLabels(map[string]string{LabelResourceUID: "uid-1", "app.kubernetes.io/managed-by": "tally"})
+
+	k1, k2 := kyvernoReport("k1", 10, "fail"), kyvernoReport("k2", 30, "fail")
+	rec, client := fakeRecorder(k1, k2, ephemeral)
+	in := &ingester{rec: rec}
+	in.Replace(GVRAdmissionReport, []*unstructured.Unstructured{k1, k2, ours})
+	in.Upsert(GVREphemeralReport, ephemeral)
+	in.Upsert(GVREphemeralReport, background)
+	if n := rec.pendingCount(); n != 1 {
+		t.Fatalf("pending = %d, want 1", n)
+	}
+	rec.flush(context.Background())
+	r, u := readReport(t, client, "prod", "uid-1")
+	if got := summary(r); got != "a/r1=pass" {
+		t.Errorf("results = %s (the ephemeral report's pass at 40 is the newest)", got)
+	}
+	if u.GetLabels()["cpol.kyverno.io/a"] != "4" {
+		t.Errorf("labels = %v", u.GetLabels())
+	}
+	for _, name := range []string{"k1", "k2"} {
+		if _, err := client.Resource(GVRAdmissionReport).Namespace("prod").Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+			t.Errorf("source %s not deleted", name)
+		}
+	}
+	if _, err := client.Resource(GVREphemeralReport).Namespace("prod").Get(context.Background(), "e1", metav1.GetOptions{}); err == nil {
+		t.Error("ephemeral source not deleted")
+	}
+}
+
+func summary(r *kyvernov2.AdmissionReport) string {
+	s := ""
+	for i, res := range r.Spec.Results {
+		if i > 0 {
+			s += " "
+		}
+		s += res.Policy + "/" + res.Rule + "=" + string(res.Result)
+	}
+	return s
+}
