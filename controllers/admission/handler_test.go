@@ -127,7 +127,9 @@ func TestReview(t *testing.T) {
 			wantRecorded: map[string]string{},
 		},
 		"a passing Enforce rule is recorded (R07)": {
-			policies: []string{enforce}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(map[string]string{"team": "a"})) },
+			policies: []string{enforce}, req: func() *admissionv1.AdmissionRequest {
+				return request(admissionv1.Create, pod(map[string]string{"team": "a"}))
+			},
 			allowed: true, wantRecorded: map[string]string{"uid-1 enforce-team/require-team": "pass"},
 		},
 		"a rule-level failureAction Enforce overrides the policy's Audit (R12)": {
