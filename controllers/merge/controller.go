@@ -84,9 +84,9 @@ type Merger struct {
 	states   map[string]*resourceState
 	policies map[string]PolicyInfo
 	written  map[string]writtenReport
-	// strings and props hold the one copy of repeated values (state.go).
+	// strings and metas hold the one copy of repeated values (state.go).
 	strings map[string]string
-	props   map[string]map[string]string
+	metas   map[string]*resultMeta
 	// allListed is closed once every watched kind was listed: merging
 	// earlier would write reports of a partial view (after a restart, a
 	// resource whose policies are not listed yet would lose its entries).
@@ -129,7 +129,7 @@ func New(client dynamic.Interface, opts Options) *Merger {
 		listed:  map[schema.GroupVersionResource]bool{},
 		states:  map[string]*resourceState{},
 		strings: map[string]string{},
-		props:   map[string]map[string]string{},
+		metas:   map[string]*resultMeta{},
 
 		allListed: make(chan struct{}),
 		policies:  map[string]PolicyInfo{},
@@ -225,7 +225,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	var subject report.Subject
 	if st != nil {
 		subject = st.subject
-		in.Admission, in.Background = st.admission.results, st.background.results
+		in.Admission, in.Background = expand(st.admission.results), expand(st.background.results)
 		in.BackgroundCurrent = st.background.present && (!st.admission.present || st.background.hash == st.admission.hash)
 	}
 	prev, hadReport := m.written[uid]

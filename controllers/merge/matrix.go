@@ -62,8 +62,8 @@ type ruleKey struct{ policy, rule string }
 // passes for Enforce rules, while existing resources report whatever the
 // background scan found when background is on.
 func Merge(in Input) []wgv1alpha2.PolicyReportResult {
-	chosen := map[ruleKey]wgv1alpha2.PolicyReportResult{}
-	backgroundSeen := map[ruleKey]bool{}
+	chosen := make(map[ruleKey]wgv1alpha2.PolicyReportResult, len(in.Background)+len(in.Admission))
+	backgroundSeen := make(map[ruleKey]bool, len(in.Background))
 	for _, r := range in.Background {
 		p, ok := in.Policies[r.Policy]
 		if !ok || !p.Background || !p.Rules[r.Rule] {

@@ -236,12 +236,12 @@ func (m *Merger) enqueuePolicy(name string) {
 
 func hasPolicy(st *resourceState, name string) bool {
 	for _, r := range st.admission.results {
-		if r.Policy == name {
+		if r.meta.policy == name {
 			return true
 		}
 	}
 	for _, r := range st.background.results {
-		if r.Policy == name {
+		if r.meta.policy == name {
 			return true
 		}
 	}
