@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,19 +19,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
 	"sigs.k8s.io/e2e-framework/klient/wait"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
+	"github.com/tally-dev/tally/api"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -54,20 +65,60 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// outage makes a client's requests fail while it is on: with HTTP 503 or,
+// when refuse is set, with "connection refused".
+type outage struct {
+	on, refuse atomic.Bool
+	failed     atomic.Int64
+}
+
+func (o *outage) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if !o.on.Load() {
+			return rt.RoundTrip(req)
+		}
+		o.failed.Add(1)
+		if o.refuse.Load() {
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		}
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable", Request: req,
+			Header: http.Header{"Content-Type": []string{"text/plain"}}, Body: io.NopCloser(strings.NewReader("injected outage"))}, nil
+	})
+}
+
 // runningScanner is a scanner started in-process against the test cluster.
 type runningScanner struct {
 	scanner *scan.Scanner
 	reg     *prometheus.Registry
 	writes  *writeCounter
+	outage  *outage
+	events  record.EventBroadcaster
 	cancel  context.CancelFunc
 	done    chan error
 }
 
 func startScanner(t *testing.T, cfg *rest.Config, namespace string) *runningScanner {
 	t.Helper()
+	return startScannerWith(t, cfg, namespace, &outage{})
+}
+
+// startScannerWith starts a scanner whose API requests fail while out is on.
+func startScannerWith(t *testing.T, cfg *rest.Config, namespace string, out *outage) *runningScanner {
+	t.Helper()
+	events := record.NewBroadcaster()
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), api.AddToScheme(scheme)); err != nil {
+		t.Fatal(err)
+	}
 	cfg = rest.CopyConfig(cfg)
 	wc := &writeCounter{match: "backgroundscanreports"}
 	cfg.Wrap(wc.wrap)
+	cfg.Wrap(out.wrap)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +134,10 @@ func startScanner(t *testing.T, cfg *rest.Config, namespace string) *runningScan
 	reg := prometheus.NewRegistry()
 	s := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
 		Workers: 2, Interval: time.Hour, StateNamespace: namespace, StateName: "tally-scan-state", Registry: reg,
+		Recorder: events.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
 	})
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 1})))
-	rs := &runningScanner{scanner: s, reg: reg, writes: wc, cancel: cancel, done: make(chan error, 1)}
+	rs := &runningScanner{scanner: s, reg: reg, writes: wc, outage: out, events: events, cancel: cancel, done: make(chan error, 1)}
 	go func() { rs.done <- s.Run(ctx) }()
 	return rs // the caller stops it (a feature's Teardown): t may be one step's subtest
 }
@@ -98,6 +150,7 @@ func (rs *runningScanner) stop() {
 	}
 	rs.cancel()
 	<-rs.done
+	rs.events.Shutdown()
 }
 
 // counter reads a counter metric's value (summed over its labels).
@@ -370,6 +423,175 @@ func TestScannerWritesBackgroundReports(t *testing.T) {
 		}).
 		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			scanner.stop()
+			_ = cfg.Client().Resources().Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// eventReasons lists the reasons of the Events about an object.
+func eventReasons(ctx context.Context, t *testing.T, cfg *envconf.Config, name string) []string {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(cfg.Client().RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := kube.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+func TestScannerRejectsInvalidPolicies(t *testing.T) {
+	const ns = "scan-invalid"
+	var (
+		scanner *runningScanner
+		pod     = newPod(ns, "p", nil)
+		good    = requireLabelsPolicy("invalid-good", ns, "team", "owner")
+		badCron = requireLabelsPolicy("invalid-cron", ns, "team", "owner")
+		badUser = requireLabelsPolicy("invalid-userinfo", ns, "team", "owner")
+		badPat  = requireLabelsPolicy("invalid-pattern", ns, "team", "owner")
+		bad     = []*kyvernov1.ClusterPolicy{badCron, badUser, badPat}
+	)
+	badCron.Annotations[scan.AnnotationSchedule] = "every tuesday"
+	badUser.Spec.Rules[0].Match.Any[0].Subjects = []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "alice"}} // background is on by default
+	badPat.Spec.Rules[0].Validate.Pattern = &apiextv1.JSON{Raw: []byte(`{"metadata":{"name":">="}}`)}
+	f := features.New("invalid policies").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			r := cfg.Client().Resources()
+			for _, o := range []k8s.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, pod, good, badCron, badUser, badPat} {
+				if err := r.Create(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			scanner = startScanner(t, cfg.Client().RESTConfig(), "default")
+			return ctx
+		}).
+		Assess("the valid policy reports, the invalid ones are skipped", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			waitForResults(ctx, t, cfg, pod, map[string]string{"invalid-good/pods": string(wgv1alpha2.ResultFail)})
+			scanner.waitSynced(t)
+			if got, _, _ := resultsOf(ctx, cfg, ns, string(pod.UID)); len(got) != 1 {
+				t.Errorf("report holds %v, want only invalid-good's entry", got)
+			}
+			return ctx
+		}).
+		Assess("each invalid policy gets a metric and an Event", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			for _, p := range bad {
+				if got := scanner.gauge(t, "tally_scan_policy_errors_total", map[string]string{"policy": p.Name}); got < 1 {
+					t.Errorf("tally_scan_policy_errors_total{policy=%s} = %v, want >= 1", p.Name, got)
+				}
+				err := wait.For(func(ctx context.Context) (bool, error) {
+					for _, reason := range eventReasons(ctx, t, cfg, p.Name) {
+						if reason == "PolicyRejected" {
+							return true, nil
+						}
+					}
+					return false, nil
+				}, wait.WithTimeout(30*time.Second), wait.WithInterval(200*time.Millisecond))
+				if err != nil {
+					t.Errorf("no PolicyRejected Event on %s: %v", p.Name, err)
+				}
+			}
+			if got := scanner.gauge(t, "tally_scan_policy_errors_total", map[string]string{"policy": good.Name}); got != 0 {
+				t.Errorf("the valid policy counts %v errors", got)
+			}
+			return ctx
+		}).
+		Assess("a fixed policy is scanned", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			var p kyvernov1.ClusterPolicy
+			r := cfg.Client().Resources()
+			if err := r.Get(ctx, badCron.Name, "", &p); err != nil {
+				t.Fatal(err)
+			}
+			p.Annotations[scan.AnnotationSchedule] = "*/5 * * * *"
+			if err := r.Update(ctx, &p); err != nil {
+				t.Fatal(err)
+			}
+			fail := string(wgv1alpha2.ResultFail)
+			waitForResults(ctx, t, cfg, pod, map[string]string{"invalid-good/pods": fail, "invalid-cron/pods": fail})
+			return ctx
+		}).
+		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			scanner.stop()
+			r := cfg.Client().Resources()
+			for _, p := range append(bad, good) {
+				_ = r.Delete(ctx, p)
+			}
+			_ = r.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+func TestScannerSurvivesAPIOutages(t *testing.T) {
+	const ns = "scan-outage"
+	var (
+		scanner *runningScanner
+		pod     = newPod(ns, "p", nil)
+		policy  = requireLabelsPolicy("outage", ns, "team", "owner")
+		rule    = "outage/pods"
+	)
+	alive := func(t *testing.T) {
+		t.Helper()
+		select {
+		case err := <-scanner.done:
+			scanner.done <- err
+			t.Fatalf("the scanner stopped during an API outage: %v", err)
+		default:
+		}
+	}
+	f := features.New("API outages").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			r := cfg.Client().Resources()
+			for _, o := range []k8s.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, pod, policy} {
+				if err := r.Create(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := &outage{}
+			out.on.Store(true) // the API server answers 503 from the start
+			scanner = startScannerWith(t, cfg.Client().RESTConfig(), "default", out)
+			return ctx
+		}).
+		Assess("started during an outage, it waits and then scans", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			time.Sleep(3 * time.Second)
+			alive(t)
+			if scanner.outage.failed.Load() == 0 {
+				t.Fatal("no request went through the outage")
+			}
+			scanner.outage.on.Store(false)
+			waitForResults(ctx, t, cfg, pod, map[string]string{rule: string(wgv1alpha2.ResultFail)})
+			return ctx
+		}).
+		Assess("a change during an outage is written once the server is back", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			scanner.waitSynced(t)
+			failed := scanner.outage.failed.Load()
+			scanner.outage.refuse.Store(true) // connection refused, this time
+			scanner.outage.on.Store(true)
+			pod.Labels = map[string]string{"team": "a"}
+			if err := cfg.Client().Resources().Update(ctx, pod); err != nil { // the test's client is not cut off
+				t.Fatal(err)
+			}
+			err := wait.For(func(context.Context) (bool, error) { return scanner.outage.failed.Load() > failed, nil },
+				wait.WithTimeout(30*time.Second), wait.WithInterval(100*time.Millisecond))
+			if err != nil {
+				t.Fatalf("the scanner made no request during the outage: %v", err)
+			}
+			time.Sleep(2 * time.Second)
+			alive(t)
+			scanner.outage.on.Store(false)
+			waitForResults(ctx, t, cfg, pod, map[string]string{rule: string(wgv1alpha2.ResultPass)})
+			alive(t)
+			return ctx
+		}).
+		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			scanner.stop()
+			_ = cfg.Client().Resources().Delete(ctx, policy)
 			_ = cfg.Client().Resources().Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 			return ctx
 		}).Feature()

@@ -15,6 +15,7 @@ import (
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/match"
+	"github.com/tally-dev/tally/engine/pattern"
 	"github.com/tally-dev/tally/memstore"
 )
 
@@ -78,6 +79,9 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	name := policyName(gvr, u.GetNamespace(), u.GetName())
 	log := s.log().WithValues("policy", name)
 	obj, compiled, spec, err := readPolicy(gvr, u)
+	if err == nil {
+		err = malformedRules(compiled)
+	}
 	if err == nil && spec.BackgroundEnabled() {
 		err = engine.ValidateBackground(spec)
 	}
@@ -92,8 +96,10 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 			s.opts.Recorder.Eventf(obj, corev1.EventTypeWarning, "PolicyRejected", "tally cannot scan this policy: %v", err)
 		}
 		s.removePolicy(name)
+		s.setPolicyStatus(gvr, u, err)
 		return
 	}
+	defer s.setPolicyStatus(gvr, u, nil)
 	if !spec.BackgroundEnabled() {
 		s.removePolicy(name) // R19: background entries go when background is turned off
 		s.mu.Lock()
@@ -158,6 +164,57 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	if len(changed) > 0 || len(removedRules) > 0 {
 		s.enqueueResultsOfRules(name, changed, removedRules)
 	}
+}
+
+// malformedRules reports the rules that do not compile (a bad pattern,
+// JMESPath, match...): such a policy is rejected. A construct the engine
+// does not support (validate.cel, manifests, assert) is not malformed: it
+// gives error results where the rule matches (never a silent pass).
+func malformedRules(p *engine.Policy) error {
+	var errs []error
+	for _, r := range p.Rules {
+		if err := checkPatterns(r.Raw.Validate); err != nil {
+			errs = append(errs, fmt.Errorf("rule %s: %w", r.Name, err))
+			continue
+		}
+		if r.Err == nil {
+			continue
+		}
+		if v := r.Raw.Validate; v != nil && (v.CEL != nil || v.Manifests != nil || v.Assert != nil) {
+			continue
+		}
+		errs = append(errs, r.Err)
+	}
+	return errors.Join(errs...)
+}
+
+// checkPatterns rejects patterns that can never be evaluated meaningfully
+// (an operator without operand, an empty list, ...: see pattern.Check).
+func checkPatterns(v *kyvernov1.Validation) error {
+	if v == nil {
+		return nil
+	}
+	if v.Pattern != nil {
+		var p any
+		if err := json.Unmarshal(v.Pattern.Raw, &p); err != nil {
+			return fmt.Errorf("pattern: %w", err)
+		}
+		if err := pattern.Check(p); err != nil {
+			return err
+		}
+	}
+	if v.AnyPattern != nil {
+		var ps []any
+		if err := json.Unmarshal(v.AnyPattern.Raw, &ps); err != nil {
+			return fmt.Errorf("anyPattern: want a list of patterns: %w", err)
+		}
+		for i, p := range ps {
+			if err := pattern.Check(p); err != nil {
+				return fmt.Errorf("anyPattern %d: %w", i, err)
+			}
+		}
+	}
+	return nil
 }
 
 func (tp *trackedPolicy) kinds() []schema.GroupVersionResource {

@@ -17,6 +17,12 @@ import (
 // its results in the store and writes its report if the content changed. A
 // resource no longer in the store has its report deleted.
 func (s *Scanner) reconcile(ctx context.Context, uid string) error {
+	if !s.policiesListed() {
+		// Policies, exceptions and namespaces arrive first (streamed): a
+		// resource evaluated before would be written twice.
+		s.queue.AddAfter(uid, 100*time.Millisecond)
+		return nil
+	}
 	unlock := s.locks.lock(uid)
 	defer unlock()
 
@@ -95,6 +101,14 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 		s.metrics.scanDuration.Observe(time.Since(start).Seconds())
 	}
 	return s.reports.ensure(ctx, res, gvr, results)
+}
+
+// policiesListed reports whether the policies, exceptions and namespaces
+// were listed once.
+func (s *Scanner) policiesListed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.synced[GVRClusterPolicy] && s.synced[GVRPolicy] && s.synced[GVRPolicyException] && s.synced[GVRNamespace]
 }
 
 // mayMatch is a cheap pre-filter: the policy has a rule for the resource's

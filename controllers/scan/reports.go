@@ -65,14 +65,17 @@ func reportGVR(namespace string) schema.GroupVersionResource {
 	return GVRBackgroundScanReport
 }
 
-// digestOf hashes a report's spec.
-func digestOf(spec *kyvernov2.ReportSpec) (uint64, error) {
+// digestOf hashes what tally writes of a report: its spec and the resource
+// hash label (the merger compares it with the admission report's).
+func digestOf(spec *kyvernov2.ReportSpec, resourceHash string) (uint64, error) {
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return 0, err
 	}
 	h := fnv.New64a()
 	_, _ = h.Write(data)
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(resourceHash))
 	return h.Sum64(), nil
 }
 
@@ -95,7 +98,8 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		Results: entries,
 		Summary: wgv1alpha2.SummaryOf(entries),
 	}
-	digest, err := digestOf(&spec)
+	hash := fmt.Sprintf("%x", res.Hash)
+	digest, err := digestOf(&spec, hash)
 	if err != nil {
 		return fmt.Errorf("digest report of %s: %w", res.UID, err)
 	}
@@ -109,45 +113,69 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	if res.Namespace == "" {
 		kind = "ClusterBackgroundScanReport"
 	}
-	obj := map[string]any{
-		"apiVersion": kyvernov2.GroupVersion.String(),
-		"kind":       kind,
-		"metadata": map[string]any{
-			"name":      res.UID,
-			"namespace": res.Namespace,
-			"labels": map[string]any{
-				report.LabelManagedBy: report.ManagedBy,
-				LabelResourceUID:      res.UID,
-				LabelResourceHash:     fmt.Sprintf("%x", res.Hash),
-				LabelResourceGVR:      gvrLabel(gvr),
-			},
-			"ownerReferences": []any{map[string]any{
-				"apiVersion": apiVersion, "kind": res.Kind, "name": res.Name, "uid": res.UID,
-			}},
-		},
-	}
 	specMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
 	if err != nil {
 		return fmt.Errorf("convert report of %s: %w", res.UID, err)
 	}
-	obj["spec"] = specMap
-	if res.Namespace == "" {
-		delete(obj["metadata"].(map[string]any), "namespace")
+	labels := map[string]any{
+		report.LabelManagedBy: report.ManagedBy,
+		LabelResourceUID:      res.UID,
+		LabelResourceHash:     hash,
+		LabelResourceGVR:      gvrLabel(gvr),
 	}
-	u := &unstructured.Unstructured{Object: obj}
 	ri := w.client.Resource(reportGVR(res.Namespace)).Namespace(res.Namespace)
-	if _, err := ri.Apply(ctx, res.UID, u, metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
-		return fmt.Errorf("apply %s %s/%s: %w", kind, res.Namespace, res.UID, err)
-	}
+	// A report tally has not seen is created; one it knows is replaced by a
+	// JSON patch (spec and labels). Both cost the API server far less than
+	// server-side apply, which computes field ownership on every write.
 	op := "update"
+	if ok {
+		err = w.patch(ctx, ri, res.UID, labels, specMap)
+		if apierrors.IsNotFound(err) { // deleted behind tally's back
+			ok = false
+		}
+	}
 	if !ok {
 		op = "create"
+		md := map[string]any{
+			"name":   res.UID,
+			"labels": labels,
+			"ownerReferences": []any{map[string]any{
+				"apiVersion": apiVersion, "kind": res.Kind, "name": res.Name, "uid": res.UID,
+			}},
+		}
+		if res.Namespace != "" {
+			md["namespace"] = res.Namespace
+		}
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": kyvernov2.GroupVersion.String(), "kind": kind, "metadata": md, "spec": specMap,
+		}}
+		_, err = ri.Create(ctx, u, metav1.CreateOptions{FieldManager: fieldManager})
+		if apierrors.IsAlreadyExists(err) { // written before, but not seen at start-up
+			op = "update"
+			err = w.patch(ctx, ri, res.UID, labels, specMap)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write %s %s/%s: %w", kind, res.Namespace, res.UID, err)
 	}
 	w.metrics.reportWrites.WithLabelValues(op).Inc()
 	w.mu.Lock()
 	w.written[res.UID] = writtenReport{namespace: res.Namespace, digest: digest}
 	w.mu.Unlock()
 	return nil
+}
+
+// patch replaces a report's spec and labels (a JSON patch: the whole spec
+// goes, so nothing of the previous results survives).
+func (w *reportWriter) patch(ctx context.Context, ri dynamic.ResourceInterface, name string, labels, spec map[string]any) error {
+	// "add" replaces a member that exists (RFC 6902) and works when it does not.
+	ops := []map[string]any{{"op": "add", "path": "/spec", "value": spec}, {"op": "add", "path": "/metadata/labels", "value": labels}}
+	data, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	_, err = ri.Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{FieldManager: fieldManager})
+	return err
 }
 
 // gvrLabel renders a GVR as a label value ("v1.pods", "apps.v1.deployments").
@@ -195,7 +223,7 @@ func (w *reportWriter) seed(ctx context.Context) (map[string][]wgv1alpha2.Policy
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil {
 					continue // not ours to repair: it is rewritten when its resource is scanned
 				}
-				d, err := digestOf(&r.Spec)
+				d, err := digestOf(&r.Spec, r.Labels[LabelResourceHash])
 				if err != nil {
 					continue
 				}

@@ -2,7 +2,6 @@ package scan
 
 import (
 	"context"
-	"fmt"
 	"github.com/tally-dev/tally/controllers/watch"
 	"sync"
 	"sync/atomic"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -19,6 +19,7 @@ import (
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
 )
@@ -43,6 +44,9 @@ type Options struct {
 	Clock                     clock.WithTicker
 	Registry                  prometheus.Registerer
 	Recorder                  record.EventRecorder
+	// NoPolicyStatus leaves the policies' status alone (beside a Kyverno
+	// that writes it); by default tally keeps their Ready condition.
+	NoPolicyStatus bool
 }
 
 // Scanner keeps the store in step with the cluster and writes the
@@ -112,15 +116,27 @@ func (s *Scanner) Run(ctx context.Context) error {
 	ctx = logr.NewContext(ctx, log)
 	defer s.queue.ShutDown()
 
-	seeded, err := s.reports.seed(ctx)
-	if err != nil {
-		return fmt.Errorf("read existing reports: %w", err)
+	// Existing reports and the scan state are read before anything else;
+	// an unreachable API server is waited for (with backoff), not fatal.
+	var seeded map[string][]wgv1alpha2.PolicyReportResult
+	if err := retry(ctx, "reading existing reports", func() (err error) {
+		seeded, err = s.reports.seed(ctx)
+		return err
+	}); err != nil {
+		return nil // ctx ended
 	}
 	if err := s.seedResults(seeded); err != nil {
 		return err
 	}
-	if err := s.state.load(ctx, s.store); err != nil {
-		log.Error(err, "reading scan state failed; policies are scanned as if never scanned")
+	if err := retry(ctx, "reading the scan state", func() error {
+		err := s.state.load(ctx, s.store)
+		if apierrors.IsForbidden(err) {
+			log.Error(err, "the scan state cannot be read; policies are scanned as if never scanned")
+			return nil
+		}
+		return err
+	}); err != nil {
+		return nil
 	}
 	log.Info("seeded from existing reports", "reports", len(seeded))
 
@@ -158,6 +174,25 @@ func (s *Scanner) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// retry runs fn until it succeeds, with exponential backoff (0.5 s to
+// 30 s), logging each failure. It fails only when ctx ends.
+func retry(ctx context.Context, what string, fn func() error) error {
+	delay := 500 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		logr.FromContextOrDiscard(ctx).Error(err, what+" failed; retrying", "after", delay)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 30*time.Second)
+	}
 }
 
 // Synced reports whether the policies and every kind they need were listed

@@ -1,0 +1,69 @@
+package scan
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Values of the Ready condition tally keeps on the policies it reads, as
+// Kyverno does: True once the policy is compiled and evaluated, False with
+// the reason when it is rejected. Tools (and the conformance suite) wait on it.
+const (
+	conditionReady = "Ready"
+	reasonLoaded   = "Succeeded"
+	reasonRejected = "PolicyRejected"
+)
+
+// setPolicyStatus records whether the policy is evaluated, unless its status
+// already says so for this generation. The patch is conditional on the
+// resourceVersion seen: a newer version gets its own update.
+func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error) {
+	if s.opts.NoPolicyStatus || s.ctx == nil {
+		return
+	}
+	status, reason, message := metav1.ConditionTrue, reasonLoaded, "the policy is evaluated by tally"
+	if rejected != nil {
+		status, reason, message = metav1.ConditionFalse, reasonRejected, rejected.Error()
+	}
+	gen := u.GetGeneration()
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	next := make([]any, 0, len(conds)+1)
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok || m["type"] != conditionReady {
+			next = append(next, c)
+			continue
+		}
+		og, _ := m["observedGeneration"].(int64)
+		if m["status"] == string(status) && m["reason"] == reason && m["message"] == message && og == gen {
+			return // already recorded
+		}
+	}
+	next = append(next, map[string]any{
+		"type": conditionReady, "status": string(status), "reason": reason, "message": message,
+		"observedGeneration": gen, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+	})
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
+		"status":   map[string]any{"ready": rejected == nil, "conditions": next},
+	})
+	if err != nil {
+		return
+	}
+	ns, name := u.GetNamespace(), u.GetName()
+	go func() {
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		defer cancel()
+		_, err := s.client.Resource(gvr).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}, "status")
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			s.log().Error(err, "recording the policy's Ready condition failed", "policy", ns+"/"+name)
+		}
+	}()
+}
