@@ -154,6 +154,15 @@ func TestConfigRBACOnServer(t *testing.T) {
 				}
 				t.Cleanup(func() { _ = ri.Delete(context.Background(), o.GetName(), metav1.DeleteOptions{}) })
 			}
+			// The webhook configuration exists (without webhooks) so that
+			// the scanner's update of it can be tried.
+			vwc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "admissionregistration.k8s.io/v1",
+				"kind": "ValidatingWebhookConfiguration", "metadata": map[string]any{"name": kind.WebhookConfig}}}
+			vwcs := dyn.Resource(schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"})
+			if _, err := vwcs.Apply(ctx, kind.WebhookConfig, vwc, metav1.ApplyOptions{FieldManager: kind.FieldManager, Force: true}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = vwcs.Delete(context.Background(), kind.WebhookConfig, metav1.DeleteOptions{}) })
 			return ctx
 		}).
 		Assess("scanner and merger may do exactly their writes", func(ctx context.Context, t *testing.T, c *envconf.Config) context.Context {
@@ -224,6 +233,22 @@ func TestConfigRBACOnServer(t *testing.T) {
 				{"scanner lists Secrets", false, func() error { return list(scanner, secrets, "kube-system") }},
 				{"scanner reads the webhook configuration", true, func() error { return get(scanner, vwc, "", kind.WebhookConfig) }},
 				{"scanner reads another webhook configuration", false, func() error { return get(scanner, vwc, "", "other") }},
+				{"scanner watches the webhook configurations", true, func() error {
+					_, err := scanner.Resource(vwc).List(ctx, metav1.ListOptions{Limit: 1})
+					return err
+				}},
+				{"scanner updates another webhook configuration", false, func() error {
+					return applyAs(scanner, vwc, "", map[string]any{"apiVersion": "admissionregistration.k8s.io/v1",
+						"kind": "ValidatingWebhookConfiguration", "metadata": map[string]any{"name": "other"}})
+				}},
+				{"scanner updates its webhook configuration (get, then update)", true, func() error {
+					cur, err := scanner.Resource(vwc).Get(ctx, kind.WebhookConfig, metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					_, err = scanner.Resource(vwc).Update(ctx, cur, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+					return err
+				}},
 				{"scanner creates a Pod", false, func() error {
 					return applyAs(scanner, pods, ns, map[string]any{"apiVersion": "v1", "kind": "Pod",
 						"metadata": map[string]any{"name": "p", "namespace": ns},
