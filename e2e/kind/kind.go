@@ -17,8 +17,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/envfuncs"
@@ -71,7 +73,10 @@ func Setup(clusterName string) env.Func {
 		if ctx, err = envfuncs.LoadImageToCluster(clusterName, Image)(ctx, cfg); err != nil {
 			return ctx, fmt.Errorf("load %s into kind cluster %s: %w", Image, clusterName, err)
 		}
-		rc := cfg.Client().RESTConfig()
+		rc, err := clientcmd.BuildConfigFromFlags("", cfg.KubeconfigFile())
+		if err != nil {
+			return ctx, fmt.Errorf("kubeconfig of kind cluster %s: %w", clusterName, err)
+		}
 		if err := Deploy(ctx, rc, filepath.Join(root, Overlay), false); err != nil {
 			return ctx, fmt.Errorf("deploy %s: %w", Overlay, err)
 		}
@@ -80,6 +85,27 @@ func Setup(clusterName string) env.Func {
 		}
 		return ctx, nil
 	}
+}
+
+// Start runs Setup outside an e2e-framework environment (for runners that
+// are not one, such as the conformance suite's providers): it returns the
+// kubeconfig file of the ready cluster and a function that runs Finish.
+// When Setup fails, what it created is deleted before Start returns.
+func Start(ctx context.Context, clusterName string) (kubeconfig string, stop func() error, err error) {
+	cfg := envconf.New()
+	ctx, err = Setup(clusterName)(ctx, cfg)
+	keep := context.WithoutCancel(ctx) // the cluster is deleted even after ctx ends
+	stop = func() error {
+		_, err := Finish(clusterName)(keep, cfg)
+		return err
+	}
+	if err != nil {
+		if stopErr := stop(); stopErr != nil && !strings.Contains(stopErr.Error(), "context cluster is nil") {
+			err = fmt.Errorf("%w (and deleting the cluster: %v)", err, stopErr)
+		}
+		return "", nil, err
+	}
+	return cfg.KubeconfigFile(), stop, nil
 }
 
 // Finish deletes the kind cluster clusterName. With $TALLY_KIND_LOGS set it
@@ -102,14 +128,17 @@ func Finish(clusterName string) env.Func {
 	}
 }
 
-// BuildImage runs `docker build -t image .` in the repository root. The
-// error carries the end of Docker's output.
+// BuildImage runs `docker build -t image .` in the repository root, with
+// BuildKit (the Dockerfile uses cache mounts). The error carries the end of
+// Docker's output.
 func BuildImage(ctx context.Context, root, image string) error {
 	if _, err := exec.LookPath("docker"); err != nil {
 		return fmt.Errorf("building %s needs Docker: %w", image, err)
 	}
 	cmd := exec.CommandContext(ctx, "docker", "build", "-t", image, ".")
 	cmd.Dir = root
+	// The Dockerfile's cache mounts need BuildKit (docker buildx).
+	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
