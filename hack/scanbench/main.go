@@ -121,6 +121,18 @@ func run(pods, namespaces int, corpus string) error {
 	}
 	defer func() { _ = scanner.Process.Kill(); _ = scanner.Wait() }()
 	m := &metricsClient{base: "http://" + addr}
+	if out := os.Getenv("SCANBENCH_APICPU"); out != "" {
+		// A CPU profile of the API server during 30 s of the full scan.
+		go func() {
+			data, err := kube.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "30").DoRaw(ctx)
+			if err == nil {
+				err = os.WriteFile(out, data, 0o644)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "API server cpu profile:", err)
+			}
+		}()
+	}
 	if out := os.Getenv("SCANBENCH_CPU"); out != "" {
 		// A CPU profile of the scanner's first 30 s (the full scan).
 		go func() {
