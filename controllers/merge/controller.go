@@ -2,9 +2,7 @@ package merge
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,8 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
@@ -250,28 +250,17 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 		m.mu.Unlock()
 		return nil
 	}
-	polr, cpolr := report.Final(subject, results)
-	var obj any = polr
-	if polr == nil {
-		obj = cpolr
-	}
-	digest, err := digestOf(results, subject)
+	name, body, digest, err := finalBody(subject, results)
 	if err != nil {
-		return err
+		return fmt.Errorf("render final report of %s: %w", uid, err)
 	}
 	if hadReport && prev.digest == digest {
 		return nil
 	}
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return fmt.Errorf("convert final report of %s: %w", uid, err)
-	}
-	un := &unstructured.Unstructured{Object: u}
-	unstructured.RemoveNestedField(un.Object, "metadata", "creationTimestamp")
 	gvr := finalGVR(subject.Namespace)
-	if _, err := m.client.Resource(gvr).Namespace(subject.Namespace).Apply(ctx, un.GetName(), un,
-		metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
-		return fmt.Errorf("apply final report %s/%s: %w", subject.Namespace, un.GetName(), err)
+	if _, err := m.client.Resource(gvr).Namespace(subject.Namespace).Patch(ctx, name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(true)}); err != nil {
+		return fmt.Errorf("apply final report %s/%s: %w", subject.Namespace, name, err)
 	}
 	op := "update"
 	if !hadReport {
@@ -291,19 +280,6 @@ func finalGVR(namespace string) schema.GroupVersionResource {
 	return GVRPolicyReport
 }
 
-func digestOf(results []wgv1alpha2.PolicyReportResult, s report.Subject) (uint64, error) {
-	data, err := json.Marshal(struct {
-		S report.Subject
-		R []wgv1alpha2.PolicyReportResult
-	}{s, results})
-	if err != nil {
-		return 0, err
-	}
-	h := fnv.New64a()
-	_, _ = h.Write(data)
-	return h.Sum64(), nil
-}
-
 // seed reads the final reports already written, so that unchanged ones are
 // not written again after a restart or failover.
 func (m *Merger) seed(ctx context.Context) error {
@@ -321,8 +297,7 @@ func (m *Merger) seed(ctx context.Context) error {
 					continue // not ours to repair: rewritten on the next change of its resource
 				}
 				s := report.Subject{APIVersion: r.Scope.APIVersion, Kind: r.Scope.Kind, Namespace: r.Scope.Namespace, Name: r.Scope.Name, UID: r.Scope.UID}
-				report.Sort(r.Results)
-				d, err := digestOf(r.Results, s)
+				_, _, d, err := finalBody(s, r.Results)
 				if err != nil {
 					continue
 				}

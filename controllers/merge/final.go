@@ -1,0 +1,55 @@
+package merge
+
+import (
+	"encoding/json"
+	"hash/fnv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/report"
+)
+
+// applyReport is the server-side apply body of a final report: the fields of
+// report.Final's object, marshalled straight from Go values (no unstructured
+// round trip) and without the empty creationTimestamp a metav1.ObjectMeta
+// would add.
+type applyReport struct {
+	APIVersion string                          `json:"apiVersion"`
+	Kind       string                          `json:"kind"`
+	Metadata   applyMeta                       `json:"metadata"`
+	Scope      *corev1.ObjectReference         `json:"scope,omitempty"`
+	Summary    wgv1alpha2.PolicyReportSummary  `json:"summary"`
+	Results    []wgv1alpha2.PolicyReportResult `json:"results,omitempty"`
+}
+
+type applyMeta struct {
+	Name            string                  `json:"name"`
+	Namespace       string                  `json:"namespace,omitempty"`
+	Labels          map[string]string       `json:"labels,omitempty"`
+	OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+}
+
+// finalBody renders the final report of a subject and its digest (what the
+// merger compares to decide whether to write).
+func finalBody(s report.Subject, results []wgv1alpha2.PolicyReportResult) (name string, body []byte, digest uint64, err error) {
+	polr, cpolr := report.Final(s, results)
+	var r applyReport
+	if polr != nil {
+		r = applyReport{APIVersion: polr.APIVersion, Kind: polr.Kind, Metadata: metaOf(polr.ObjectMeta), Scope: polr.Scope, Summary: polr.Summary, Results: polr.Results}
+	} else {
+		r = applyReport{APIVersion: cpolr.APIVersion, Kind: cpolr.Kind, Metadata: metaOf(cpolr.ObjectMeta), Scope: cpolr.Scope, Summary: cpolr.Summary, Results: cpolr.Results}
+	}
+	body, err = json.Marshal(&r)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(body)
+	return r.Metadata.Name, body, h.Sum64(), nil
+}
+
+func metaOf(m metav1.ObjectMeta) applyMeta {
+	return applyMeta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, OwnerReferences: m.OwnerReferences}
+}
