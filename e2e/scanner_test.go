@@ -597,3 +597,119 @@ func TestScannerSurvivesAPIOutages(t *testing.T) {
 		}).Feature()
 	testenv.Test(t, f)
 }
+
+// scanTimes reads the persisted last complete scan of each policy.
+func scanTimes(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) map[string]time.Time {
+	t.Helper()
+	var cm corev1.ConfigMap
+	if err := cfg.Client().Resources(ns).Get(ctx, "tally-scan-state", ns, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	out := map[string]time.Time{}
+	for k, v := range cm.Data {
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			t.Fatalf("scan state %s=%q: %v", k, v, err)
+		}
+		out[k] = at
+	}
+	return out
+}
+
+func TestScannerSchedulesPolicies(t *testing.T) {
+	// The state ConfigMap is kept out of the scanned namespace: its every
+	// update would change a scanned resource.
+	const ns, stateNS = "scan-sched", "default"
+	var (
+		scanner *runningScanner
+		pod     = newPod(ns, "p", nil)
+		fast    = requireLabelsPolicy("sched-fast", ns, "team", "owner")
+		hourly  = requireLabelsPolicy("sched-hourly", ns, "team", "owner")
+		hourlyT time.Time
+	)
+	fast.Annotations[scan.AnnotationInterval] = "2s"
+	// watchFast samples the fast policy's persisted scan time and metric for
+	// d, and returns the distinct scan times seen.
+	watchFast := func(ctx context.Context, t *testing.T, cfg *envconf.Config, d time.Duration) []time.Time {
+		t.Helper()
+		var seen []time.Time
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+			at, ok := scanTimes(ctx, t, cfg, stateNS)[fast.Name]
+			if ok && (len(seen) == 0 || !at.Equal(seen[len(seen)-1])) {
+				seen = append(seen, at)
+			}
+			if since := scanner.gauge(t, "tally_scan_seconds_since_last_complete_scan", map[string]string{"policy": fast.Name}); since > 6 {
+				t.Errorf("seconds since sched-fast's last scan = %v, want < 6 (a 2s interval)", since)
+			}
+		}
+		return seen
+	}
+	f := features.New("per-policy schedules").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			r := cfg.Client().Resources()
+			for _, o := range []k8s.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, pod, fast, hourly} {
+				if err := r.Create(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			scanner = startScanner(t, cfg.Client().RESTConfig(), stateNS)
+			return ctx
+		}).
+		Assess("a policy annotated with a 2s interval is rescanned every 2s, writing nothing", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			fail := string(wgv1alpha2.ResultFail)
+			waitForResults(ctx, t, cfg, pod, map[string]string{"sched-fast/pods": fail, "sched-hourly/pods": fail})
+			scanner.waitSynced(t)
+			writes := scanner.writes.n.Load()
+			err := wait.For(func(ctx context.Context) (bool, error) { // the scheduler ticks every second
+				hourlyT = scanTimes(ctx, t, cfg, stateNS)[hourly.Name]
+				return !hourlyT.IsZero(), nil
+			}, wait.WithTimeout(10*time.Second), wait.WithInterval(100*time.Millisecond))
+			if err != nil {
+				t.Fatalf("no scan time persisted for %s: %v", hourly.Name, err)
+			}
+			seen := watchFast(ctx, t, cfg, 7*time.Second)
+			if len(seen) < 3 {
+				t.Errorf("sched-fast scanned at %v in 7s, want at least 3 scans", seen)
+			}
+			for i := 1; i < len(seen); i++ {
+				if gap := seen[i].Sub(seen[i-1]); gap < 1500*time.Millisecond || gap > 4*time.Second {
+					t.Errorf("sched-fast scans %s apart, want about 2s", gap)
+				}
+			}
+			if got := scanTimes(ctx, t, cfg, stateNS)[hourly.Name]; !got.Equal(hourlyT) {
+				t.Errorf("the hourly policy was rescanned: %s -> %s", hourlyT, got)
+			}
+			if got := scanner.writes.n.Load() - writes; got != 0 {
+				t.Errorf("periodic rescans with nothing changed: %d report writes", got)
+			}
+			return ctx
+		}).
+		Assess("after a restart the persisted times hold: no storm, no skipped window", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			scanner.stop()
+			scanner = startScanner(t, cfg.Client().RESTConfig(), stateNS)
+			scanner.waitSynced(t)
+			seen := watchFast(ctx, t, cfg, 5*time.Second)
+			if len(seen) < 2 {
+				t.Errorf("sched-fast scanned at %v in 5s after a restart, want at least 2 scans", seen)
+			}
+			if got := scanTimes(ctx, t, cfg, stateNS)[hourly.Name]; !got.Equal(hourlyT) {
+				t.Errorf("the hourly policy was rescanned on restart: %s -> %s", hourlyT, got)
+			}
+			if got := scanner.writes.n.Load(); got != 0 {
+				t.Errorf("restart with nothing changed: %d report writes", got)
+			}
+			return ctx
+		}).
+		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			scanner.stop()
+			r := cfg.Client().Resources()
+			_ = r.Delete(ctx, fast)
+			_ = r.Delete(ctx, hourly)
+			_ = r.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
