@@ -290,6 +290,17 @@ func (b *Bridge) maintainCerts(ctx context.Context) {
 		if err != nil {
 			log.Error(err, "webhook certificate maintenance failed; retrying")
 			next = backoff.Step()
+			if sc, ok := b.certs.(*secretCerts); ok && !sc.ready() {
+				// The Secret cannot be written (no namespace, no RBAC): serve a
+				// certificate kept in memory meanwhile, so that the webhook
+				// works; the Secret's replaces it once it can be written.
+				if err := sc.serveEphemeral(); err != nil {
+					log.Error(err, "generating an in-memory webhook certificate failed")
+				} else {
+					log.Info("serving an in-memory webhook certificate until the Secret can be written", "secret", sc.namespace+"/"+sc.secretName)
+					_ = b.ensureCABundle(ctx) // best effort; retried with the next pass
+				}
+			}
 		} else {
 			backoff = initial
 		}

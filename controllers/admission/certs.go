@@ -313,6 +313,15 @@ func (s *secretCerts) reconcile(ctx context.Context) error {
 	})
 }
 
+// serveEphemeral serves freshly generated material that is not persisted.
+func (s *secretCerts) serveEphemeral() error {
+	m, _, err := ensureMaterial(material{}, s.opts, s.clock.Now())
+	if err != nil {
+		return err
+	}
+	return s.serve(m)
+}
+
 func (s *secretCerts) serve(m material) error {
 	st, err := stateOf(m)
 	if err != nil {

@@ -1,0 +1,72 @@
+package admission
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/tally-dev/tally/hack/admissionbench/workload"
+)
+
+// pssBridge is a bridge holding the corpus's Pod Security Standards policies
+// (TALLY_CORPUS or ../../../shared/corpus); the benchmark skips without them.
+func pssBridge(b *testing.B) *Bridge {
+	b.Helper()
+	corpus := os.Getenv("TALLY_CORPUS")
+	if corpus == "" {
+		corpus = filepath.Join("..", "..", "..", "shared", "corpus")
+	}
+	dir := filepath.Join(corpus, "policy-library", "pod-security")
+	if _, err := os.Stat(dir); err != nil {
+		b.Skipf("corpus not found at %s (set TALLY_CORPUS): %v", dir, err)
+	}
+	policies, err := workload.PSSPolicies(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	br := New(nil, nil, nil, Options{})
+	for _, p := range policies {
+		br.policies.Upsert(GVRClusterPolicy, &unstructured.Unstructured{Object: p})
+	}
+	if n := len(br.policies.current().policies); n != len(policies) {
+		b.Fatalf("%d of %d policies compiled", n, len(policies))
+	}
+	return br
+}
+
+// BenchmarkServeHTTP is the in-process cost of one Pod CREATE review with
+// the Pod Security Standards policies: decode, evaluate, answer, aggregate
+// (the report writes happen later, in batches, and are not included).
+func BenchmarkServeHTTP(b *testing.B) {
+	br := pssBridge(b)
+	const distinct = 256 // UIDs repeat, so the pending aggregate stays bounded
+	reviews := make([][]byte, distinct)
+	for i := range reviews {
+		reviews[i] = workload.PodReview(i, "bench")
+	}
+	denied := 0
+	for _, body := range reviews[:4] {
+		w := httptest.NewRecorder()
+		br.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body)))
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body.String())
+		}
+		if bytes.Contains(w.Body.Bytes(), []byte(`"allowed":false`)) {
+			denied++
+		}
+	}
+	if denied == 0 {
+		b.Fatal("no review was denied: the privileged Pod must fail the Enforce policies")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		w := httptest.NewRecorder()
+		br.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(reviews[i%distinct])))
+	}
+}
