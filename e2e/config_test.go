@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -176,6 +177,7 @@ func TestConfigRBACOnServer(t *testing.T) {
 			bsr := schema.GroupVersionResource{Group: "kyverno.io", Version: "v2", Resource: "backgroundscanreports"}
 			polr := schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"}
 			vwc := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}
+			cpol := schema.GroupVersionResource{Group: "kyverno.io", Version: "v1", Resource: "clusterpolicies"}
 			applyAs := func(d dynamic.Interface, gvr schema.GroupVersionResource, namespace string, obj map[string]any) error {
 				u := &unstructured.Unstructured{Object: obj}
 				ri := dynamic.ResourceInterface(d.Resource(gvr))
@@ -254,6 +256,14 @@ func TestConfigRBACOnServer(t *testing.T) {
 						"metadata": map[string]any{"name": "p", "namespace": ns},
 						"spec":     map[string]any{"containers": []any{map[string]any{"name": "c", "image": "x"}}}})
 				}},
+				{"scanner patches a ClusterPolicy's status", true, func() error {
+					return notFoundIsAllowed(scanner.Resource(cpol).Patch(ctx, "absent", types.MergePatchType, []byte(`{"status":{"ready":true}}`),
+						metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status"))
+				}},
+				{"scanner patches a ClusterPolicy", false, func() error {
+					return notFoundIsAllowed(scanner.Resource(cpol).Patch(ctx, "absent", types.MergePatchType, []byte(`{"spec":{"background":false}}`),
+						metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}))
+				}},
 				{"merger applies a PolicyReport", true, func() error {
 					return applyAs(merger, polr, ns, report("wgpolicyk8s.io/v1alpha2", "PolicyReport"))
 				}},
@@ -283,8 +293,55 @@ func TestConfigRBACOnServer(t *testing.T) {
 			}
 			return ctx
 		}).
+		Assess("re-applying leaves the aggregated role's rules to the aggregation controller", func(ctx context.Context, t *testing.T, c *envconf.Config) context.Context {
+			dyn, err := dynamic.NewForConfig(c.Client().RESTConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			roles := dyn.Resource(schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"})
+			// What the cluster's role aggregation controller does (the test
+			// control plane does not run it): write the rules under its own manager.
+			cur, err := roles.Get(ctx, "tally-scanner-resources", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rule := map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get", "list", "watch"}}
+			if err := unstructured.SetNestedSlice(cur.Object, []any{rule}, "rules"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := roles.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "clusterrole-aggregation-controller"}); err != nil {
+				t.Fatal(err)
+			}
+			objs, err := kind.Render(overlayDir(t, "standalone"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objs {
+				if o.GetKind() != "ClusterRole" || o.GetName() != "tally-scanner-resources" {
+					continue
+				}
+				// No Force: a manifest that owned the rules would conflict here.
+				got, err := roles.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: kind.FieldManager})
+				if err != nil {
+					t.Fatalf("re-applying %s: %v", kind.Describe(o), err)
+				}
+				if rules, _, _ := unstructured.NestedSlice(got.Object, "rules"); len(rules) != 1 {
+					t.Errorf("re-applying %s changed the aggregated rules: %v", kind.Describe(o), rules)
+				}
+			}
+			return ctx
+		}).
 		Feature()
 	testenv.Test(t, f)
+}
+
+// notFoundIsAllowed: authorization runs before the lookup, so NotFound means
+// the request was allowed.
+func notFoundIsAllowed(_ any, err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 func impersonate(t *testing.T, cfg *rest.Config, serviceAccount string) dynamic.Interface {

@@ -57,7 +57,7 @@ type WriteGrant struct {
 var allWrite = []string{"create", "update", "patch", "delete"}
 
 // AllowedWrites is the whole of what tally may write: its report kinds,
-// Events, and named objects of its own (Leases, the scan-state ConfigMap, the
+// the status of policies (their Ready condition), Events, and named objects of its own (Leases, the scan-state ConfigMap, the
 // webhook's Secret and configuration).
 var AllowedWrites = []WriteGrant{
 	{Group: "kyverno.io", Resource: "backgroundscanreports", Verbs: allWrite},
@@ -68,6 +68,8 @@ var AllowedWrites = []WriteGrant{
 	{Group: "reports.kyverno.io", Resource: "clusterephemeralreports", Verbs: allWrite},
 	{Group: "wgpolicyk8s.io", Resource: "policyreports", Verbs: allWrite},
 	{Group: "wgpolicyk8s.io", Resource: "clusterpolicyreports", Verbs: allWrite},
+	{Group: "kyverno.io", Resource: "clusterpolicies/status", Verbs: []string{"patch"}},
+	{Group: "kyverno.io", Resource: "policies/status", Verbs: []string{"patch"}},
 	{Group: "", Resource: "events", Verbs: []string{"create", "patch"}},
 	{Group: "events.k8s.io", Resource: "events", Verbs: []string{"create", "patch"}},
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"create", "update", "patch"}, RoleOnly: true,
