@@ -111,7 +111,10 @@ func mergeResults(have, incoming []wgv1alpha2.PolicyReportResult) []wgv1alpha2.P
 func (e *entry) merge(n *entry) {
 	e.results = mergeResults(e.results, n.results)
 	if !n.at.Before(e.at) {
-		e.at, e.hash, e.owner = n.at, n.hash, n.owner
+		e.at, e.owner = n.at, n.owner
+		if n.hash != "" {
+			e.hash = n.hash
+		}
 		if n.gvr != "" {
 			e.gvr = n.gvr
 		}
@@ -317,7 +320,9 @@ func desired(cur *unstructured.Unstructured, e *entry) (*unstructured.Unstructur
 	}
 	owner := e.owner
 	if cur == nil || !newer(newestHave, stamp(e.at)) || labels[LabelResourceHash] == "" {
-		labels[LabelResourceHash] = e.hash
+		if e.hash != "" { // an ingested report may carry none
+			labels[LabelResourceHash] = e.hash
+		}
 		if e.gvr != "" {
 			labels[LabelResourceGVR] = e.gvr
 		}

@@ -174,7 +174,7 @@ func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
 	if got := summary(r); got != "a/r1=pass" {
 		t.Errorf("results = %s (the ephemeral report's pass at 40 is the newest)", got)
 	}
-	if u.GetLabels()["cpol.kyverno.io/a"] != "4" {
+	if u.GetLabels()["cpol.kyverno.io/a"] != "4" || u.GetLabels()[LabelResourceHash] != "hk" {
 		t.Errorf("labels = %v", u.GetLabels())
 	}
 	for _, name := range []string{"k1", "k2"} {
