@@ -237,7 +237,7 @@ func TestMergerDeletesOrphanedReports(t *testing.T) {
 			var mctx context.Context
 			mctx, cancel = context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 1})))
 			m := merge.New(dyn, merge.Options{Workers: 2, Registry: reg, OrphanGrace: time.Second, OrphanTick: 200 * time.Millisecond,
-				OrphanRecheck: time.Hour, OrphanQPS: 50, Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))})
+				OrphanRecheck: time.Hour, OrphanQPS: 50, RESTConfig: rc, Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))})
 			go func() { done <- m.Run(mctx) }()
 			return ctx
 		}).

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2/textlogger"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -57,6 +58,8 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed strin
 	if err != nil {
 		return err
 	}
+	// One rate limit for every client of the merger.
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -66,7 +69,7 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed strin
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	mo.Filter, mo.Registry = filter, reg
+	mo.Filter, mo.Registry, mo.RESTConfig = filter, reg, cfg
 	mo.Mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	m := merge.New(dyn, mo)
 	return process.Run(ctx, o, cfg, reg, m, nil)

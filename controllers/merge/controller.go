@@ -15,10 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
@@ -58,6 +57,9 @@ type Options struct {
 	// has no audit.kyverno.io/resource.gvr label (nil: such reports are
 	// never checked for orphans).
 	Mapper meta.RESTMapper
+	// RESTConfig, when set, is used to apply final reports without decoding
+	// the API server's answers (final.go); the dynamic client otherwise.
+	RESTConfig *rest.Config
 	// OrphanGrace, OrphanRecheck and OrphanQPS bound the orphan check
 	// (orphan.go); OrphanTick is how often candidates are looked for.
 	OrphanGrace, OrphanRecheck, OrphanTick time.Duration
@@ -71,6 +73,7 @@ type Options struct {
 type Merger struct {
 	opts   Options
 	client dynamic.Interface
+	raw    *rest.RESTClient // set in Run when opts.RESTConfig is
 	queue  workqueue.TypedRateLimitingInterface[string]
 	// inflight counts items being reconciled: an empty queue is not enough
 	// to say the writes are done.
@@ -150,6 +153,13 @@ func (m *Merger) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("merge")
 	ctx = logr.NewContext(ctx, log)
 	defer m.queue.ShutDown()
+	if m.opts.RESTConfig != nil {
+		raw, err := newRawClient(m.opts.RESTConfig)
+		if err != nil {
+			return fmt.Errorf("final report client: %w", err)
+		}
+		m.raw = raw
+	}
 	if err := m.seed(ctx); err != nil {
 		return fmt.Errorf("read existing policy reports: %w", err)
 	}
@@ -258,8 +268,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 		return nil
 	}
 	gvr := finalGVR(subject.Namespace)
-	if _, err := m.client.Resource(gvr).Namespace(subject.Namespace).Patch(ctx, name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(true)}); err != nil {
+	if err := m.applyFinal(ctx, gvr, subject.Namespace, name, body); err != nil {
 		return fmt.Errorf("apply final report %s/%s: %w", subject.Namespace, name, err)
 	}
 	op := "update"
