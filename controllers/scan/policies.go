@@ -158,11 +158,15 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 		return // a status-only or cosmetic update
 	}
 	// Resources a changed rule can match now, and those it had results for.
+	// Collected first, enqueued once: a resource added while a worker
+	// already evaluates it would be evaluated twice.
+	todo := map[string]bool{}
 	for rule := range changed {
-		s.enqueueMatching(compiled.Rule(rule), tp.ruleKinds[rule], compiled.Namespace)
+		s.matching(todo, compiled.Rule(rule), tp.ruleKinds[rule], compiled.Namespace)
 	}
-	if len(changed) > 0 || len(removedRules) > 0 {
-		s.enqueueResultsOfRules(name, changed, removedRules)
+	s.resultsOfRules(todo, name, changed, removedRules)
+	for uid := range todo {
+		s.queue.Add(uid)
 	}
 }
 
@@ -287,9 +291,9 @@ func (s *Scanner) dropMissingPolicies(gvr schema.GroupVersionResource, objs []*u
 	}
 }
 
-// enqueueResultsOfRules enqueues the resources with results of some rules
-// of a policy: a rule that no longer matches them must drop its entry.
-func (s *Scanner) enqueueResultsOfRules(policy string, changed map[string]bool, removed []string) {
+// resultsOfRules adds to todo the resources with results of some rules of a
+// policy: a rule that no longer matches them must drop its entry.
+func (s *Scanner) resultsOfRules(todo map[string]bool, policy string, changed map[string]bool, removed []string) {
 	rules := map[string]bool{}
 	for r := range changed {
 		rules[r] = true
@@ -300,14 +304,14 @@ func (s *Scanner) enqueueResultsOfRules(policy string, changed map[string]bool, 
 	results, _ := s.store.Read().ResultsOfPolicy(policy)
 	for _, r := range results {
 		if rules[r.Value().Rule] {
-			s.queue.Add(r.UID)
+			todo[r.UID] = true
 		}
 	}
 }
 
-// enqueueMatching enqueues the stored resources of some kinds that a rule's
+// matching adds to todo the stored resources of some kinds that a rule's
 // match/exclude selects (an index read by kind, then the compiled matcher).
-func (s *Scanner) enqueueMatching(rule *engine.Rule, gvrs []schema.GroupVersionResource, namespace string) {
+func (s *Scanner) matching(todo map[string]bool, rule *engine.Rule, gvrs []schema.GroupVersionResource, namespace string) {
 	if rule == nil {
 		return
 	}
@@ -328,7 +332,7 @@ func (s *Scanner) enqueueMatching(rule *engine.Rule, gvrs []schema.GroupVersionR
 				continue // undecodable: nothing to match (it failed when stored)
 			}
 			if rule.Applies(head, nsLabels) {
-				s.queue.Add(res.UID)
+				todo[res.UID] = true
 			}
 		}
 	}

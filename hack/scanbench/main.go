@@ -46,6 +46,7 @@ func main() {
 	namespaces := flag.Int("namespaces", 50, "namespaces to spread them over")
 	corpus := flag.String("corpus", "../shared/corpus", "the corpus holding policy-library/pod-security")
 	flag.StringVar(&scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
+	flag.IntVar(&workers, "workers", 0, "the scanner's --workers (0: its default)")
 	flag.Parse()
 	if err := run(*pods, *namespaces, *corpus); err != nil {
 		fmt.Fprintln(os.Stderr, "scanbench:", err)
@@ -53,7 +54,10 @@ func main() {
 	}
 }
 
-var scannerBin string
+var (
+	scannerBin string
+	workers    int
+)
 
 func run(pods, namespaces int, corpus string) error {
 	ctx := context.Background()
@@ -114,6 +118,9 @@ func run(pods, namespaces int, corpus string) error {
 	defer logf.Close()
 	scanner := exec.Command(bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false", "--namespace", "default",
 		"--listen", addr, "--rescan-endpoint", "--profiling", "--kube-api-qps", "500", "--kube-api-burst", "1000")
+	if workers > 0 {
+		scanner.Args = append(scanner.Args, "--workers", strconv.Itoa(workers))
+	}
 	scanner.Stdout, scanner.Stderr = logf, logf
 	t0 := time.Now()
 	if err := scanner.Start(); err != nil {
@@ -150,7 +157,7 @@ func run(pods, namespaces int, corpus string) error {
 	}
 
 	// 1. Full scan from start.
-	if err := m.waitSynced(float64(pods), 15*time.Minute); err != nil {
+	if err := m.waitSynced(float64(pods), 15*time.Minute+time.Duration(pods)*30*time.Millisecond); err != nil {
 		return fmt.Errorf("%w (scanner log: %s)", err, logf.Name())
 	}
 	full := time.Since(t0)
