@@ -1,6 +1,7 @@
 // Package memstore is tally's in-memory state on hashicorp/go-memdb:
-// resources (compact), policies and exceptions (compiled, opaque here),
-// namespace labels, results keyed (resource UID, policy, rule), and each
+// resources (compact JSON, decoded on evaluation), policies and exceptions
+// (compiled, opaque here), namespace labels, results (one row per resource
+// UID; each result an interned entry and a time), and each
 // policy's scan schedule state. It is the only importer of go-memdb, and it
 // imports neither client-go nor the engine.
 //

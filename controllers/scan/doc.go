@@ -1,7 +1,8 @@
 // Package scan is tally's background scanner.
 //
-// It watches (paged LIST, then WATCH, through client-go reflectors that feed
-// memstore directly, with no second informer cache) the ClusterPolicies,
+// It watches (a streamed watch-list or paged LIST, then WATCH, through
+// client-go reflectors that hand each object to memstore as it arrives and
+// keep only stubs, with no second informer cache) the ClusterPolicies,
 // Policies, PolicyExceptions and Namespaces, and every kind that a
 // background-enabled validate rule matches, started and stopped as policies
 // come and go.
@@ -14,8 +15,12 @@
 // resources of that namespace.
 //
 // Writes: one BackgroundScanReport / ClusterBackgroundScanReport per resource
-// (name = UID, owned by the resource), by server-side apply, only when its
-// content changed; deleted when the resource goes. Periodic rescans follow the
+// (name = UID, owned by the resource), created then replaced by a JSON patch
+// (cheaper for the API server than server-side apply), only when its content
+// (spec and resource-hash label) changed; deleted when the resource goes.
+// Malformed policies (bad pattern, rule that does not compile, bad schedule
+// annotation, background rules needing admission data) are skipped with a
+// log line, a metric and an Event. API errors are retried with backoff. Periodic rescans follow the
 // global interval or a policy's scan.tally.dev/interval or
 // scan.tally.dev/schedule annotation; each policy's last complete scan is
 // persisted in a ConfigMap.
