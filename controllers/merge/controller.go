@@ -289,12 +289,16 @@ func finalGVR(namespace string) schema.GroupVersionResource {
 	return GVRPolicyReport
 }
 
+const seedPageSize = 100
+
 // seed reads the final reports already written, so that unchanged ones are
 // not written again after a restart or failover.
 func (m *Merger) seed(ctx context.Context) error {
 	selector := report.LabelManagedBy + "=" + report.ManagedBy
 	for _, gvr := range []schema.GroupVersionResource{GVRPolicyReport, GVRClusterPolicyReport} {
-		opts := metav1.ListOptions{LabelSelector: selector, Limit: watch.ListPageSize}
+		// Small pages: a final report with its managedFields decodes to
+		// tens of KiB, and only its digest is kept.
+		opts := metav1.ListOptions{LabelSelector: selector, Limit: seedPageSize}
 		for {
 			list, err := m.client.Resource(gvr).List(ctx, opts)
 			if err != nil {
