@@ -15,7 +15,7 @@ import (
 	"github.com/tally-dev/tally/report"
 )
 
-var _ watch.Sink = (*Merger)(nil)
+var _ watch.StreamingSink = (*Merger)(nil)
 
 func isPolicy(gvr schema.GroupVersionResource) bool {
 	return gvr == GVRClusterPolicy || gvr == GVRPolicy
