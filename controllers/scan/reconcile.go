@@ -71,7 +71,12 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 			continue
 		}
 		evaluated = true
+		seen := map[string]bool{}
 		for _, rr := range tp.compiled.Evaluate(ctx, req) {
+			if seen[rr.Rule] {
+				continue // one entry per (policy, rule)
+			}
+			seen[rr.Rule] = true
 			fresh = append(fresh, storedResult(report.Result(tp.compiled, rr, report.ProcessBackground, now)))
 		}
 	}
