@@ -35,7 +35,7 @@ controlplane:
 
 ## test: everything CI runs: generated files fresh, lint, unit and integration tests on a real API server
 test: verify-generate lint
-	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 ./...
+	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 -timeout 60m ./...
 
 ## test-unit: the tests that need no control plane
 test-unit:

@@ -33,7 +33,7 @@ expectations, or apply them to manifests.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCommand(), newTestCommand(), newApplyCommand(), newScanCommand(), newReportCommand())
+	root.AddCommand(newVersionCommand(), newTestCommand(), newApplyCommand(), newScanCommand(), newReportCommand(), newConformanceCommand())
 	return root
 }
 

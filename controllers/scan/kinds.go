@@ -8,7 +8,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 
@@ -124,7 +123,16 @@ func (s *Scanner) ensureKinds(policy string, gvrs []schema.GroupVersionResource)
 
 	for _, g := range start {
 		if g == GVRNamespace {
-			continue // always watched; its resources are stored once a policy needs them
+			// Always watched for labels; its objects are stored as resources
+			// only while a policy needs them, so list them again now.
+			s.mu.Lock()
+			old := s.sources[g]
+			s.sources[g] = watch.Start(ctx, s.client, g, s)
+			s.mu.Unlock()
+			if old != nil {
+				old.Stop()
+			}
+			continue
 		}
 		if err := s.canList(g); err != nil {
 			s.log().Error(err, "a kind the policies need cannot be read", "gvr", g.String())
@@ -142,19 +150,21 @@ func (s *Scanner) ensureKinds(policy string, gvrs []schema.GroupVersionResource)
 		s.mu.Unlock()
 	}
 	for _, g := range stop {
-		s.mu.Lock()
-		src := s.sources[g]
-		delete(s.sources, g)
-		delete(s.synced, g)
-		s.mu.Unlock()
-		if src == nil {
-			continue
+		if g != GVRNamespace { // the namespace watch stays: labels are always needed
+			s.mu.Lock()
+			src := s.sources[g]
+			delete(s.sources, g)
+			delete(s.synced, g)
+			s.mu.Unlock()
+			if src == nil {
+				continue
+			}
+			src.Stop()
 		}
-		src.Stop()
 		group, kind := s.groupKind(g)
 		stale, _ := s.store.Read().ResourcesOfKind(group, kind, "")
 		for _, r := range stale {
-			s.Remove(g, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"uid": r.UID}}})
+			s.forgetResource(r.UID)
 		}
 	}
 }

@@ -140,8 +140,10 @@ func (s *Scanner) ScanPolicy(ctx context.Context, name string) error {
 	return nil
 }
 
-// RescanAll re-evaluates every stored resource (a forced full rescan).
+// RescanAll re-evaluates every stored resource (a forced full rescan); it
+// completes the scan of every policy.
 func (s *Scanner) RescanAll(ctx context.Context) error {
+	start := s.opts.Clock.Now()
 	all, err := s.store.Read().Resources()
 	if err != nil {
 		return err
@@ -150,7 +152,13 @@ func (s *Scanner) RescanAll(ctx context.Context) error {
 	for i, r := range all {
 		uids[i] = r.UID
 	}
-	return s.reconcileAll(ctx, uids)
+	if err := s.reconcileAll(ctx, uids); err != nil {
+		return err
+	}
+	for _, tp := range s.activePolicies() {
+		s.completeScan(ctx, tp.name, start)
+	}
+	return nil
 }
 
 func (s *Scanner) resourcesOf(tp *trackedPolicy) []string {

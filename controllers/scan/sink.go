@@ -55,7 +55,12 @@ func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstru
 	case GVRNamespace:
 		_ = s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteNamespace(u.GetName()) })
 	}
-	uid := string(u.GetUID())
+	s.forgetResource(string(u.GetUID()))
+}
+
+// forgetResource drops a resource and its results from the store; its
+// reconcile then deletes its report.
+func (s *Scanner) forgetResource(uid string) {
 	var gone []memstore.Result
 	if err := s.store.Write(func(w *memstore.WriteTxn) error {
 		gone, _ = w.Results(uid)

@@ -3,8 +3,9 @@
 // By default it starts a local control plane: etcd and kube-apiserver through
 // controller-runtime's envtest (random loopback ports, TLS, client-certificate
 // authentication, RBAC), plus kube-controller-manager running only the
-// garbage-collector, namespace and service-account controllers, so that
-// ownerReferences cascade as they do in a real cluster. The binaries are
+// garbage-collector, namespace, service-account and ClusterRole-aggregation
+// controllers, so that ownerReferences cascade and aggregated roles fill as
+// they do in a real cluster. The binaries are
 // built from their Go modules by hack/controlplane/build.sh and cached
 // outside the clone.
 //
@@ -155,7 +156,8 @@ func startLocal(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 
 // startControllerManager runs the controllers a report pipeline relies on:
 // the garbage collector (reports owned by deleted resources go), the namespace
-// controller (deleted namespaces empty), and the service-account controllers.
+// controller (deleted namespaces empty), the service-account controllers, and
+// the ClusterRole aggregation controller (tally-scanner's read role is aggregated).
 func (c *Cluster) startControllerManager(wrappers, assets, certDir string, logs *os.File) error {
 	kcmPath, err := dieWithParent(wrappers, filepath.Join(assets, "kube-controller-manager"))
 	if err != nil {
@@ -181,7 +183,7 @@ func (c *Cluster) startControllerManager(wrappers, assets, certDir string, logs 
 		"--kubeconfig="+kcmConfig,
 		"--authentication-kubeconfig="+kcmConfig,
 		"--authorization-kubeconfig="+kcmConfig,
-		"--controllers=namespace-controller,serviceaccount-controller,serviceaccount-token-controller,garbage-collector-controller,root-ca-certificate-publisher-controller",
+		"--controllers=namespace-controller,serviceaccount-controller,serviceaccount-token-controller,garbage-collector-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller",
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--use-service-account-credentials=false",

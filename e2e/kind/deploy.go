@@ -174,3 +174,26 @@ func waitEstablished(ctx context.Context, dyn dynamic.Interface, crds []*unstruc
 	}
 	return nil
 }
+
+// ApplyObjects server-side applies already rendered objects, in order, with
+// the given field manager (for tests that take a part of an overlay, such as
+// its RBAC).
+func ApplyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, fieldManager string) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+	var errs []error
+	for _, o := range objs {
+		if err := applyOne(ctx, dyn, mapper, o, opts); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", Describe(o), err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -65,7 +65,7 @@ func args(c map[string]any) []string {
 // least-privilege RBAC.
 func TestRenderOverlays(t *testing.T) {
 	common := map[string]int{
-		"Namespace": 1, "ServiceAccount": 2, "ClusterRole": 5, "ClusterRoleBinding": 4,
+		"Namespace": 1, "ServiceAccount": 2, "ClusterRole": 5, "ClusterRoleBinding": 5,
 		"Deployment": 2, "PodDisruptionBudget": 2,
 	}
 	with := func(extra map[string]int) map[string]int {

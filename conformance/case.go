@@ -1,0 +1,328 @@
+package conformance
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// Cases are the suite's cases, embedded so that `tally conformance` carries
+// them to any cluster.
+//
+//go:embed cases/*.yaml
+var Cases embed.FS
+
+// Case is one executable reporting rule check: the cluster state it starts
+// from (Given), then steps of actions (When) and expectations (Then).
+type Case struct {
+	// Name is the file name without extension; it starts with the first
+	// rule's ID (R07-matrix-enforce-existing).
+	Name string `json:"-"`
+	// Rules are the R-IDs of REPORTING-RULES.md the case checks.
+	Rules []string `json:"rules"`
+	// Description says what is checked, in one or two sentences.
+	Description string `json:"description"`
+	// Needs lists the provider capabilities the case relies on
+	// ("rescan", "restart-scanner", "restart-merger", "restart-apiserver",
+	// "failover-merger"); a provider without one skips the case, saying so.
+	Needs []string `json:"needs,omitempty"`
+	Given Given    `json:"given"`
+	Steps []Step   `json:"steps"`
+}
+
+// Given is the state before the first step. Namespaces are created first,
+// then Resources (they exist before any policy: a background scan finds
+// them), then Exceptions and Policies; the runner waits until the
+// implementation has loaded the policies before the first step.
+type Given struct {
+	Namespaces []Namespace                 `json:"namespaces,omitempty"`
+	Resources  []unstructured.Unstructured `json:"resources,omitempty"`
+	Exceptions []unstructured.Unstructured `json:"exceptions,omitempty"`
+	Policies   []unstructured.Unstructured `json:"policies,omitempty"`
+	// InvalidPolicies are created after Policies; they must be rejected, so
+	// the runner does not wait for them to load.
+	InvalidPolicies []unstructured.Unstructured `json:"invalidPolicies,omitempty"`
+}
+
+// Namespace is a namespace a case creates (and deletes at the end).
+type Namespace struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Unlabelled leaves out the label CaseLabel, which the local provider's
+	// webhook configuration selects on: admission never sees the namespace.
+	Unlabelled bool `json:"unlabelled,omitempty"`
+}
+
+// Step is a list of actions and what must hold after them.
+type Step struct {
+	Name string   `json:"name,omitempty"`
+	When []Action `json:"when,omitempty"`
+	Then Then     `json:"then"`
+}
+
+// Action is one thing done to the cluster; exactly one field is set.
+type Action struct {
+	// Create sends a CREATE request through the API server (admission).
+	Create *Request `json:"create,omitempty"`
+	// Update changes an existing object (an UPDATE request): the given
+	// labels, annotations and top-level fields other than metadata and
+	// status replace the object's.
+	Update *Request `json:"update,omitempty"`
+	// Apply creates or updates an object (policies, exceptions, namespaces).
+	Apply *unstructured.Unstructured `json:"apply,omitempty"`
+	// Delete deletes an object and waits until it is gone.
+	Delete *Ref `json:"delete,omitempty"`
+	// Exec sends a pods/exec request to a Pod (never reported, R13).
+	Exec *Ref `json:"exec,omitempty"`
+	// Scan forces a background scan where the provider can; elsewhere the
+	// expectations simply wait for the implementation's own schedule.
+	Scan bool `json:"scan,omitempty"`
+	// Restart restarts a component: scanner, merger or apiserver.
+	Restart string `json:"restart,omitempty"`
+	// Failover stops the active replica of a component (merger) so that a
+	// standby takes over.
+	Failover string `json:"failover,omitempty"`
+}
+
+// Request is an object sent through admission, and what the API server must
+// answer.
+type Request struct {
+	Object unstructured.Unstructured `json:"object"`
+	// DryRun sends the request with dryRun=All.
+	DryRun bool `json:"dryRun,omitempty"`
+	// Denied says the request must be rejected (by an Enforce policy).
+	Denied bool `json:"denied,omitempty"`
+	// MessageContains are substrings of the denial message, or of the
+	// warnings when the request is allowed.
+	MessageContains []string `json:"messageContains,omitempty"`
+}
+
+// Ref names an object.
+type Ref struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name"`
+}
+
+func (r Ref) String() string {
+	if r.Namespace == "" {
+		return r.Kind + " " + r.Name
+	}
+	return r.Kind + " " + r.Namespace + "/" + r.Name
+}
+
+// RefOf names an object given as a manifest.
+func RefOf(u *unstructured.Unstructured) Ref {
+	return Ref{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName()}
+}
+
+// Then is what must hold after a step's actions.
+type Then struct {
+	// Reports are expectations on final reports (PolicyReport or
+	// ClusterPolicyReport, found through the resource's UID).
+	Reports []ReportExpectation `json:"reports,omitempty"`
+	// Intermediate are expectations on the intermediate reports of a
+	// resource (AdmissionReport, BackgroundScanReport, ...).
+	Intermediate []IntermediateExpectation `json:"intermediate,omitempty"`
+	// Unchanged lists resources whose final report must not be rewritten by
+	// this step (its resourceVersion stays as it was before the step).
+	Unchanged []Ref `json:"unchanged,omitempty"`
+	// Objects are expectations on the objects themselves.
+	Objects []ObjectExpectation `json:"objects,omitempty"`
+	// Metrics are expectations on an implementation's Prometheus metrics
+	// (cases using them need the "metrics" capability).
+	Metrics []MetricExpectation `json:"metrics,omitempty"`
+	// Events are Kubernetes Events that must have been recorded about an
+	// object (a rejected policy, a kind that cannot be read).
+	Events []EventExpectation `json:"events,omitempty"`
+}
+
+// EventExpectation asks for an Event about an object.
+type EventExpectation struct {
+	For             Ref    `json:"for"`
+	Reason          string `json:"reason"`
+	MessageContains string `json:"messageContains,omitempty"`
+}
+
+// MetricExpectation bounds the value of one series.
+type MetricExpectation struct {
+	// Component is scanner or merger.
+	Component string            `json:"component"`
+	Name      string            `json:"name"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	// Min and Max bound the value; the series must exist.
+	Min *float64 `json:"min,omitempty"`
+	Max *float64 `json:"max,omitempty"`
+}
+
+// ObjectExpectation describes an object of the cluster (a resource that a
+// scan must leave alone, a policy's status).
+type ObjectExpectation struct {
+	For Ref `json:"for"`
+	// Exists, when set, says whether the object must exist.
+	Exists *bool `json:"exists,omitempty"`
+	// Labels must be present with these values.
+	Labels map[string]string `json:"labels,omitempty"`
+	// LabelsAbsent must not be present.
+	LabelsAbsent []string `json:"labelsAbsent,omitempty"`
+	// Conditions maps status condition types to their expected status
+	// ("True", "False").
+	Conditions map[string]string `json:"conditions,omitempty"`
+}
+
+// ReportExpectation describes the final report of one resource.
+type ReportExpectation struct {
+	For Ref `json:"for"`
+	// Absent: the resource has no final report at all.
+	Absent bool `json:"absent,omitempty"`
+	// Results must each match one entry of the report.
+	Results []ResultExpectation `json:"results,omitempty"`
+	// Exact: the report holds nothing but entries matching Results (one
+	// entry per expectation).
+	Exact bool `json:"exact,omitempty"`
+	// Summary, when set, must equal the report's summary.
+	Summary map[string]int `json:"summary,omitempty"`
+}
+
+// ResultExpectation matches one result entry; empty fields match anything.
+type ResultExpectation struct {
+	Policy string `json:"policy"`
+	Rule   string `json:"rule,omitempty"`
+	Result string `json:"result,omitempty"`
+	// Absent: no entry of this policy (and rule, if given) may exist.
+	Absent          bool              `json:"absent,omitempty"`
+	Message         *string           `json:"message,omitempty"`
+	MessageContains string            `json:"messageContains,omitempty"`
+	Scored          *bool             `json:"scored,omitempty"`
+	Source          string            `json:"source,omitempty"`
+	Category        *string           `json:"category,omitempty"`
+	Severity        *string           `json:"severity,omitempty"`
+	Properties      map[string]string `json:"properties,omitempty"`
+}
+
+// IntermediateExpectation counts the intermediate reports of a resource.
+type IntermediateExpectation struct {
+	For Ref `json:"for"`
+	// Kind is AdmissionReport or BackgroundScanReport (the Cluster variant is
+	// used for cluster-scoped resources).
+	Kind string `json:"kind"`
+	// Count is the number of such reports that must exist for the resource.
+	Count int `json:"count"`
+}
+
+var ruleID = regexp.MustCompile(`^R[0-9]{2}$`)
+
+// Load reads and checks every case of a folder (fs.FS); the first error of
+// each file is reported, naming it, and the other cases still load.
+func Load(fsys fs.FS, dir string) ([]*Case, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	var cases []*Case
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() || (!strings.HasSuffix(e.Name(), ".yaml") && !strings.HasSuffix(e.Name(), ".yml")) {
+			continue
+		}
+		data, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c, err := Parse(strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".yaml"), ".yml"), data)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.Name(), err))
+			continue
+		}
+		cases = append(cases, c)
+	}
+	sort.Slice(cases, func(i, j int) bool { return cases[i].Name < cases[j].Name })
+	return cases, errors.Join(errs...)
+}
+
+// Parse reads one case and checks it is well formed.
+func Parse(name string, data []byte) (*Case, error) {
+	var c Case
+	if err := yaml.UnmarshalStrict(bytes.TrimSpace(data), &c); err != nil {
+		return nil, fmt.Errorf("case %s: %w", name, err)
+	}
+	c.Name = name
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("case %s: %w", name, err)
+	}
+	return &c, nil
+}
+
+func (c *Case) validate() error {
+	if len(c.Rules) == 0 {
+		return errors.New("rules: at least one R-ID is needed")
+	}
+	for _, r := range c.Rules {
+		if !ruleID.MatchString(r) {
+			return fmt.Errorf("rules: %q is not an R-ID (R01...)", r)
+		}
+	}
+	if !strings.HasPrefix(c.Name, c.Rules[0]+"-") {
+		return fmt.Errorf("the case's name must start with its first rule, %s-", c.Rules[0])
+	}
+	if len(c.Steps) == 0 {
+		return errors.New("steps: at least one step is needed")
+	}
+	for _, n := range c.Given.Namespaces {
+		if n.Name == "" {
+			return errors.New("given.namespaces: a namespace needs a name")
+		}
+	}
+	for i, obj := range append(append(append([]unstructured.Unstructured{}, c.Given.Resources...), c.Given.Exceptions...), append(c.Given.Policies, c.Given.InvalidPolicies...)...) {
+		if obj.GetAPIVersion() == "" || obj.GetKind() == "" || obj.GetName() == "" {
+			return fmt.Errorf("given: object %d needs apiVersion, kind and metadata.name", i+1)
+		}
+	}
+	for i, s := range c.Steps {
+		for j, a := range s.When {
+			if n := a.count(); n != 1 {
+				return fmt.Errorf("steps[%d].when[%d]: exactly one action is needed, found %d", i, j, n)
+			}
+		}
+		for j, r := range s.Then.Reports {
+			if r.For.Kind == "" || r.For.Name == "" {
+				return fmt.Errorf("steps[%d].then.reports[%d]: for needs kind and name", i, j)
+			}
+			if r.Absent && len(r.Results) > 0 {
+				return fmt.Errorf("steps[%d].then.reports[%d]: absent and results exclude each other", i, j)
+			}
+			for k, e := range r.Results {
+				if e.Policy == "" {
+					return fmt.Errorf("steps[%d].then.reports[%d].results[%d]: policy is needed", i, j, k)
+				}
+			}
+		}
+		for j, e := range s.Then.Intermediate {
+			if e.Kind != "AdmissionReport" && e.Kind != "BackgroundScanReport" {
+				return fmt.Errorf("steps[%d].then.intermediate[%d]: kind must be AdmissionReport or BackgroundScanReport", i, j)
+			}
+		}
+	}
+	return nil
+}
+
+func (a Action) count() int {
+	n := 0
+	for _, set := range []bool{a.Create != nil, a.Update != nil, a.Apply != nil, a.Delete != nil, a.Exec != nil, a.Scan, a.Restart != "", a.Failover != ""} {
+		if set {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,431 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/tally-dev/tally/e2e/cluster"
+	"github.com/tally-dev/tally/e2e/kind"
+)
+
+// Local is the provider of `make test` and CI: the local control plane of
+// e2e/cluster (kube-apiserver, etcd, kube-controller-manager), with
+// tally-scanner (and its admission bridge) and two tally-merger replicas
+// started as processes against it, and a ValidatingWebhookConfiguration that
+// sends the requests of the cases' namespaces to the bridge on loopback.
+type Local struct {
+	cluster *cluster.Cluster
+	kube    kubernetes.Interface
+	dir     string
+	bin     string
+
+	mu        sync.Mutex
+	procs     map[string]*process // scanner, merger-a, merger-b
+	ports     map[string]int
+	webhookCA []byte
+}
+
+// process is one tally process.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  string
+}
+
+const (
+	localNamespace = "tally-system"
+	// webhookName is the name config/webhook's RBAC lets the scanner patch.
+	webhookName = "tally"
+)
+
+// StartLocal starts the cluster and tally. dir receives binaries and logs.
+func StartLocal(ctx context.Context, dir string) (_ *Local, err error) {
+	l := &Local{dir: dir, procs: map[string]*process{}, ports: map[string]int{}}
+	defer func() {
+		if err != nil {
+			_ = l.Stop()
+		}
+	}()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	l.bin = filepath.Join(dir, "bin")
+	build := exec.CommandContext(ctx, "go", "build", "-o", l.bin+string(os.PathSeparator), "./cmd/tally-scanner", "./cmd/tally-merger")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build tally: %w\n%s", err, out)
+	}
+	logs, err := os.Create(filepath.Join(dir, "controlplane.log"))
+	if err != nil {
+		return nil, err
+	}
+	if l.cluster, err = cluster.Start(ctx, cluster.Options{Logs: logs}); err != nil {
+		return nil, err
+	}
+	if err := cluster.InstallCRDs(l.cluster.Config); err != nil {
+		return nil, err
+	}
+	if l.kube, err = kubernetes.NewForConfig(l.cluster.Config); err != nil {
+		return nil, err
+	}
+	_, err = l.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: localNamespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if err := l.installRBAC(ctx, root); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"scanner", "scanner-webhook", "merger-a", "merger-b"} {
+		if l.ports[name], err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.createWebhookConfiguration(ctx); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"scanner", "merger-a", "merger-b"} {
+		if err := l.start(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	return l, l.waitCABundle(ctx)
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (l *Local) args(name string) (binary string, args []string) {
+	identity := "tally-merger"
+	if name == "scanner" {
+		identity = "tally-scanner"
+	}
+	common := []string{"--kubeconfig", filepath.Join(l.dir, identity+".kubeconfig"), "--namespace", localNamespace, "--listen", "127.0.0.1:" + strconv.Itoa(l.ports[name])}
+	if name == "scanner" {
+		return "tally-scanner", append(common, "--leader-elect=false", "--rescan-endpoint",
+			"--webhook-listen", "127.0.0.1:"+strconv.Itoa(l.ports["scanner-webhook"]),
+			"--webhook-configuration", webhookName)
+	}
+	return "tally-merger", append(common, "--identity", name)
+}
+
+// start starts a process and waits until it answers /healthz.
+func (l *Local) start(ctx context.Context, name string) error {
+	binary, args := l.args(name)
+	logPath := filepath.Join(l.dir, name+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logFile, "---- %s %s\n", time.Now().Format(time.RFC3339), name)
+	cmd := exec.Command(filepath.Join(l.bin, binary), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	l.mu.Lock()
+	l.procs[name] = p
+	l.mu.Unlock()
+	url := "http://127.0.0.1:" + strconv.Itoa(l.ports[name]) + "/healthz"
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-p.done:
+			return false, fmt.Errorf("%s exited at start; see %s", name, logPath)
+		default:
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+// kill stops a process with a signal and waits for it.
+func (l *Local) kill(name string, sig syscall.Signal) {
+	l.mu.Lock()
+	p := l.procs[name]
+	delete(l.procs, name)
+	l.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (l *Local) createWebhookConfiguration(ctx context.Context) error {
+	url := "https://127.0.0.1:" + strconv.Itoa(l.ports["scanner-webhook"]) + "/validate"
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: webhookName},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         "validate.conformance.tally.dev",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete, admissionregistrationv1.Connect},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}, Scope: ptr.To(admissionregistrationv1.AllScopes)},
+			}},
+			// Only the namespaces (and Namespace objects) of cases: the
+			// control plane's own requests never wait on tally.
+			NamespaceSelector:       &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: CaseLabel, Operator: metav1.LabelSelectorOpExists}}},
+			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "conformance.tally.dev/ignore", Operator: metav1.LabelSelectorOpDoesNotExist}}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](10),
+		}},
+	}
+	_, err := l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// waitCABundle waits until tally-scanner has put its CA into the webhook
+// configuration (it generates and rotates its serving certificate).
+func (l *Local) waitCABundle(ctx context.Context) error {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		vwc, err := l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhookName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if len(vwc.Webhooks) == 0 || len(vwc.Webhooks[0].ClientConfig.CABundle) == 0 {
+			return false, nil
+		}
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(l.ports["scanner-webhook"]), time.Second)
+		if err != nil {
+			return false, nil // the bridge listens once its policies are listed
+		}
+		conn.Close()
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("tally-scanner did not set the webhook's caBundle: %w (log: %s)", err, filepath.Join(l.dir, "scanner.log"))
+	}
+	return nil
+}
+
+// Stop stops tally and the cluster.
+func (l *Local) Stop() error {
+	for _, name := range []string{"scanner", "merger-a", "merger-b"} {
+		l.kill(name, syscall.SIGTERM)
+	}
+	if l.cluster != nil {
+		if l.kube != nil {
+			_ = l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), webhookName, metav1.DeleteOptions{})
+		}
+		return l.cluster.Stop()
+	}
+	return nil
+}
+
+// Dir holds the processes' logs.
+func (l *Local) Dir() string { return l.dir }
+
+func (l *Local) Name() string         { return "local" }
+func (l *Local) Config() *rest.Config { return l.cluster.Config }
+func (l *Local) Kubeconfig() string   { return l.cluster.Kubeconfig }
+func (l *Local) Can(what string) bool {
+	switch what {
+	case CanRescan, CanRestartScanner, CanRestartMerger, CanFailoverMerger, CanMetrics:
+		return true
+	}
+	return false
+}
+
+// Rescan asks the scanner for a full rescan and waits for it to finish.
+func (l *Local) Rescan(ctx context.Context) error {
+	url := "http://127.0.0.1:" + strconv.Itoa(l.ports["scanner"]) + "/rescan"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("rescan: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return fmt.Errorf("rescan: %s: %s", resp.Status, b.String())
+	}
+	return nil
+}
+
+// Restart kills a component without warning (SIGKILL, as a crash or an
+// eviction would) and starts it again.
+func (l *Local) Restart(ctx context.Context, component string) error {
+	switch component {
+	case "scanner":
+		l.kill("scanner", syscall.SIGKILL)
+		return l.start(ctx, "scanner")
+	case "merger":
+		for _, name := range []string{"merger-a", "merger-b"} {
+			l.kill(name, syscall.SIGKILL)
+		}
+		for _, name := range []string{"merger-a", "merger-b"} {
+			if err := l.start(ctx, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("restart %s: %w", component, ErrUnsupported)
+}
+
+// Failover kills the merger replica holding the Lease; the standby takes
+// over once the Lease expires. The killed replica comes back as a standby.
+func (l *Local) Failover(ctx context.Context, component string) error {
+	if component != "merger" {
+		return fmt.Errorf("failover %s: %w", component, ErrUnsupported)
+	}
+	var holder string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		lease, err := l.kube.CoordinationV1().Leases(localNamespace).Get(ctx, "tally-merger", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		holder = *lease.Spec.HolderIdentity
+		return holder == "merger-a" || holder == "merger-b", nil
+	})
+	if err != nil {
+		return fmt.Errorf("failover: no merger holds the Lease: %w", err)
+	}
+	l.kill(holder, syscall.SIGKILL)
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		lease, err := l.kube.CoordinationV1().Leases(localNamespace).Get(ctx, "tally-merger", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		return *lease.Spec.HolderIdentity != holder && *lease.Spec.HolderIdentity != "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("failover: the standby did not take the Lease from %s: %w", holder, err)
+	}
+	return l.start(ctx, holder)
+}
+
+// PolicyLoaded: tally-scanner marks a policy Ready once it evaluates it.
+func (l *Local) PolicyLoaded(_ context.Context, policy *unstructured.Unstructured) (bool, error) {
+	return StatusReady(policy), nil
+}
+
+var _ Provider = (*Local)(nil)
+
+// errNoProvider is returned for an unknown provider name.
+var errNoProvider = errors.New("unknown provider")
+
+// Metrics reads the /metrics of the scanner, or of the merger holding the
+// Lease.
+func (l *Local) Metrics(ctx context.Context, component string) ([]byte, error) {
+	name := component
+	if component == "merger" {
+		lease, err := l.kube.CoordinationV1().Leases(localNamespace).Get(ctx, "tally-merger", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			return nil, fmt.Errorf("metrics: no merger leads: %v", err)
+		}
+		name = *lease.Spec.HolderIdentity
+	}
+	port, ok := l.ports[name]
+	if !ok {
+		return nil, fmt.Errorf("metrics of %s: %w", component, ErrUnsupported)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, err = b.ReadFrom(resp.Body)
+	return b.Bytes(), err
+}
+
+// installRBAC applies the ServiceAccounts, Roles and ClusterRoles of
+// config/overlays/standalone, and writes for each of tally's service accounts
+// a kubeconfig that impersonates it: the processes run with exactly the
+// rights a deployment grants them, so a missing permission fails a case.
+func (l *Local) installRBAC(ctx context.Context, root string) error {
+	objs, err := kind.Render(filepath.Join(root, "config", "overlays", "standalone"))
+	if err != nil {
+		return fmt.Errorf("render config/overlays/standalone: %w", err)
+	}
+	var rbac []*unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+			rbac = append(rbac, o)
+		}
+	}
+	if len(rbac) == 0 {
+		return errors.New("config/overlays/standalone renders no RBAC")
+	}
+	if err := kind.ApplyObjects(ctx, l.cluster.Config, rbac, fieldManager); err != nil {
+		return fmt.Errorf("apply tally's RBAC: %w", err)
+	}
+	admin, err := clientcmd.LoadFromFile(l.cluster.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	for _, sa := range []string{"tally-scanner", "tally-merger"} {
+		cfg := admin.DeepCopy()
+		for _, auth := range cfg.AuthInfos {
+			auth.Impersonate = "system:serviceaccount:" + localNamespace + ":" + sa
+		}
+		if err := clientcmd.WriteToFile(*cfg, filepath.Join(l.dir, sa+".kubeconfig")); err != nil {
+			return err
+		}
+	}
+	return nil
+}

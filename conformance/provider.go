@@ -1,0 +1,73 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+)
+
+// Capabilities a provider may offer; cases list those they need.
+const (
+	CanRescan           = "rescan"
+	CanRestartScanner   = "restart-scanner"
+	CanRestartMerger    = "restart-merger"
+	CanRestartAPIServer = "restart-apiserver"
+	CanFailoverMerger   = "failover-merger"
+	CanMetrics          = "metrics"
+)
+
+// MetricsSource is a provider that can read a component's Prometheus
+// metrics (text exposition format).
+type MetricsSource interface {
+	Metrics(ctx context.Context, component string) ([]byte, error)
+}
+
+// ErrUnsupported is returned by a provider asked for something it cannot do.
+var ErrUnsupported = errors.New("not supported by this provider")
+
+// Provider is a cluster with a policy-reporting implementation running in
+// it: tally started as local processes, tally deployed on kind, or any
+// cluster reached through a kubeconfig (tally's or Kyverno's).
+type Provider interface {
+	// Name names the provider in output.
+	Name() string
+	// Config is an admin client configuration of the cluster.
+	Config() *rest.Config
+	// Can reports whether the provider offers a capability.
+	Can(capability string) bool
+	// Rescan forces a full background scan.
+	Rescan(ctx context.Context) error
+	// Restart restarts a component ("scanner", "merger", "apiserver") and
+	// returns once it serves again.
+	Restart(ctx context.Context, component string) error
+	// Failover stops the active replica of a component so that a standby
+	// takes over, and starts a new standby.
+	Failover(ctx context.Context, component string) error
+	// PolicyLoaded reports whether the implementation evaluates the given
+	// version of a policy, both at admission and in background scans.
+	PolicyLoaded(ctx context.Context, policy *unstructured.Unstructured) (bool, error)
+}
+
+// StatusReady is the portable PolicyLoaded check: the policy's status has a
+// Ready condition that is True and, when the implementation records it,
+// observed the policy's current generation (Kyverno and tally both write it).
+func StatusReady(policy *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(policy.Object, "status", "conditions")
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok || m["type"] != "Ready" {
+			continue
+		}
+		if m["status"] != "True" {
+			return false
+		}
+		if og, ok := m["observedGeneration"].(int64); ok && og != policy.GetGeneration() {
+			return false
+		}
+		return true
+	}
+	ready, _, _ := unstructured.NestedBool(policy.Object, "status", "ready")
+	return ready
+}

@@ -1,0 +1,145 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"time"
+)
+
+// ProviderFromEnv starts (local) or connects to (kind, kubeconfig) the
+// provider named; it returns a function that stops what it started.
+func ProviderFromEnv(ctx context.Context, name string) (Provider, func() error, error) {
+	switch name {
+	case "", "local":
+		dir, err := os.MkdirTemp("", "tally-conformance-")
+		if err != nil {
+			return nil, nil, err
+		}
+		l, err := StartLocal(ctx, dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, l.Stop, nil
+	case "kubeconfig":
+		path := os.Getenv("TALLY_CONFORMANCE_KUBECONFIG")
+		if path == "" {
+			return nil, nil, fmt.Errorf("provider kubeconfig needs TALLY_CONFORMANCE_KUBECONFIG")
+		}
+		p, err := NewDeployed("kubeconfig", path)
+		return p, func() error { return nil }, err
+	case "kind":
+		return startKind(ctx)
+	}
+	return nil, nil, fmt.Errorf("%w %q: use local, kind or kubeconfig", errNoProvider, name)
+}
+
+// Deployed is a cluster where the implementation runs as Deployments (tally
+// from config/, or Kyverno): reached through a kubeconfig. When tally's
+// Deployments exist in tally-system, restarts and failovers delete their
+// Pods; otherwise the cases that need them are skipped.
+type Deployed struct {
+	name   string
+	config *rest.Config
+	kube   kubernetes.Interface
+	tally  bool
+}
+
+// NewDeployed connects to the cluster of a kubeconfig file.
+func NewDeployed(name, kubeconfig string) (*Deployed, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return NewDeployedFromConfig(name, cfg)
+}
+
+// NewDeployedFromConfig connects to a cluster.
+func NewDeployedFromConfig(name string, cfg *rest.Config) (*Deployed, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 100, 200
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &Deployed{name: name, config: cfg, kube: kube}
+	_, err = kube.AppsV1().Deployments(localNamespace).Get(context.Background(), "tally-scanner", metav1.GetOptions{})
+	d.tally = err == nil
+	return d, nil
+}
+
+func (d *Deployed) Name() string         { return d.name }
+func (d *Deployed) Config() *rest.Config { return d.config }
+func (d *Deployed) Can(what string) bool {
+	switch what {
+	case CanRestartScanner, CanRestartMerger, CanFailoverMerger:
+		return d.tally
+	}
+	return false
+}
+func (d *Deployed) Rescan(context.Context) error { return ErrUnsupported }
+
+// Restart deletes the component's Pods and waits until its Deployment is
+// available again.
+func (d *Deployed) Restart(ctx context.Context, component string) error {
+	if !d.tally {
+		return ErrUnsupported
+	}
+	name := "tally-" + component
+	dep, err := d.kube.AppsV1().Deployments(localNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	sel := metav1.FormatLabelSelector(dep.Spec.Selector)
+	if err := d.kube.CoreV1().Pods(localNamespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{LabelSelector: sel}); err != nil {
+		return err
+	}
+	return d.waitAvailable(ctx, name)
+}
+
+// Failover deletes the Pod holding the component's Lease.
+func (d *Deployed) Failover(ctx context.Context, component string) error {
+	if !d.tally {
+		return ErrUnsupported
+	}
+	name := "tally-" + component
+	lease, err := d.kube.CoordinationV1().Leases(localNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if lease.Spec.HolderIdentity == nil {
+		return fmt.Errorf("failover: nobody holds the Lease %s", name)
+	}
+	holder := *lease.Spec.HolderIdentity
+	if err := d.kube.CoreV1().Pods(localNamespace).Delete(ctx, holder, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		return err
+	}
+	return d.waitAvailable(ctx, name)
+}
+
+func (d *Deployed) waitAvailable(ctx context.Context, name string) error {
+	return wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, false, func(ctx context.Context) (bool, error) {
+		dep, err := d.kube.AppsV1().Deployments(localNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range dep.Status.Conditions {
+			if c.Type == appsv1.DeploymentAvailable && c.Status == "True" {
+				return dep.Status.ReadyReplicas == *dep.Spec.Replicas, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+func (d *Deployed) PolicyLoaded(_ context.Context, policy *unstructured.Unstructured) (bool, error) {
+	return StatusReady(policy), nil
+}

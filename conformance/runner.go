@@ -1,0 +1,531 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+)
+
+// CaseLabel marks the namespaces a case creates; a webhook configuration of
+// a test environment may select on it.
+const CaseLabel = "conformance.tally.dev/case"
+
+const fieldManager = "tally-conformance"
+
+// Runner executes cases against a provider's cluster.
+type Runner struct {
+	Provider Provider
+	// Timeout bounds each wait for an expectation (default 90 s).
+	Timeout time.Duration
+	// Settle is how long expectations of absence, and unchanged reports,
+	// must keep holding once everything expected present is there
+	// (default 3 s).
+	Settle time.Duration
+	// Logf, if set, receives progress lines.
+	Logf func(format string, args ...any)
+
+	dyn      dynamic.Interface
+	kube     kubernetes.Interface
+	mapper   meta.RESTMapper
+	warnings *warningRecorder
+}
+
+// NewRunner connects a runner to the provider's cluster.
+func NewRunner(p Provider) (*Runner, error) {
+	cfg := rest.CopyConfig(p.Config())
+	rec := &warningRecorder{}
+	cfg.WarningHandler = rec
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{
+		Provider: p, Timeout: 90 * time.Second, Settle: 3 * time.Second,
+		dyn: dyn, kube: kube, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)), warnings: rec,
+	}, nil
+}
+
+// warningRecorder keeps the warnings of the API server's last responses.
+type warningRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	w.msgs = append(w.msgs, text)
+	w.mu.Unlock()
+}
+
+func (w *warningRecorder) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.msgs
+	w.msgs = nil
+	return out
+}
+
+func (r *Runner) logf(format string, args ...any) {
+	if r.Logf != nil {
+		r.Logf(format, args...)
+	}
+}
+
+// run is the state of one case being executed.
+type run struct {
+	*Runner
+	c       *Case
+	uids    map[Ref]types.UID
+	created []Ref // cluster-scoped objects and policies to delete at the end
+}
+
+// Run executes a case: its given state, then each step's actions and
+// expectations. Everything the case created is deleted at the end.
+func (r *Runner) Run(ctx context.Context, c *Case) (err error) {
+	for _, need := range c.Needs {
+		if !r.Provider.Can(need) {
+			return &SkipError{Reason: fmt.Sprintf("provider %s cannot %s", r.Provider.Name(), need)}
+		}
+	}
+	x := &run{Runner: r, c: c, uids: map[Ref]types.UID{}}
+	defer func() {
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		if cerr := x.cleanup(cleanupCtx); cerr != nil && err == nil {
+			err = fmt.Errorf("cleanup: %w", cerr)
+		}
+	}()
+	if err := x.given(ctx); err != nil {
+		return fmt.Errorf("given: %w", err)
+	}
+	for i, s := range c.Steps {
+		name := s.Name
+		if name == "" {
+			name = fmt.Sprintf("step %d", i+1)
+		}
+		r.logf("%s: %s", c.Name, name)
+		if err := x.step(ctx, s); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// SkipError says a case cannot run on this provider.
+type SkipError struct{ Reason string }
+
+func (e *SkipError) Error() string { return "skipped: " + e.Reason }
+
+func (x *run) given(ctx context.Context) error {
+	for _, ns := range x.c.Given.Namespaces {
+		obj := &unstructured.Unstructured{}
+		obj.SetAPIVersion("v1")
+		obj.SetKind("Namespace")
+		obj.SetName(ns.Name)
+		labels := map[string]string{}
+		if !ns.Unlabelled {
+			labels[CaseLabel] = x.c.Name
+		}
+		for k, v := range ns.Labels {
+			labels[k] = v
+		}
+		obj.SetLabels(labels)
+		if err := x.create(ctx, obj, false); err != nil {
+			return err
+		}
+	}
+	for i := range x.c.Given.Resources {
+		if err := x.create(ctx, x.c.Given.Resources[i].DeepCopy(), false); err != nil {
+			return err
+		}
+	}
+	var policies []*unstructured.Unstructured
+	for i := range x.c.Given.Exceptions {
+		if err := x.create(ctx, x.c.Given.Exceptions[i].DeepCopy(), false); err != nil {
+			return err
+		}
+	}
+	for i := range x.c.Given.Policies {
+		p := x.c.Given.Policies[i].DeepCopy()
+		if err := x.create(ctx, p, false); err != nil {
+			return err
+		}
+		policies = append(policies, p)
+	}
+	for i := range x.c.Given.InvalidPolicies {
+		if err := x.create(ctx, x.c.Given.InvalidPolicies[i].DeepCopy(), false); err != nil {
+			return err
+		}
+	}
+	return x.waitLoaded(ctx, policies)
+}
+
+// waitLoaded waits until the implementation evaluates these policy versions.
+func (x *run) waitLoaded(ctx context.Context, policies []*unstructured.Unstructured) error {
+	for _, p := range policies {
+		ref := RefOf(p)
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, x.Timeout, true, func(ctx context.Context) (bool, error) {
+			cur, err := x.get(ctx, ref)
+			if err != nil {
+				return false, nil
+			}
+			return x.Provider.PolicyLoaded(ctx, cur)
+		})
+		if err != nil {
+			return fmt.Errorf("%s was not loaded by the implementation within %s (no Ready status)", ref, x.Timeout)
+		}
+	}
+	return nil
+}
+
+func isPolicy(u *unstructured.Unstructured) bool {
+	return strings.HasPrefix(u.GetAPIVersion(), "kyverno.io/") && (u.GetKind() == "ClusterPolicy" || u.GetKind() == "Policy")
+}
+
+func (x *run) resource(ref Ref) (dynamic.ResourceInterface, bool, error) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", ref, err)
+	}
+	m, err := x.mapper.RESTMapping(gv.WithKind(ref.Kind).GroupKind(), gv.Version)
+	if err != nil {
+		if meta.IsNoMatchError(err) {
+			if rm, ok := x.mapper.(meta.ResettableRESTMapper); ok {
+				rm.Reset()
+			}
+			m, err = x.mapper.RESTMapping(gv.WithKind(ref.Kind).GroupKind(), gv.Version)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", ref, err)
+		}
+	}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ns := ref.Namespace
+		if ns == "" {
+			ns = "default"
+		}
+		return x.dyn.Resource(m.Resource).Namespace(ns), true, nil
+	}
+	return x.dyn.Resource(m.Resource), false, nil
+}
+
+func (x *run) get(ctx context.Context, ref Ref) (*unstructured.Unstructured, error) {
+	ri, _, err := x.resource(ref)
+	if err != nil {
+		return nil, err
+	}
+	return ri.Get(ctx, ref.Name, metav1.GetOptions{})
+}
+
+func (x *run) remember(u *unstructured.Unstructured, namespaced bool) {
+	ref := RefOf(u)
+	if !namespaced {
+		ref.Namespace = ""
+	}
+	x.uids[ref] = u.GetUID()
+	if !namespaced || isPolicy(u) || u.GetKind() == "PolicyException" {
+		if !slices.Contains(x.created, ref) {
+			x.created = append(x.created, ref)
+		}
+	}
+}
+
+func (x *run) create(ctx context.Context, obj *unstructured.Unstructured, dryRun bool) error {
+	ri, namespaced, err := x.resource(RefOf(obj))
+	if err != nil {
+		return err
+	}
+	if namespaced && obj.GetNamespace() == "" {
+		obj.SetNamespace("default")
+	}
+	opts := metav1.CreateOptions{FieldManager: fieldManager}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	out, err := ri.Create(ctx, obj, opts)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", RefOf(obj), err)
+	}
+	if !dryRun {
+		x.remember(out, namespaced)
+		obj.Object = out.Object
+	}
+	return nil
+}
+
+func (x *run) step(ctx context.Context, s Step) error {
+	before := map[Ref]string{}
+	for _, ref := range s.Then.Unchanged {
+		rep, err := x.finalReport(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if rep == nil {
+			return fmt.Errorf("unchanged: %s has no report before the step", ref)
+		}
+		before[ref] = rep.GetResourceVersion()
+	}
+	for i, a := range s.When {
+		if err := x.act(ctx, a); err != nil {
+			return fmt.Errorf("when[%d]: %w", i, err)
+		}
+	}
+	return x.expect(ctx, s.Then, before)
+}
+
+func (x *run) act(ctx context.Context, a Action) error {
+	switch {
+	case a.Create != nil:
+		return x.request(ctx, a.Create, false)
+	case a.Update != nil:
+		return x.request(ctx, a.Update, true)
+	case a.Apply != nil:
+		return x.apply(ctx, a.Apply.DeepCopy())
+	case a.Delete != nil:
+		return x.delete(ctx, *a.Delete)
+	case a.Exec != nil:
+		return x.exec(ctx, *a.Exec)
+	case a.Scan:
+		if !x.Provider.Can(CanRescan) {
+			return nil // expectations wait for the implementation's own schedule
+		}
+		return x.Provider.Rescan(ctx)
+	case a.Restart != "":
+		return x.Provider.Restart(ctx, a.Restart)
+	case a.Failover != "":
+		return x.Provider.Failover(ctx, a.Failover)
+	}
+	return errors.New("empty action")
+}
+
+// request sends a CREATE or UPDATE through admission and checks the answer.
+func (x *run) request(ctx context.Context, req *Request, update bool) error {
+	obj := req.Object.DeepCopy()
+	ref := RefOf(obj)
+	x.warnings.take()
+	var err error
+	if update {
+		err = x.update(ctx, obj, req.DryRun)
+	} else {
+		err = x.create(ctx, obj, req.DryRun)
+	}
+	warnings := x.warnings.take()
+	if req.Denied {
+		if err == nil {
+			return fmt.Errorf("%s was admitted; it must be denied", ref)
+		}
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) && !strings.Contains(err.Error(), "denied the request") {
+			return fmt.Errorf("%s: want a denial, got %w", ref, err)
+		}
+		for _, s := range req.MessageContains {
+			if !strings.Contains(err.Error(), s) {
+				return fmt.Errorf("%s: the denial %q does not contain %q", ref, err.Error(), s)
+			}
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	joined := strings.Join(warnings, "\n")
+	for _, s := range req.MessageContains {
+		if !strings.Contains(joined, s) {
+			return fmt.Errorf("%s: the warnings %q do not contain %q", ref, warnings, s)
+		}
+	}
+	return nil
+}
+
+// update replaces the labels, annotations and top-level fields of an object
+// with the given ones, retrying on conflicts.
+func (x *run) update(ctx context.Context, obj *unstructured.Unstructured, dryRun bool) error {
+	ri, namespaced, err := x.resource(RefOf(obj))
+	if err != nil {
+		return err
+	}
+	opts := metav1.UpdateOptions{FieldManager: fieldManager}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	for attempt := 0; ; attempt++ {
+		cur, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("update %s: %w", RefOf(obj), err)
+		}
+		if _, ok, _ := unstructured.NestedMap(obj.Object, "metadata", "labels"); ok {
+			cur.SetLabels(obj.GetLabels())
+		}
+		if _, ok, _ := unstructured.NestedMap(obj.Object, "metadata", "annotations"); ok {
+			cur.SetAnnotations(obj.GetAnnotations())
+		}
+		for k, v := range obj.Object {
+			switch k {
+			case "apiVersion", "kind", "metadata", "status":
+			default:
+				cur.Object[k] = runtime.DeepCopyJSONValue(v)
+			}
+		}
+		out, err := ri.Update(ctx, cur, opts)
+		if apierrors.IsConflict(err) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("update %s: %w", RefOf(obj), err)
+		}
+		if !dryRun {
+			x.remember(out, namespaced)
+		}
+		return nil
+	}
+}
+
+// apply creates or updates an object by server-side apply; for policies it
+// waits until the implementation has loaded the new version.
+func (x *run) apply(ctx context.Context, obj *unstructured.Unstructured) error {
+	ri, namespaced, err := x.resource(RefOf(obj))
+	if err != nil {
+		return err
+	}
+	out, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	if err != nil {
+		return fmt.Errorf("apply %s: %w", RefOf(obj), err)
+	}
+	x.remember(out, namespaced)
+	if isPolicy(out) {
+		return x.waitLoaded(ctx, []*unstructured.Unstructured{out})
+	}
+	return nil
+}
+
+// delete deletes an object (foreground for namespaces) and waits until it is
+// gone.
+func (x *run) delete(ctx context.Context, ref Ref) error {
+	ri, _, err := x.resource(ref)
+	if err != nil {
+		return err
+	}
+	if err := ri.Delete(ctx, ref.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s: %w", ref, err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, x.Timeout, true, func(ctx context.Context) (bool, error) {
+		_, err := ri.Get(ctx, ref.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// exec posts a pods/exec request. Without a kubelet it cannot succeed; what
+// matters is that admission sees it and nothing gets reported.
+func (x *run) exec(ctx context.Context, ref Ref) error {
+	err := x.kube.CoreV1().RESTClient().Post().Namespace(ref.Namespace).Resource("pods").Name(ref.Name).
+		SubResource("exec").Param("command", "true").Param("stdout", "true").Do(ctx).Error()
+	if err != nil && strings.Contains(err.Error(), "denied the request") {
+		return fmt.Errorf("exec %s was denied by a webhook: %w", ref, err)
+	}
+	return nil // without a kubelet the request fails after admission; that is expected
+}
+
+// cleanup deletes what the case created: policies and exceptions first (so
+// no later deletion is evaluated), then cluster-scoped objects and the
+// namespaces.
+func (x *run) cleanup(ctx context.Context) error {
+	var errs []error
+	ordered := slices.Clone(x.created)
+	slices.SortStableFunc(ordered, func(a, b Ref) int {
+		rank := func(r Ref) int {
+			switch {
+			case strings.HasPrefix(r.APIVersion, "kyverno.io/"):
+				return 0
+			case r.Kind == "Namespace":
+				return 2
+			}
+			return 1
+		}
+		return rank(a) - rank(b)
+	})
+	for _, ns := range x.c.Given.Namespaces {
+		ref := Ref{APIVersion: "v1", Kind: "Namespace", Name: ns.Name}
+		if !slices.Contains(ordered, ref) {
+			ordered = append(ordered, ref)
+		}
+	}
+	for _, ref := range ordered {
+		ri, _, err := x.resource(ref)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := ri.Delete(ctx, ref.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete %s: %w", ref, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// uidOf returns the UID of an object the case created or that exists now.
+func (x *run) uidOf(ctx context.Context, ref Ref) (types.UID, bool, error) {
+	key := ref
+	if uid, ok := x.uids[key]; ok {
+		return uid, ref.Namespace != "" || ref.Kind != "Namespace", nil
+	}
+	ri, namespaced, err := x.resource(ref)
+	if err != nil {
+		return "", false, err
+	}
+	u, err := ri.Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", namespaced, nil
+	}
+	if err != nil {
+		return "", namespaced, err
+	}
+	return u.GetUID(), namespaced, nil
+}
+
+// finalReport returns the PolicyReport or ClusterPolicyReport of a
+// resource, nil if there is none.
+func (x *run) finalReport(ctx context.Context, ref Ref) (*unstructured.Unstructured, error) {
+	uid, namespaced, err := x.uidOf(ctx, ref)
+	if err != nil || uid == "" {
+		return nil, err
+	}
+	var ri dynamic.ResourceInterface
+	if namespaced && ref.Namespace != "" {
+		ri = x.dyn.Resource(wgv1alpha2.GroupVersion.WithResource("policyreports")).Namespace(ref.Namespace)
+	} else {
+		ri = x.dyn.Resource(wgv1alpha2.GroupVersion.WithResource("clusterpolicyreports"))
+	}
+	u, err := ri.Get(ctx, string(uid), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return u, err
+}
