@@ -51,6 +51,15 @@ type Given struct {
 	// InvalidPolicies are created after Policies; they must be rejected, so
 	// the runner does not wait for them to load.
 	InvalidPolicies []unstructured.Unstructured `json:"invalidPolicies,omitempty"`
+	// Bulk creates many copies of a resource (with the policies' existing
+	// resources), named <name>-000, <name>-001, ...
+	Bulk []Bulk `json:"bulk,omitempty"`
+}
+
+// Bulk is Count copies of Object.
+type Bulk struct {
+	Count  int                       `json:"count"`
+	Object unstructured.Unstructured `json:"object"`
 }
 
 // Namespace is a namespace a case creates (and deletes at the end).
@@ -145,6 +154,19 @@ type Then struct {
 	// Events are Kubernetes Events that must have been recorded about an
 	// object (a rejected policy, a kind that cannot be read).
 	Events []EventExpectation `json:"events,omitempty"`
+	// Counts count the final reports of a namespace holding a result.
+	Counts []CountExpectation `json:"counts,omitempty"`
+}
+
+// CountExpectation: exactly Reports final reports of the namespace hold one
+// entry of the policy (and rule) with this result, and no report holds two
+// entries for the same (policy, rule): nothing lost, nothing duplicated.
+type CountExpectation struct {
+	Namespace string `json:"namespace"`
+	Policy    string `json:"policy"`
+	Rule      string `json:"rule,omitempty"`
+	Result    string `json:"result"`
+	Reports   int    `json:"reports"`
 }
 
 // EventExpectation asks for an Event about an object.

@@ -29,7 +29,8 @@ func (x *run) expect(ctx context.Context, then Then, before map[Ref]string) erro
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, x.Timeout, true, func(ctx context.Context) (bool, error) {
 		err := x.check(ctx, then, before)
-		if err != nil && ctx.Err() != nil && last != nil {
+		deadline := ctx.Err() != nil || err != nil && strings.Contains(err.Error(), "rate limiter Wait")
+		if err != nil && deadline && last != nil {
 			return false, nil // keep the last real reason, not the deadline's
 		}
 		last = err
@@ -75,6 +76,11 @@ func (x *run) check(ctx context.Context, then Then, before map[Ref]string) error
 	for _, e := range then.Events {
 		if err := x.checkEvent(ctx, e); err != nil {
 			errs = append(errs, fmt.Errorf("event %s about %s: %w", e.Reason, e.For, err))
+		}
+	}
+	for _, e := range then.Counts {
+		if err := x.checkCount(ctx, e); err != nil {
+			errs = append(errs, fmt.Errorf("reports of %s with %s/%s=%s: %w", e.Namespace, e.Policy, e.Rule, e.Result, err))
 		}
 	}
 	for _, e := range then.Metrics {
@@ -384,4 +390,33 @@ func (x *run) checkEvent(ctx context.Context, e EventExpectation) error {
 		seen = append(seen, ev.Reason+": "+ev.Message)
 	}
 	return fmt.Errorf("none; events seen: %q", seen)
+}
+
+func (x *run) checkCount(ctx context.Context, e CountExpectation) error {
+	list, err := x.dyn.Resource(wgv1alpha2.GroupVersion.WithResource("policyreports")).Namespace(e.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, u := range list.Items {
+		var rep wgv1alpha2.PolicyReport
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &rep); err != nil {
+			return fmt.Errorf("unreadable report %s: %w", u.GetName(), err)
+		}
+		seen := map[string]bool{}
+		for _, r := range rep.Results {
+			key := r.Policy + "/" + r.Rule
+			if seen[key] {
+				return fmt.Errorf("report %s holds %s twice", u.GetName(), key)
+			}
+			seen[key] = true
+			if r.Policy == e.Policy && (e.Rule == "" || r.Rule == e.Rule) && string(r.Result) == e.Result {
+				n++
+			}
+		}
+	}
+	if n != e.Reports {
+		return fmt.Errorf("%d found, want %d", n, e.Reports)
+	}
+	return nil
 }

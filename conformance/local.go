@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,6 +42,7 @@ type Local struct {
 	dir     string
 	bin     string
 
+	stopping  atomic.Bool
 	mu        sync.Mutex
 	procs     map[string]*process // scanner, merger-a, merger-b
 	ports     map[string]int
@@ -49,10 +51,11 @@ type Local struct {
 
 // process is one tally process.
 type process struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  string
+	name   string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	log    string
+	killed atomic.Bool // stopped on purpose: not restarted
 }
 
 const (
@@ -159,9 +162,18 @@ func (l *Local) start(ctx context.Context, name string) error {
 	}
 	p := &process{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
 	go func() {
-		_ = cmd.Wait()
+		err := cmd.Wait()
+		fmt.Fprintf(logFile, "---- %s %s exited: %v\n", time.Now().Format(time.RFC3339), name, err)
 		logFile.Close()
 		close(p.done)
+		// Like a kubelet, start a process that exited on its own again (a
+		// replica that lost its Lease exits, for one).
+		if !p.killed.Load() && !l.stopping.Load() {
+			time.Sleep(time.Second)
+			if !l.stopping.Load() {
+				_ = l.start(context.Background(), name)
+			}
+		}
 	}()
 	l.mu.Lock()
 	l.procs[name] = p
@@ -191,6 +203,7 @@ func (l *Local) kill(name string, sig syscall.Signal) {
 	if p == nil {
 		return
 	}
+	p.killed.Store(true)
 	_ = p.cmd.Process.Signal(sig)
 	select {
 	case <-p.done:
@@ -254,6 +267,7 @@ func (l *Local) waitCABundle(ctx context.Context) error {
 
 // Stop stops tally and the cluster.
 func (l *Local) Stop() error {
+	l.stopping.Store(true)
 	for _, name := range []string{"scanner", "merger-a", "merger-b"} {
 		l.kill(name, syscall.SIGTERM)
 	}
@@ -274,7 +288,7 @@ func (l *Local) Config() *rest.Config { return l.cluster.Config }
 func (l *Local) Kubeconfig() string   { return l.cluster.Kubeconfig }
 func (l *Local) Can(what string) bool {
 	switch what {
-	case CanRescan, CanRestartScanner, CanRestartMerger, CanFailoverMerger, CanMetrics:
+	case CanRescan, CanRestartScanner, CanRestartMerger, CanFailoverMerger, CanMetrics, CanRestartAPIServer:
 		return true
 	}
 	return false
@@ -300,8 +314,9 @@ func (l *Local) Rescan(ctx context.Context) error {
 	return nil
 }
 
-// Restart kills a component without warning (SIGKILL, as a crash or an
-// eviction would) and starts it again.
+// Restart kills tally-scanner or the mergers without warning (SIGKILL, as a
+// crash or an eviction would) and starts them again; the API server is
+// stopped gracefully and started again under the running processes.
 func (l *Local) Restart(ctx context.Context, component string) error {
 	switch component {
 	case "scanner":
@@ -317,6 +332,14 @@ func (l *Local) Restart(ctx context.Context, component string) error {
 			}
 		}
 		return nil
+	case "apiserver":
+		if err := l.cluster.RestartAPIServer(); err != nil {
+			return err
+		}
+		return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := l.kube.CoreV1().Namespaces().Get(ctx, localNamespace, metav1.GetOptions{})
+			return err == nil, nil
+		})
 	}
 	return fmt.Errorf("restart %s: %w", component, ErrUnsupported)
 }

@@ -168,6 +168,15 @@ func (x *run) given(ctx context.Context) error {
 			return err
 		}
 	}
+	for _, b := range x.c.Given.Bulk {
+		for i := range b.Count {
+			obj := b.Object.DeepCopy()
+			obj.SetName(fmt.Sprintf("%s-%03d", b.Object.GetName(), i))
+			if err := x.create(ctx, obj, false); err != nil {
+				return err
+			}
+		}
+	}
 	var policies []*unstructured.Unstructured
 	for i := range x.c.Given.Exceptions {
 		if err := x.create(ctx, x.c.Given.Exceptions[i].DeepCopy(), false); err != nil {

@@ -101,6 +101,10 @@ func TestRuleResults(t *testing.T) {
 			rule: `    validate: {message: "m", pattern: {metadata: {labels: {team: "{{ request.object.metadata.missing.field }}"}}}}`,
 			want: engine.RuleResult{Result: engine.Error},
 		},
+		"a variable whose JMESPath does not parse makes the rule an error at compile time": {
+			rule: `    validate: {message: "m", deny: {conditions: {any: [{key: "{{ request.object.metadata.(( }}", operator: Equals, value: x}]}}}`,
+			want: engine.RuleResult{Result: engine.Error, Message: "rule r: variable {{ request.object.metadata.(( }}"},
+		},
 		"deny conditions that hold fail with the rule message": {
 			rule: `    validate: {message: "no web here", deny: {conditions: {any: [{key: "{{ request.object.metadata.name }}", operator: Equals, value: web}]}}}`,
 			want: engine.RuleResult{Result: engine.Fail, Message: "no web here"},

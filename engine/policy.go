@@ -167,7 +167,25 @@ func (r *Rule) compile() error {
 		return fmt.Errorf("a validate rule needs exactly one of pattern, anyPattern, deny, foreach, podSecurity (found %d)", set)
 	}
 	r.patternVars = variables.HasVariables(r.pattern) || variables.HasVariables(any(r.anyPattern))
-	return nil
+	return r.checkVariables()
+}
+
+// checkVariables rejects a rule with a variable whose JMESPath does not
+// parse: it could only ever give error results.
+func (r *Rule) checkVariables() error {
+	var parts []any
+	for _, raw := range []any{r.Raw.Validate, r.Raw.Preconditions, r.Raw.Context} {
+		data, err := json.Marshal(raw)
+		if err != nil {
+			return err
+		}
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil {
+			return err
+		}
+		parts = append(parts, v)
+	}
+	return variables.CheckSyntax(parts)
 }
 
 func compileForEach(list []kyvernov1.ForEachValidation) ([]*forEach, error) {

@@ -15,12 +15,14 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -127,6 +129,12 @@ func startLocal(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 	}
 	api := env.ControlPlane.GetAPIServer()
 	api.Path = apiserverPath
+	// A fixed certificate folder (not a random one envtest removes on Stop)
+	// keeps the serving certificates across RestartAPIServer.
+	api.CertDir = filepath.Join(dir, "apiserver")
+	if err := os.MkdirAll(api.CertDir, 0o700); err != nil {
+		return nil, fmt.Errorf("make API server certificate folder: %w", err)
+	}
 	api.Out, api.Err = opts.Logs, opts.Logs
 	// A bare API server has no endpoints controller for itself; without this
 	// it logs loopback-endpoint errors every few seconds.
@@ -250,3 +258,60 @@ func dieWithParent(dir, binary string) (string, error) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// RestartAPIServer stops kube-apiserver gracefully and starts it again on the
+// same address with the same certificates (etcd keeps running), as a rolling
+// control-plane upgrade would. Only for a local control plane.
+func (c *Cluster) RestartAPIServer() error {
+	if c.env == nil {
+		return errors.New("restart the API server: not a local control plane")
+	}
+	api := c.env.ControlPlane.GetAPIServer()
+	api.StopTimeout = 15 * time.Second
+	if err := api.Stop(); err != nil {
+		// It stops listening at once but may linger in its shutdown
+		// sequence; finish it as a crash would.
+		if kerr := killByArgument(api.CertDir); kerr != nil {
+			return fmt.Errorf("stop kube-apiserver: %w (and kill: %v)", err, kerr)
+		}
+	}
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("start kube-apiserver again: %w", err)
+	}
+	return nil
+}
+
+// killByArgument SIGKILLs the processes whose command line holds arg (the
+// API server's unique certificate folder) and waits until they are gone.
+func killByArgument(arg string) error {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmdline, []byte(arg)) || !bytes.Contains(cmdline, []byte("kube-apiserver")) {
+			continue
+		}
+		pids = append(pids, pid)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil {
+			if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && bytes.Contains(status, []byte(") Z ")) {
+				break // a zombie: dead, waiting for its parent to reap it
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("kube-apiserver (pid %d) does not die", pid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}

@@ -567,3 +567,24 @@ func formatFloat(f float64) string {
 	}
 	return strconv.FormatFloat(f, 'f', -1, 64)
 }
+
+// CheckSyntax reports the first variable of v whose JMESPath expression does
+// not parse, naming it, so that a policy carrying it can be rejected at load
+// time. Expressions built from nested variables ("{{ a.{{ b }} }}") are
+// known only at evaluation and are not checked.
+func CheckSyntax(v any) error {
+	for _, expr := range References(v) {
+		if strings.Contains(expr, "{{") {
+			continue
+		}
+		e := strings.TrimSpace(expr)
+		e = strings.TrimSpace(strings.TrimPrefix(e, "-"))
+		if e == "" || e == "@" {
+			continue
+		}
+		if c := compile(e); c.err != nil {
+			return fmt.Errorf("variable {{ %s }}: %w", strings.TrimSpace(expr), c.err)
+		}
+	}
+	return nil
+}
