@@ -41,6 +41,7 @@ type options struct {
 	interval       time.Duration
 	stateConfigMap string
 	rescanEndpoint bool
+	policyStatus   bool
 	webhook        webhookOptions
 }
 
@@ -56,6 +57,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 2, "resources evaluated in parallel")
 	flag.DurationVar(&o.interval, "background-scan-interval", time.Hour, "global background scan interval (policies may override it)")
 	flag.StringVar(&o.stateConfigMap, "state-configmap", "tally-scan-state", "ConfigMap persisting each policy's last complete scan")
+	flag.BoolVar(&o.policyStatus, "policy-status", true, "keep each policy's Ready condition (turn off beside a Kyverno that writes it)")
 	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
 	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
@@ -108,6 +110,7 @@ func run(ctx context.Context, o options) error {
 	scanner := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
 		Workers: o.workers, Interval: o.interval, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
 		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
+		NoPolicyStatus: !o.policyStatus,
 	})
 	rescan := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
