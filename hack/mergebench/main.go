@@ -13,17 +13,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +40,7 @@ import (
 	"github.com/tally-dev/tally/controllers/merge"
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/hack/benchutil"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -121,8 +117,8 @@ func run(n, namespaces int, corpus, bin string) error {
 		return fmt.Errorf("%w (merger log: %s)", err, m.log)
 	}
 	full := time.Since(m.started)
-	writes, _ := m.value(metricWrites)
-	rss := peakRSS(m.cmd.Process.Pid)
+	writes, _ := m.Value(metricWrites)
+	rss := benchutil.PeakRSS(m.cmd.Process.Pid)
 	count, err := countFinal(ctx, dyn)
 	if err != nil {
 		m.stop()
@@ -131,7 +127,7 @@ func run(n, namespaces int, corpus, bin string) error {
 	fmt.Printf("first run: %s from start to all reports written; %d PolicyReports; %.0f API writes; merger peak RSS %.1f MiB\n",
 		full.Round(time.Millisecond), count, writes, float64(rss)/1024)
 	if out := os.Getenv("MERGEBENCH_HEAP"); out != "" {
-		if err := fetch(m.base+"/debug/pprof/heap", out); err != nil {
+		if err := benchutil.Fetch(m.Base+"/debug/pprof/heap", out); err != nil {
 			m.stop()
 			return err
 		}
@@ -148,9 +144,9 @@ func run(n, namespaces int, corpus, bin string) error {
 		return fmt.Errorf("%w (merger log: %s)", err, m.log)
 	}
 	ready := time.Since(m.started)
-	writes, _ = m.value(metricWrites)
+	writes, _ = m.Value(metricWrites)
 	fmt.Printf("restart, nothing changed: %s to ready; %.0f API writes; merger peak RSS %.1f MiB\n",
-		ready.Round(time.Millisecond), writes, float64(peakRSS(m.cmd.Process.Pid))/1024)
+		ready.Round(time.Millisecond), writes, float64(benchutil.PeakRSS(m.cmd.Process.Pid))/1024)
 	return nil
 }
 
@@ -324,14 +320,14 @@ func countFinal(ctx context.Context, dyn dynamic.Interface) (int, error) {
 
 // merger is a running tally-merger process.
 type merger struct {
+	benchutil.Daemon
 	cmd     *exec.Cmd
-	base    string
 	log     string
 	started time.Time
 }
 
 func startMerger(bin, kubeconfig string) (*merger, error) {
-	addr, err := freeAddr()
+	addr, err := benchutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +338,7 @@ func startMerger(bin, kubeconfig string) (*merger, error) {
 	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--namespace", "default",
 		"--listen", addr, "--profiling", "--kube-api-qps", "500", "--kube-api-burst", "1000")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	m := &merger{cmd: cmd, base: "http://" + addr, log: logf.Name(), started: time.Now()}
+	m := &merger{Daemon: benchutil.Daemon{Base: "http://" + addr}, cmd: cmd, log: logf.Name(), started: time.Now()}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err
@@ -363,47 +359,16 @@ func (m *merger) stop() {
 	}
 }
 
-// value sums a metric's samples from the merger's /metrics.
-func (m *merger) value(name string) (float64, error) {
-	resp, err := http.Get(m.base + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
-		}
-		fields := strings.Fields(line)
-		if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum, sc.Err()
-}
-
-func (m *merger) ready() bool {
-	resp, err := http.Get(m.base + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
 // waitWrites waits until at least n reports were written and the merger is synced.
 func (m *merger) waitWrites(n float64, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if v, err := m.value(metricWrites); err == nil && v >= n && m.ready() {
+		if v, err := m.Value(metricWrites); err == nil && v >= n && m.Ready() {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	v, _ := m.value(metricWrites)
+	v, _ := m.Value(metricWrites)
 	return fmt.Errorf("merger wrote %.0f of %.0f reports in %s", v, n, timeout)
 }
 
@@ -411,51 +376,10 @@ func (m *merger) waitWrites(n float64, timeout time.Duration) error {
 func (m *merger) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if m.ready() {
+		if m.Ready() {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("merger not ready after %s", timeout)
-}
-
-// peakRSS reads a process's peak resident set (VmHWM) in KiB.
-func peakRSS(pid int) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
-			return kb
-		}
-	}
-	return 0
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func fetch(url, file string) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
 }

@@ -12,13 +12,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,6 +37,7 @@ import (
 
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/e2e/cluster"
+	"github.com/tally-dev/tally/hack/benchutil"
 )
 
 func main() {
@@ -107,7 +106,7 @@ func run(pods, namespaces int, corpus string) error {
 	if err != nil {
 		return err
 	}
-	addr, err := freeAddr()
+	addr, err := benchutil.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -127,7 +126,7 @@ func run(pods, namespaces int, corpus string) error {
 		return err
 	}
 	defer func() { _ = scanner.Process.Kill(); _ = scanner.Wait() }()
-	m := &metricsClient{base: "http://" + addr}
+	m := &metricsClient{benchutil.Daemon{Base: "http://" + addr}}
 	if out := os.Getenv("SCANBENCH_APICPU"); out != "" {
 		// A CPU profile of the API server during 30 s of the full scan.
 		go func() {
@@ -143,14 +142,14 @@ func run(pods, namespaces int, corpus string) error {
 	if out := os.Getenv("SCANBENCH_CPU"); out != "" {
 		// A CPU profile of the scanner's first 30 s (the full scan).
 		go func() {
-			for !m.ready() && time.Since(t0) < 10*time.Second {
-				if resp, err := http.Get(m.base + "/healthz"); err == nil {
+			for !m.Ready() && time.Since(t0) < 10*time.Second {
+				if resp, err := http.Get(m.Base + "/healthz"); err == nil {
 					resp.Body.Close()
 					break
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			if err := fetch(m.base+"/debug/pprof/profile?seconds=30", out); err != nil {
+			if err := benchutil.Fetch(m.Base+"/debug/pprof/profile?seconds=30", out); err != nil {
 				fmt.Fprintln(os.Stderr, "cpu profile:", err)
 			}
 		}()
@@ -161,12 +160,12 @@ func run(pods, namespaces int, corpus string) error {
 		return fmt.Errorf("%w (scanner log: %s)", err, logf.Name())
 	}
 	full := time.Since(t0)
-	writes, _ := m.value("tally_scan_report_writes_total")
+	writes, _ := m.Value("tally_scan_report_writes_total")
 	reports, err := countReports(ctx, dyn)
 	if err != nil {
 		return err
 	}
-	rss := peakRSS(scanner.Process.Pid)
+	rss := benchutil.PeakRSS(scanner.Process.Pid)
 	fmt.Printf("full scan: %s to all reports written; %d reports; %.0f API writes; scanner peak RSS %.1f MiB\n",
 		full.Round(time.Millisecond), reports, writes, float64(rss)/1024)
 	cpuAfter := childCPU()
@@ -182,24 +181,24 @@ func run(pods, namespaces int, corpus string) error {
 		}
 	}
 	if out := os.Getenv("SCANBENCH_HEAP"); out != "" {
-		if err := fetch(m.base+"/debug/pprof/heap", out); err != nil {
+		if err := benchutil.Fetch(m.Base+"/debug/pprof/heap", out); err != nil {
 			return err
 		}
 	}
 
 	// 2. Forced full rescan with nothing changed.
-	before, _ := m.value("tally_scan_report_writes_total")
-	evalBefore, _ := m.value("tally_scan_resources_processed_total")
+	before, _ := m.Value("tally_scan_report_writes_total")
+	evalBefore, _ := m.Value("tally_scan_resources_processed_total")
 	t1 := time.Now()
-	resp, err := http.Post(m.base+"/rescan", "text/plain", nil)
+	resp, err := http.Post(m.Base+"/rescan", "text/plain", nil)
 	if err != nil {
 		return err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	rescan := time.Since(t1)
-	after, _ := m.value("tally_scan_report_writes_total")
-	evalAfter, _ := m.value("tally_scan_resources_processed_total")
+	after, _ := m.Value("tally_scan_report_writes_total")
+	evalAfter, _ := m.Value("tally_scan_resources_processed_total")
 	fmt.Printf("forced full rescan, nothing changed: %s; %.0f resources evaluated; %.0f API writes\n",
 		rescan.Round(time.Millisecond), evalAfter-evalBefore, after-before)
 
@@ -215,10 +214,10 @@ func run(pods, namespaces int, corpus string) error {
 		return err
 	}
 	edit := time.Since(t2)
-	after, _ = m.value("tally_scan_report_writes_total")
-	evalEdit, _ := m.value("tally_scan_resources_processed_total")
+	after, _ = m.Value("tally_scan_report_writes_total")
+	evalEdit, _ := m.Value("tally_scan_resources_processed_total")
 	fmt.Printf("one policy (%s) edited: %s to settle; %.0f resources evaluated; %.0f API writes; scanner peak RSS %.1f MiB\n",
-		target, edit.Round(time.Millisecond), evalEdit-evalAfter, after-before, float64(peakRSS(scanner.Process.Pid))/1024)
+		target, edit.Round(time.Millisecond), evalEdit-evalAfter, after-before, float64(benchutil.PeakRSS(scanner.Process.Pid))/1024)
 	return nil
 }
 
@@ -342,71 +341,13 @@ func countReports(ctx context.Context, dyn dynamic.Interface) (int, error) {
 	}
 }
 
-// peakRSS reads a process's peak resident set (VmHWM) in KiB.
-func peakRSS(pid int) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
-			return kb
-		}
-	}
-	return 0
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-type metricsClient struct{ base string }
-
-// value sums a metric's samples from the scanner's /metrics.
-func (m *metricsClient) value(name string) (float64, error) {
-	resp, err := http.Get(m.base + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err == nil {
-			sum += v
-		}
-	}
-	return sum, sc.Err()
-}
-
-func (m *metricsClient) ready() bool {
-	resp, err := http.Get(m.base + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
+type metricsClient struct{ benchutil.Daemon }
 
 // waitSynced waits until at least n resources were evaluated and the scanner is synced.
 func (m *metricsClient) waitSynced(n float64, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if v, err := m.value("tally_scan_resources_processed_total"); err == nil && v >= n && m.ready() {
+		if v, err := m.Value("tally_scan_resources_processed_total"); err == nil && v >= n && m.Ready() {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -420,31 +361,16 @@ func (m *metricsClient) waitSettled(before float64, timeout time.Duration) error
 	deadline := time.Now().Add(timeout)
 	last, since := before, time.Now()
 	for time.Now().Before(deadline) {
-		v, err := m.value("tally_scan_resources_processed_total")
+		v, err := m.Value("tally_scan_resources_processed_total")
 		if err == nil && v != last {
 			last, since = v, time.Now()
 		}
-		if last > before && m.ready() && time.Since(since) > time.Second {
+		if last > before && m.Ready() && time.Since(since) > time.Second {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("scanner did not settle after %s", timeout)
-}
-
-func fetch(url, file string) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
 }
 
 // childCPU sums the CPU seconds (user+system) of this process's children by
