@@ -133,7 +133,7 @@ func startScannerWith(t *testing.T, cfg *rest.Config, namespace string, out *out
 	}
 	reg := prometheus.NewRegistry()
 	s := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
-		Workers: 2, Interval: time.Hour, StateNamespace: namespace, StateName: "tally-scan-state", Registry: reg,
+		Workers: 2, Interval: time.Hour, StateNamespace: namespace, StateName: "tally-scan-state", Registry: reg, RESTConfig: cfg,
 		Recorder: events.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
 	})
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 1})))

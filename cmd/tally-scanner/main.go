@@ -110,7 +110,7 @@ func run(ctx context.Context, o options) error {
 	scanner := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
 		Workers: o.workers, Interval: o.interval, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
 		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
-		NoPolicyStatus: !o.policyStatus,
+		NoPolicyStatus: !o.policyStatus, RESTConfig: cfg,
 	})
 	rescan := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {

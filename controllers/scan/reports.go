@@ -5,7 +5,6 @@ import (
 
 	"encoding/json"
 	"fmt"
-	"github.com/tally-dev/tally/controllers/watch"
 	"hash/fnv"
 	"sync"
 
@@ -16,9 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/memstore"
 	"github.com/tally-dev/tally/report"
 )
@@ -43,6 +45,7 @@ var (
 // at start-up) per resource UID.
 type reportWriter struct {
 	client  dynamic.Interface
+	raw     *rest.RESTClient // when set, writes do not decode the answers
 	metrics *metrics
 
 	mu      sync.Mutex
@@ -67,16 +70,12 @@ func reportGVR(namespace string) schema.GroupVersionResource {
 
 // digestOf hashes what tally writes of a report: its spec and the resource
 // hash label (the merger compares it with the admission report's).
-func digestOf(spec *kyvernov2.ReportSpec, resourceHash string) (uint64, error) {
-	data, err := json.Marshal(spec)
-	if err != nil {
-		return 0, err
-	}
+func digestOf(specJSON []byte, resourceHash string) uint64 {
 	h := fnv.New64a()
-	_, _ = h.Write(data)
+	_, _ = h.Write(specJSON)
 	_, _ = h.Write([]byte{0})
 	_, _ = h.Write([]byte(resourceHash))
-	return h.Sum64(), nil
+	return h.Sum64()
 }
 
 // ensure makes the report of res hold exactly results (nil/empty: no report).
@@ -99,10 +98,11 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		Summary: wgv1alpha2.SummaryOf(entries),
 	}
 	hash := fmt.Sprintf("%x", res.Hash)
-	digest, err := digestOf(&spec, hash)
+	specJSON, err := json.Marshal(&spec)
 	if err != nil {
-		return fmt.Errorf("digest report of %s: %w", res.UID, err)
+		return fmt.Errorf("encode report of %s: %w", res.UID, err)
 	}
+	digest := digestOf(specJSON, hash)
 	w.mu.Lock()
 	prev, ok := w.written[res.UID]
 	w.mu.Unlock()
@@ -113,46 +113,38 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	if res.Namespace == "" {
 		kind = "ClusterBackgroundScanReport"
 	}
-	specMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
-	if err != nil {
-		return fmt.Errorf("convert report of %s: %w", res.UID, err)
-	}
-	labels := map[string]any{
+	labels := map[string]string{
 		report.LabelManagedBy: report.ManagedBy,
 		LabelResourceUID:      res.UID,
 		LabelResourceHash:     hash,
 		LabelResourceGVR:      gvrLabel(gvr),
 	}
-	ri := w.client.Resource(reportGVR(res.Namespace)).Namespace(res.Namespace)
+	rgvr := reportGVR(res.Namespace)
 	// A report tally has not seen is created; one it knows is replaced by a
 	// JSON patch (spec and labels). Both cost the API server far less than
 	// server-side apply, which computes field ownership on every write.
 	op := "update"
 	if ok {
-		err = w.patch(ctx, ri, res.UID, labels, specMap)
+		err = w.patch(ctx, rgvr, res.Namespace, res.UID, labels, specJSON)
 		if apierrors.IsNotFound(err) { // deleted behind tally's back
 			ok = false
 		}
 	}
 	if !ok {
 		op = "create"
-		md := map[string]any{
-			"name":   res.UID,
-			"labels": labels,
-			"ownerReferences": []any{map[string]any{
-				"apiVersion": apiVersion, "kind": res.Kind, "name": res.Name, "uid": res.UID,
-			}},
+		body, merr := json.Marshal(reportBody{
+			APIVersion: kyvernov2.GroupVersion.String(), Kind: kind,
+			Metadata: reportMeta{Name: res.UID, Namespace: res.Namespace, Labels: labels,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)}}},
+			Spec: specJSON,
+		})
+		if merr != nil {
+			return fmt.Errorf("encode report of %s: %w", res.UID, merr)
 		}
-		if res.Namespace != "" {
-			md["namespace"] = res.Namespace
-		}
-		u := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": kyvernov2.GroupVersion.String(), "kind": kind, "metadata": md, "spec": specMap,
-		}}
-		_, err = ri.Create(ctx, u, metav1.CreateOptions{FieldManager: fieldManager})
+		err = w.create(ctx, rgvr, res.Namespace, body)
 		if apierrors.IsAlreadyExists(err) { // written before, but not seen at start-up
 			op = "update"
-			err = w.patch(ctx, ri, res.UID, labels, specMap)
+			err = w.patch(ctx, rgvr, res.Namespace, res.UID, labels, specJSON)
 		}
 	}
 	if err != nil {
@@ -165,17 +157,67 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	return nil
 }
 
+// reportBody is a report as written: encoded from typed values, the spec
+// already encoded (for its digest), never through unstructured maps.
+type reportBody struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Metadata   reportMeta      `json:"metadata"`
+	Spec       json.RawMessage `json:"spec"`
+}
+
+type reportMeta struct {
+	Name            string                  `json:"name"`
+	Namespace       string                  `json:"namespace,omitempty"`
+	Labels          map[string]string       `json:"labels"`
+	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
+}
+
+// create posts a new report. With a raw REST client the API server's answer
+// (the whole report back) is not decoded: only an error status is.
+func (w *reportWriter) create(ctx context.Context, gvr schema.GroupVersionResource, namespace string, body []byte) error {
+	if w.raw != nil {
+		return w.raw.Post().NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).
+			Param("fieldManager", fieldManager).Body(body).Do(ctx).Error()
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return err
+	}
+	_, err := w.client.Resource(gvr).Namespace(namespace).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: fieldManager})
+	return err
+}
+
 // patch replaces a report's spec and labels (a JSON patch: the whole spec
 // goes, so nothing of the previous results survives).
-func (w *reportWriter) patch(ctx context.Context, ri dynamic.ResourceInterface, name string, labels, spec map[string]any) error {
+func (w *reportWriter) patch(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, labels map[string]string, spec json.RawMessage) error {
 	// "add" replaces a member that exists (RFC 6902) and works when it does not.
-	ops := []map[string]any{{"op": "add", "path": "/spec", "value": spec}, {"op": "add", "path": "/metadata/labels", "value": labels}}
-	data, err := json.Marshal(ops)
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}
+	data, err := json.Marshal([]op{{"add", "/spec", spec}, {"add", "/metadata/labels", labels}})
 	if err != nil {
 		return err
 	}
-	_, err = ri.Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{FieldManager: fieldManager})
+	if w.raw != nil {
+		return w.raw.Patch(types.JSONPatchType).NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).Name(name).
+			Param("fieldManager", fieldManager).Body(data).Do(ctx).Error()
+	}
+	_, err = w.client.Resource(gvr).Namespace(namespace).Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{FieldManager: fieldManager})
 	return err
+}
+
+// newRawClient builds the REST client reports are written with when
+// Options.RESTConfig is set.
+func newRawClient(cfg *rest.Config) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &kyvernov2.GroupVersion
+	c.APIPath = "/apis"
+	c.NegotiatedSerializer = clientscheme.Codecs.WithoutConversion()
+	c.ContentType = runtime.ContentTypeJSON
+	return rest.RESTClientFor(c)
 }
 
 // gvrLabel renders a GVR as a label value ("v1.pods", "apps.v1.deployments").
@@ -223,10 +265,11 @@ func (w *reportWriter) seed(ctx context.Context) (map[string][]wgv1alpha2.Policy
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil {
 					continue // not ours to repair: it is rewritten when its resource is scanned
 				}
-				d, err := digestOf(&r.Spec, r.Labels[LabelResourceHash])
+				specJSON, err := json.Marshal(&r.Spec)
 				if err != nil {
 					continue
 				}
+				d := digestOf(specJSON, r.Labels[LabelResourceHash])
 				w.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d}
 				out[r.Name] = r.Spec.Results
 			}

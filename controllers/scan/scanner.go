@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -44,6 +45,10 @@ type Options struct {
 	Clock                     clock.WithTicker
 	Registry                  prometheus.Registerer
 	Recorder                  record.EventRecorder
+	// RESTConfig, when set, writes reports through a REST client that does
+	// not decode the API server's answers (the dynamic client is used
+	// otherwise, as with fakes in unit tests).
+	RESTConfig *rest.Config
 	// NoPolicyStatus leaves the policies' status alone (beside a Kyverno
 	// that writes it); by default tally keeps their Ready condition.
 	NoPolicyStatus bool
@@ -106,6 +111,11 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		return float64(n)
 	})
 	s.reports = newReportWriter(client, s.metrics)
+	if opts.RESTConfig != nil {
+		if raw, err := newRawClient(opts.RESTConfig); err == nil {
+			s.reports.raw = raw
+		}
+	}
 	s.state = newScanState(client, opts.StateNamespace, opts.StateName)
 	return s
 }
