@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -25,7 +26,17 @@ import (
 	"github.com/tally-dev/tally/internal/process"
 )
 
+// defaultGCPercent is the merger's garbage-collection target unless GOGC is
+// set. Its live heap is small (about 15 MiB at 10,000 reports) while watch
+// events are decoded into short-lived maps (about 58 KiB per report): with
+// Go's default of 100 the peak RSS at 10,000 reports was 103 MiB, with 50 it
+// was 84 MiB (hack/mergebench), for a little more GC CPU.
+const defaultGCPercent = 50
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	var o process.Options
 	o.Bind(flag.CommandLine, "tally-merger")
 	var mo merge.Options
