@@ -143,6 +143,12 @@ func run(ctx context.Context, o options) error {
 		WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
 		IngestKyvernoReports: o.webhook.ingest, Registry: reg,
 	})
+	o.ReadyChecks = append(o.ReadyChecks, func() string {
+		if !bridge.Serving() {
+			return "admission webhook not serving yet"
+		}
+		return ""
+	})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	bridgeDone := make(chan error, 1)

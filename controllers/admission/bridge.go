@@ -183,6 +183,17 @@ func (b *Bridge) served(gvrs ...schema.GroupVersionResource) []schema.GroupVersi
 // Run watches, manages the certificate, serves /validate once the policies
 // were listed and a certificate is ready, and flushes reports, until ctx
 // ends. It fails only when the listener cannot be opened.
+// Serving reports whether the webhook accepts requests (always true when
+// the bridge is disabled): a replica is ready for webhook traffic only then.
+func (b *Bridge) Serving() bool {
+	if b.opts.Listen == "" {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.addr != ""
+}
+
 func (b *Bridge) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("admission")
 	ctx = logr.NewContext(ctx, log)

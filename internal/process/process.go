@@ -39,6 +39,10 @@ type Options struct {
 	Identity    string
 	Verbosity   int
 	Profiling   bool
+	// ReadyChecks are further conditions of /readyz on every replica,
+	// leading or not (the admission webhook serving, for one): each returns
+	// "" when ready, else why not.
+	ReadyChecks []func() string
 }
 
 // Bind registers the shared flags.
@@ -97,6 +101,12 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Regis
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		for _, check := range o.ReadyChecks {
+			if why := check(); why != "" {
+				http.Error(w, why, http.StatusServiceUnavailable)
+				return
+			}
+		}
 		if leading.Load() && !d.Synced() {
 			http.Error(w, "not synced", http.StatusServiceUnavailable)
 			return
@@ -150,5 +160,11 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Regis
 			OnStoppedLeading: func() { log.Info("no longer leading", "identity", o.Identity) },
 		},
 	})
+	if runErr == nil && ctx.Err() == nil {
+		// The Lease was lost (the API server unreachable past the renew
+		// deadline, say): exit with an error so that the process is started
+		// again and competes for it afresh.
+		runErr = errors.New("lost the leader Lease")
+	}
 	return runErr
 }
