@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/workqueue"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
@@ -71,14 +69,11 @@ type Options struct {
 // Merger keeps every resource's final report equal to Merge of its
 // intermediate reports.
 type Merger struct {
-	opts   Options
-	client dynamic.Interface
-	raw    *rest.RESTClient // set in Run when opts.RESTConfig is
-	queue  workqueue.TypedRateLimitingInterface[string]
-	// inflight counts items being reconciled: an empty queue is not enough
-	// to say the writes are done.
-	inflight atomic.Int64
-	metrics  *metrics
+	opts    Options
+	client  dynamic.Interface
+	raw     *rest.RESTClient // set in Run when opts.RESTConfig is
+	queue   *watch.Queue
+	metrics *metrics
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -125,10 +120,9 @@ func New(client dynamic.Interface, opts Options) *Merger {
 		opts.Now = time.Now
 	}
 	m := &Merger{
-		opts:   opts,
-		client: client,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "tally-merge"}),
+		opts:    opts,
+		client:  client,
+		queue:   watch.NewQueue("tally-merge"),
 		listed:  map[schema.GroupVersionResource]bool{},
 		states:  map[string]*resourceState{},
 		strings: map[string]string{},
@@ -206,24 +200,11 @@ func (m *Merger) Synced() bool {
 			return false
 		}
 	}
-	return m.queue.Len() == 0 && m.inflight.Load() == 0
+	return m.queue.Idle()
 }
 
 func (m *Merger) processNext(ctx context.Context) bool {
-	uid, shutdown := m.queue.Get()
-	if shutdown {
-		return false
-	}
-	m.inflight.Add(1)
-	defer m.inflight.Add(-1)
-	defer m.queue.Done(uid)
-	if err := m.reconcile(ctx, uid); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "merge failed; retrying", "uid", uid)
-		m.queue.AddRateLimited(uid)
-		return true
-	}
-	m.queue.Forget(uid)
-	return true
+	return m.queue.ProcessNext(ctx, "merge", m.reconcile)
 }
 
 // reconcile writes the final report of one resource if it differs from what

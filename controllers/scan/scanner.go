@@ -2,10 +2,10 @@ package scan
 
 import (
 	"context"
-	"github.com/tally-dev/tally/controllers/watch"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/tally-dev/tally/controllers/watch"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
@@ -57,18 +56,15 @@ type Options struct {
 // Scanner keeps the store in step with the cluster and writes the
 // BackgroundScanReports. It is safe for one Run at a time.
 type Scanner struct {
-	opts   Options
-	client dynamic.Interface
-	disc   discovery.DiscoveryInterface
-	store  *memstore.Store
-	queue  workqueue.TypedRateLimitingInterface[string]
-	// inflight counts items being reconciled: an empty queue is not enough
-	// to say the writes are done.
-	inflight atomic.Int64
-	reports  *reportWriter
-	metrics  *metrics
-	state    *scanState
-	locks    keyedMutex
+	opts    Options
+	client  dynamic.Interface
+	disc    discovery.DiscoveryInterface
+	store   *memstore.Store
+	queue   *watch.Queue
+	reports *reportWriter
+	metrics *metrics
+	state   *scanState
+	locks   keyedMutex
 
 	mu        sync.Mutex
 	ctx       context.Context
@@ -95,12 +91,11 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		opts.Registry = prometheus.NewRegistry()
 	}
 	s := &Scanner{
-		opts:   opts,
-		client: client,
-		disc:   disc,
-		store:  store,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "tally-scan"}),
+		opts:      opts,
+		client:    client,
+		disc:      disc,
+		store:     store,
+		queue:     watch.NewQueue("tally-scan"),
 		sources:   map[schema.GroupVersionResource]*watch.Source{},
 		synced:    map[schema.GroupVersionResource]bool{},
 		kindUsers: map[schema.GroupVersionResource]map[string]bool{},
@@ -218,24 +213,11 @@ func (s *Scanner) Synced() bool {
 			return false
 		}
 	}
-	return s.queue.Len() == 0 && s.inflight.Load() == 0
+	return s.queue.Idle()
 }
 
 func (s *Scanner) processNext(ctx context.Context) bool {
-	uid, shutdown := s.queue.Get()
-	if shutdown {
-		return false
-	}
-	s.inflight.Add(1)
-	defer s.inflight.Add(-1)
-	defer s.queue.Done(uid)
-	if err := s.reconcile(ctx, uid); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "scan failed; retrying", "uid", uid)
-		s.queue.AddRateLimited(uid)
-		return true
-	}
-	s.queue.Forget(uid)
-	return true
+	return s.queue.ProcessNext(ctx, "scan", s.reconcile)
 }
 
 // keyedMutex serialises work on one key (a resource UID) between the queue
