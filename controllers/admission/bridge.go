@@ -84,6 +84,7 @@ type certSource interface {
 // Bridge is the admission webhook: it serves /validate, keeps its own view
 // of the policies, records results and manages its certificate.
 type Bridge struct {
+	pool     *evalPool
 	opts     Options
 	client   dynamic.Interface
 	kube     kubernetes.Interface
@@ -132,7 +133,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	b := &Bridge{opts: opts, client: client, kube: kube, disc: disc, clock: opts.Clock, ctx: context.Background(), kick: make(chan struct{}, 1)}
+	b := &Bridge{pool: newEvalPool(), opts: opts, client: client, kube: kube, disc: disc, clock: opts.Clock, ctx: context.Background(), kick: make(chan struct{}, 1)}
 	b.recorder = newRecorder(client, nil, opts.Clock, opts.FlushInterval, opts.WriteWorkers)
 	b.metrics = newMetrics(opts.Registry, func() float64 { return float64(b.recorder.pendingCount()) })
 	b.recorder.metrics = b.metrics

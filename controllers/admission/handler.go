@@ -191,7 +191,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 
 	ev := &evaluation{results: make([][]engine.RuleResult, len(snap.policies))}
 	finished := make(chan struct{})
-	go func() {
+	b.pool.run(func() {
 		defer close(finished)
 		defer func() {
 			if p := recover(); p != nil { // the engine must never take the webhook down
@@ -209,7 +209,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 			ev.results[i], ev.done = rr, i+1
 			ev.mu.Unlock()
 		}
-	}()
+	})
 	timedOut := false
 	select {
 	case <-finished:
