@@ -30,6 +30,7 @@ import (
 	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/admission"
+	"github.com/tally-dev/tally/report"
 )
 
 // warningRecorder keeps the admission warnings a client receives.
@@ -251,8 +252,8 @@ func TestAdmissionBridge(t *testing.T) {
 				return got["adm-audit/require-owner"] == "fail" && got["adm-enforce/require-team"] == "pass"
 			})
 			labels := r.Labels
-			if labels[admission.LabelResourceUID] != string(admitted.UID) || labels[admission.LabelResourceGVR] != "v1.pods" ||
-				labels[admission.LabelResourceHash] == "" || labels["app.kubernetes.io/managed-by"] != "tally" ||
+			if labels[report.LabelResourceUID] != string(admitted.UID) || labels[report.LabelResourceGVR] != "v1.pods" ||
+				labels[report.LabelResourceHash] == "" || labels["app.kubernetes.io/managed-by"] != "tally" ||
 				labels["cpol.kyverno.io/adm-audit"] == "" || labels["cpol.kyverno.io/adm-enforce"] == "" {
 				t.Errorf("labels = %v", labels)
 			}
@@ -288,7 +289,7 @@ func TestAdmissionBridge(t *testing.T) {
 				}
 			}
 			waitForAdmissionReport(ctx, t, cfg, ns, string(admitted.UID), func(_ map[string]string, r *kyvernov2.AdmissionReport) bool {
-				return r.Labels[admission.LabelResourceHash] != before.Labels[admission.LabelResourceHash]
+				return r.Labels[report.LabelResourceHash] != before.Labels[report.LabelResourceHash]
 			})
 			var list kyvernov2.AdmissionReportList
 			if err := cfg.Client().Resources(ns).List(ctx, &list); err != nil {
@@ -296,7 +297,7 @@ func TestAdmissionBridge(t *testing.T) {
 			}
 			n := 0
 			for _, r := range list.Items {
-				if r.Labels[admission.LabelResourceUID] == string(admitted.UID) {
+				if r.Labels[report.LabelResourceUID] == string(admitted.UID) {
 					n++
 				}
 			}
@@ -343,13 +344,13 @@ func TestAdmissionBridge(t *testing.T) {
 			future := metav1.Timestamp{Seconds: time.Now().Add(time.Hour).Unix()}
 			legacy := &kyvernov2.AdmissionReport{
 				ObjectMeta: metav1.ObjectMeta{GenerateName: "kyverno-", Namespace: ns,
-					Labels: map[string]string{admission.LabelResourceUID: string(uid), "cpol.kyverno.io/adm-kyverno": "3"}},
+					Labels: map[string]string{report.LabelResourceUID: string(uid), "cpol.kyverno.io/adm-kyverno": "3"}},
 				Spec: kyvernov2.ReportSpec{Owner: owner, Results: []wgv1alpha2.PolicyReportResult{
 					{Policy: "adm-kyverno", Rule: "r", Result: wgv1alpha2.ResultPass, Source: "kyverno", Timestamp: future}}},
 			}
 			ephemeral := &reportsv1.EphemeralReport{
 				ObjectMeta: metav1.ObjectMeta{GenerateName: "eph-", Namespace: ns,
-					Labels: map[string]string{admission.LabelResourceUID: string(uid), "audit.kyverno.io/source": "admission"}},
+					Labels: map[string]string{report.LabelResourceUID: string(uid), "audit.kyverno.io/source": "admission"}},
 				Spec: kyvernov2.ReportSpec{Owner: owner, Results: []wgv1alpha2.PolicyReportResult{
 					{Policy: "adm-audit", Rule: "require-owner", Result: wgv1alpha2.ResultPass, Source: "kyverno", Timestamp: future}}},
 			}

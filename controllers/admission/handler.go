@@ -14,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -287,7 +288,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	b.recorder.add(&entry{
 		uid: string(subject.UID), namespace: subject.Namespace,
 		owner: metav1.OwnerReference{APIVersion: subject.APIVersion, Kind: subject.Kind, Name: subject.Name, UID: types.UID(subject.UID)},
-		gvr:   gvrLabel(req.Resource.Group, req.Resource.Version, req.Resource.Resource),
+		gvr:   report.GVRLabel(schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}),
 		hash:  fmt.Sprintf("%x", hash), at: now, policyLabels: labels, results: record,
 	})
 	return resp, nil
@@ -302,13 +303,4 @@ func describe(req *admissionv1.AdmissionRequest, s report.Subject) string {
 		return req.Kind.Kind + "/" + s.Namespace + "/" + name
 	}
 	return req.Kind.Kind + "//" + name
-}
-
-// gvrLabel renders a GVR as a label value ("v1.pods", "apps.v1.deployments"),
-// as the scanner does.
-func gvrLabel(group, version, resource string) string {
-	if group == "" {
-		return version + "." + resource
-	}
-	return group + "." + version + "." + resource
 }

@@ -51,7 +51,7 @@ func foreignEntry(gvr schema.GroupVersionResource, u *unstructured.Unstructured)
 	if labels[report.LabelManagedBy] == report.ManagedBy || u.GetDeletionTimestamp() != nil {
 		return nil // tally's own report, or one going away
 	}
-	if (gvr == GVREphemeralReport || gvr == GVRClusterEphemeralReport) && labels[labelSource] != "" && labels[labelSource] != "admission" {
+	if (gvr == GVREphemeralReport || gvr == GVRClusterEphemeralReport) && labels[report.LabelSource] != "" && labels[report.LabelSource] != "admission" {
 		return nil // a background-scan ephemeral report: not admission output
 	}
 	var r kyvernov2.AdmissionReport // every kind read here has this shape
@@ -62,7 +62,7 @@ func foreignEntry(gvr schema.GroupVersionResource, u *unstructured.Unstructured)
 	if owner.UID == "" && len(r.OwnerReferences) > 0 {
 		owner = r.OwnerReferences[0]
 	}
-	uid := labels[LabelResourceUID]
+	uid := labels[report.LabelResourceUID]
 	if uid == "" {
 		uid = string(owner.UID)
 	}
@@ -78,7 +78,7 @@ func foreignEntry(gvr schema.GroupVersionResource, u *unstructured.Unstructured)
 	}
 	e := &entry{
 		uid: uid, namespace: u.GetNamespace(), owner: owner,
-		gvr: labels[LabelResourceGVR], hash: labels[LabelResourceHash], at: at,
+		gvr: labels[report.LabelResourceGVR], hash: labels[report.LabelResourceHash], at: at,
 		policyLabels: map[string]string{},
 		results:      r.Spec.Results,
 		sources:      []sourceRef{{gvr: gvr, namespace: u.GetNamespace(), name: u.GetName(), uid: string(u.GetUID())}},

@@ -24,15 +24,6 @@ import (
 	"github.com/tally-dev/tally/report"
 )
 
-// Labels of the intermediate reports, as Kyverno set them (the scanner and
-// the merger use the same).
-const (
-	LabelResourceUID  = "audit.kyverno.io/resource.uid"
-	LabelResourceHash = "audit.kyverno.io/resource.hash"
-	LabelResourceGVR  = "audit.kyverno.io/resource.gvr"
-	labelSource       = "audit.kyverno.io/source"
-)
-
 // GVRs of the admission reports.
 var (
 	GVRAdmissionReport        = kyvernov2.GroupVersion.WithResource("admissionreports")
@@ -319,17 +310,17 @@ func desired(cur *unstructured.Unstructured, e *entry) (*unstructured.Unstructur
 		}
 	}
 	owner := e.owner
-	if cur == nil || !newer(newestHave, stamp(e.at)) || labels[LabelResourceHash] == "" {
+	if cur == nil || !newer(newestHave, stamp(e.at)) || labels[report.LabelResourceHash] == "" {
 		if e.hash != "" { // an ingested report may carry none
-			labels[LabelResourceHash] = e.hash
+			labels[report.LabelResourceHash] = e.hash
 		}
 		if e.gvr != "" {
-			labels[LabelResourceGVR] = e.gvr
+			labels[report.LabelResourceGVR] = e.gvr
 		}
 	} else if have.Spec.Owner.UID != "" {
 		owner = have.Spec.Owner
 	}
-	labels[LabelResourceUID] = e.uid
+	labels[report.LabelResourceUID] = e.uid
 	labels[report.LabelManagedBy] = report.ManagedBy
 	keep := map[string]bool{}
 	for _, res := range results {

@@ -15,6 +15,7 @@ import (
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/report"
 )
 
 func result(policy, rule string, res wgv1alpha2.Result, sec int64) wgv1alpha2.PolicyReportResult {
@@ -82,7 +83,7 @@ func TestRecorderWritesOneReportPerResource(t *testing.T) {
 		t.Errorf("results = %s", got)
 	}
 	labels := u.GetLabels()
-	if labels[LabelResourceHash] != "h2" || labels[LabelResourceUID] != "uid-1" || labels[LabelResourceGVR] != "v1.pods" ||
+	if labels[report.LabelResourceHash] != "h2" || labels[report.LabelResourceUID] != "uid-1" || labels[report.LabelResourceGVR] != "v1.pods" ||
 		labels["app.kubernetes.io/managed-by"] != "tally" || labels["cpol.kyverno.io/a"] != "1" {
 		t.Errorf("labels = %v", labels)
 	}
@@ -101,8 +102,8 @@ func TestRecorderWritesOneReportPerResource(t *testing.T) {
 	if got := summary(r); got != "a/r1=pass a/r2=pass" {
 		t.Errorf("results after second flush = %s", got)
 	}
-	if u.GetLabels()[LabelResourceHash] != "h3" {
-		t.Errorf("hash = %s, want the newest (h3)", u.GetLabels()[LabelResourceHash])
+	if u.GetLabels()[report.LabelResourceHash] != "h3" {
+		t.Errorf("hash = %s, want the newest (h3)", u.GetLabels()[report.LabelResourceHash])
 	}
 	list, err := client.Resource(GVRAdmissionReport).Namespace("prod").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -142,7 +143,7 @@ func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "kyverno.io/v2", "kind": "AdmissionReport",
 			"metadata": map[string]any{"name": name, "namespace": "prod", "uid": "src-" + name,
-				"labels": map[string]any{LabelResourceUID: "uid-1", LabelResourceHash: "hk", "cpol.kyverno.io/a": "4"}},
+				"labels": map[string]any{report.LabelResourceUID: "uid-1", report.LabelResourceHash: "hk", "cpol.kyverno.io/a": "4"}},
 			"spec": map[string]any{
 				"owner":   map[string]any{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-1"},
 				"results": []any{map[string]any{"policy": "a", "rule": "r1", "result": string(res), "timestamp": map[string]any{"seconds": sec, "nanos": int64(0)}}},
@@ -152,13 +153,13 @@ func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
 	ephemeral := kyvernoReport("e1", 40, "pass")
 	ephemeral.SetAPIVersion("reports.kyverno.io/v1")
 	ephemeral.SetKind("EphemeralReport")
-	ephemeral.SetLabels(map[string]string{LabelResourceUID: "uid-1", labelSource: "admission"})
+	ephemeral.SetLabels(map[string]string{report.LabelResourceUID: "uid-1", report.LabelSource: "admission"})
 	background := kyvernoReport("bg", 50, "fail")
 	background.SetAPIVersion("reports.kyverno.io/v1")
 	background.SetKind("EphemeralReport")
-	background.SetLabels(map[string]string{LabelResourceUID: "uid-1", labelSource: "background-scan"})
+	background.SetLabels(map[string]string{report.LabelResourceUID: "uid-1", report.LabelSource: "background-scan"})
 	ours := kyvernoReport("uid-1", 1, "fail")
-	ours.SetLabels(map[string]string{LabelResourceUID: "uid-1", "app.kubernetes.io/managed-by": "tally"})
+	ours.SetLabels(map[string]string{report.LabelResourceUID: "uid-1", "app.kubernetes.io/managed-by": "tally"})
 
 	k1, k2 := kyvernoReport("k1", 10, "fail"), kyvernoReport("k2", 30, "fail")
 	rec, client := fakeRecorder(k1, k2, ephemeral)
@@ -174,7 +175,7 @@ func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
 	if got := summary(r); got != "a/r1=pass" {
 		t.Errorf("results = %s (the ephemeral report's pass at 40 is the newest)", got)
 	}
-	if u.GetLabels()["cpol.kyverno.io/a"] != "4" || u.GetLabels()[LabelResourceHash] != "hk" {
+	if u.GetLabels()["cpol.kyverno.io/a"] != "4" || u.GetLabels()[report.LabelResourceHash] != "hk" {
 		t.Errorf("labels = %v", u.GetLabels())
 	}
 	for _, name := range []string{"k1", "k2"} {

@@ -39,9 +39,6 @@ var (
 
 // Labels the merger reads.
 const (
-	labelResourceUID    = "audit.kyverno.io/resource.uid"
-	labelResourceHash   = "audit.kyverno.io/resource.hash"
-	labelResourceGVR    = "audit.kyverno.io/resource.gvr"
 	labelReportsDisable = "reports.kyverno.io/disabled"
 	fieldManager        = "tally-merger"
 )

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/tally-dev/tally/report"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -190,11 +190,11 @@ func (m *Merger) resourceGone(ctx context.Context, uid string, o ownerRef) (bool
 // audit.kyverno.io/resource.gvr label, else from apiVersion and kind through
 // the RESTMapper.
 func (m *Merger) ownerGVR(o ownerRef) (schema.GroupVersionResource, bool, error) {
-	if gvr, ok := parseGVRLabel(o.gvrLabel); ok {
+	if gvr, ok := report.ParseGVRLabel(o.gvrLabel); ok {
 		return gvr, o.namespace != "", nil
 	}
 	if m.opts.Mapper == nil || o.kind == "" {
-		return schema.GroupVersionResource{}, false, fmt.Errorf("no %s label and no way to map %s %s", labelResourceGVR, o.apiVersion, o.kind)
+		return schema.GroupVersionResource{}, false, fmt.Errorf("no %s label and no way to map %s %s", report.LabelResourceGVR, o.apiVersion, o.kind)
 	}
 	gv, err := schema.ParseGroupVersion(o.apiVersion)
 	if err != nil {
@@ -205,22 +205,4 @@ func (m *Merger) ownerGVR(o ownerRef) (schema.GroupVersionResource, bool, error)
 		return schema.GroupVersionResource{}, false, fmt.Errorf("map %s %s: %w", o.apiVersion, o.kind, err)
 	}
 	return mapping.Resource, mapping.Scope.Name() == meta.RESTScopeNameNamespace, nil
-}
-
-// parseGVRLabel reads "v1.pods" or "apps.v1.deployments" (the group may
-// itself hold dots: "networking.k8s.io.v1.ingresses").
-func parseGVRLabel(s string) (schema.GroupVersionResource, bool) {
-	i := strings.LastIndexByte(s, '.')
-	if i <= 0 || i == len(s)-1 {
-		return schema.GroupVersionResource{}, false
-	}
-	resource, rest := s[i+1:], s[:i]
-	j := strings.LastIndexByte(rest, '.')
-	if j < 0 {
-		return schema.GroupVersionResource{Version: rest, Resource: resource}, true
-	}
-	if j == 0 || j == len(rest)-1 {
-		return schema.GroupVersionResource{}, false
-	}
-	return schema.GroupVersionResource{Group: rest[:j], Version: rest[j+1:], Resource: resource}, true
 }

@@ -16,31 +16,8 @@ import (
 
 	"github.com/tally-dev/tally/api"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	"github.com/tally-dev/tally/report"
 )
-
-func TestParseGVRLabel(t *testing.T) {
-	tests := map[string]struct {
-		in   string
-		want schema.GroupVersionResource
-		ok   bool
-	}{
-		"a core resource":          {"v1.pods", schema.GroupVersionResource{Version: "v1", Resource: "pods"}, true},
-		"a grouped resource":       {"apps.v1.deployments", schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, true},
-		"a group with dots":        {"networking.k8s.io.v1.ingresses", schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "ingresses"}, true},
-		"empty":                    {"", schema.GroupVersionResource{}, false},
-		"no version":               {"pods", schema.GroupVersionResource{}, false},
-		"a trailing dot":           {"v1.", schema.GroupVersionResource{}, false},
-		"an empty group component": {".v1.pods", schema.GroupVersionResource{}, false},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			got, ok := parseGVRLabel(tc.in)
-			if ok != tc.ok || got != tc.want {
-				t.Errorf("parseGVRLabel(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
-			}
-		})
-	}
-}
 
 // report makes an intermediate report of a Pod, without ownerReference
 // unless owned.
@@ -49,7 +26,7 @@ func podReport(t *testing.T, uid types.UID, pod string, owned bool) *unstructure
 	r := &kyvernov2.BackgroundScanReport{
 		TypeMeta: metav1.TypeMeta{APIVersion: kyvernov2.GroupVersion.String(), Kind: "BackgroundScanReport"},
 		ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: "ns", UID: types.UID("report-" + uid), ResourceVersion: "1",
-			Labels: map[string]string{labelResourceUID: string(uid), labelResourceGVR: "v1.pods"}},
+			Labels: map[string]string{report.LabelResourceUID: string(uid), report.LabelResourceGVR: "v1.pods"}},
 		Spec: kyvernov2.ReportSpec{Owner: metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod, UID: uid}},
 	}
 	if owned {

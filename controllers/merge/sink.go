@@ -53,7 +53,7 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 		return
 	}
 	labels := u.GetLabels()
-	uid := labels[labelResourceUID]
+	uid := labels[report.LabelResourceUID]
 	if uid == "" {
 		uid = string(r.Spec.Owner.UID)
 	}
@@ -79,10 +79,10 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 	*part = reportPart{
 		present: true,
 		results: m.compact(r.Spec.Results),
-		hash:    labels[labelResourceHash],
+		hash:    labels[report.LabelResourceHash],
 		ref: reportRef{
 			gvr: gvr, namespace: st.subject.Namespace, name: u.GetName(), uid: u.GetUID(),
-			resourceVersion: u.GetResourceVersion(), gvrLabel: m.intern(labels[labelResourceGVR]), owned: owned,
+			resourceVersion: u.GetResourceVersion(), gvrLabel: m.intern(labels[report.LabelResourceGVR]), owned: owned,
 		},
 	}
 	st.updated, st.checked = m.opts.Now(), time.Time{}
@@ -105,7 +105,7 @@ func (m *Merger) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 		m.enqueuePolicy(name)
 		return
 	}
-	uid := u.GetLabels()[labelResourceUID]
+	uid := u.GetLabels()[report.LabelResourceUID]
 	if uid == "" {
 		uid, _, _ = unstructured.NestedString(u.Object, "spec", "owner", "uid")
 	}

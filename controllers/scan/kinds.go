@@ -3,8 +3,9 @@ package scan
 import (
 	"errors"
 	"fmt"
-	"github.com/tally-dev/tally/controllers/watch"
 	"strings"
+
+	"github.com/tally-dev/tally/controllers/watch"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -28,10 +28,7 @@ import (
 // Labels of intermediate reports, as Kyverno set them, so that existing
 // tooling recognises them.
 const (
-	LabelResourceUID  = "audit.kyverno.io/resource.uid"
-	LabelResourceHash = "audit.kyverno.io/resource.hash"
-	LabelResourceGVR  = "audit.kyverno.io/resource.gvr"
-	fieldManager      = "tally-scanner"
+	fieldManager = "tally-scanner"
 )
 
 // GVRs of the background reports.
@@ -114,10 +111,10 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		kind = "ClusterBackgroundScanReport"
 	}
 	labels := map[string]string{
-		report.LabelManagedBy: report.ManagedBy,
-		LabelResourceUID:      res.UID,
-		LabelResourceHash:     hash,
-		LabelResourceGVR:      gvrLabel(gvr),
+		report.LabelManagedBy:    report.ManagedBy,
+		report.LabelResourceUID:  res.UID,
+		report.LabelResourceHash: hash,
+		report.LabelResourceGVR:  report.GVRLabel(gvr),
 	}
 	rgvr := reportGVR(res.Namespace)
 	// A report tally has not seen is created; one it knows is replaced by a
@@ -220,14 +217,6 @@ func newRawClient(cfg *rest.Config) (*rest.RESTClient, error) {
 	return rest.RESTClientFor(c)
 }
 
-// gvrLabel renders a GVR as a label value ("v1.pods", "apps.v1.deployments").
-func gvrLabel(gvr schema.GroupVersionResource) string {
-	if gvr.Group == "" {
-		return gvr.Version + "." + gvr.Resource
-	}
-	return gvr.Group + "." + gvr.Version + "." + gvr.Resource
-}
-
 // remove deletes the report of a resource, if one was written or found.
 func (w *reportWriter) remove(ctx context.Context, uid string) error {
 	w.mu.Lock()
@@ -269,7 +258,7 @@ func (w *reportWriter) seed(ctx context.Context) (map[string][]wgv1alpha2.Policy
 				if err != nil {
 					continue
 				}
-				d := digestOf(specJSON, r.Labels[LabelResourceHash])
+				d := digestOf(specJSON, r.Labels[report.LabelResourceHash])
 				w.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d}
 				out[r.Name] = r.Spec.Results
 			}

@@ -1,7 +1,6 @@
 package scan
 
 import (
-	"github.com/tally-dev/tally/controllers/watch"
 	"maps"
 
 	"github.com/go-logr/logr"
@@ -10,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
 )
