@@ -145,7 +145,7 @@ func (m *Merger) Run(ctx context.Context) error {
 	ctx = logr.NewContext(ctx, log)
 	defer m.queue.ShutDown()
 	if m.opts.RESTConfig != nil {
-		raw, err := newRawClient(m.opts.RESTConfig)
+		raw, err := watch.NewRawClient(m.opts.RESTConfig, wgv1alpha2.GroupVersion)
 		if err != nil {
 			return fmt.Errorf("final report client: %w", err)
 		}

@@ -7,11 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -59,20 +56,6 @@ func finalBody(s report.Subject, results []wgv1alpha2.PolicyReportResult) (name 
 
 func metaOf(m metav1.ObjectMeta) applyMeta {
 	return applyMeta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, OwnerReferences: m.OwnerReferences}
-}
-
-// newRawClient builds the REST client final reports are applied with when
-// Options.RESTConfig is set: it reads the API server's answer as bytes and
-// decodes it only on error, where the dynamic client would turn every answer
-// (the whole report, managedFields included) into an unstructured object
-// only for the merger to drop it.
-func newRawClient(cfg *rest.Config) (*rest.RESTClient, error) {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &wgv1alpha2.GroupVersion
-	c.APIPath = "/apis"
-	c.NegotiatedSerializer = clientscheme.Codecs.WithoutConversion()
-	c.ContentType = runtime.ContentTypeJSON
-	return rest.RESTClientFor(c)
 }
 
 // applyFinal server-side applies a final report's body.

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
@@ -204,17 +203,6 @@ func (w *reportWriter) patch(ctx context.Context, gvr schema.GroupVersionResourc
 	}
 	_, err = w.client.Resource(gvr).Namespace(namespace).Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{FieldManager: fieldManager})
 	return err
-}
-
-// newRawClient builds the REST client reports are written with when
-// Options.RESTConfig is set.
-func newRawClient(cfg *rest.Config) (*rest.RESTClient, error) {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &kyvernov2.GroupVersion
-	c.APIPath = "/apis"
-	c.NegotiatedSerializer = clientscheme.Codecs.WithoutConversion()
-	c.ContentType = runtime.ContentTypeJSON
-	return rest.RESTClientFor(c)
 }
 
 // remove deletes the report of a resource, if one was written or found.

@@ -2,6 +2,7 @@ package scan
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -106,11 +107,6 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		return float64(n)
 	})
 	s.reports = newReportWriter(client, s.metrics)
-	if opts.RESTConfig != nil {
-		if raw, err := newRawClient(opts.RESTConfig); err == nil {
-			s.reports.raw = raw
-		}
-	}
 	s.state = newScanState(client, opts.StateNamespace, opts.StateName)
 	return s
 }
@@ -120,6 +116,13 @@ func (s *Scanner) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("scan")
 	ctx = logr.NewContext(ctx, log)
 	defer s.queue.ShutDown()
+	if s.opts.RESTConfig != nil {
+		raw, err := watch.NewRawClient(s.opts.RESTConfig, kyvernov2.GroupVersion)
+		if err != nil {
+			return fmt.Errorf("report client: %w", err)
+		}
+		s.reports.raw = raw
+	}
 
 	// Existing reports and the scan state are read before anything else;
 	// an unreachable API server is waited for (with backoff), not fatal.
