@@ -3,54 +3,12 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
-	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/internal/pss"
 )
-
-// pssPolicies loads every ClusterPolicy of the corpus's Pod Security
-// Standards folder (policy-library/pod-security/**, not its tests).
-func pssPolicies(tb testing.TB) []*engine.Policy {
-	tb.Helper()
-	root := filepath.Join("..", "..", "shared", "corpus", "policy-library", "pod-security")
-	if _, err := os.Stat(root); err != nil {
-		tb.Skipf("corpus not found at %s: %v", root, err)
-	}
-	var out []*engine.Policy
-	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") || strings.Contains(path, ".kyverno-test") || strings.Contains(path, ".chainsaw-test") {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		var p kyvernov1.ClusterPolicy
-		if yaml.Unmarshal(data, &p) != nil || p.Kind != "ClusterPolicy" {
-			return nil
-		}
-		c, err := engine.CompileClusterPolicy(&p)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, c)
-		return nil
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if len(out) == 0 {
-		tb.Fatal("no Pod Security Standards policies found")
-	}
-	return out
-}
 
 // realisticPods are Pods as clusters hold them: an app with a sidecar and an
 // init container, a hardened one, and a privileged one.
@@ -103,7 +61,7 @@ func realisticPods(tb testing.TB) []map[string]any {
 // Standards policies against realistic Pods. It reports rule evaluations
 // per second (on one core with -cpu 1) and allocations per rule evaluation.
 func BenchmarkPodSecurityPolicies(b *testing.B) {
-	policies := pssPolicies(b)
+	policies := pss.Load(b, filepath.Join("..", "..", "shared", "corpus", "policy-library", "pod-security"))
 	pods := realisticPods(b)
 	ctx := context.Background()
 	reqs := make([]*engine.Request, len(pods))

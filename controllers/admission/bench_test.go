@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tally-dev/tally/hack/admissionbench/workload"
+	"github.com/tally-dev/tally/internal/pss"
 )
 
 // pssBridge is a bridge holding the corpus's Pod Security Standards policies
@@ -25,7 +26,7 @@ func pssBridge(b *testing.B) *Bridge {
 	if _, err := os.Stat(dir); err != nil {
 		b.Skipf("corpus not found at %s (set TALLY_CORPUS): %v", dir, err)
 	}
-	policies, err := workload.PSSPolicies(dir)
+	policies, err := pss.Read(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

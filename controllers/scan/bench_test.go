@@ -3,9 +3,7 @@ package scan
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,47 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"sigs.k8s.io/yaml"
 
-	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
-	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/internal/pss"
 	"github.com/tally-dev/tally/memstore"
 )
 
 var gvrPods = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-
-// pssPolicies compiles the corpus's Pod Security Standards ClusterPolicies.
-func pssPolicies(tb testing.TB) []*engine.Policy {
-	tb.Helper()
-	root := filepath.Join("..", "..", "..", "shared", "corpus", "policy-library", "pod-security")
-	if _, err := os.Stat(root); err != nil {
-		tb.Skipf("corpus not found at %s: %v", root, err)
-	}
-	var out []*engine.Policy
-	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") || strings.Contains(path, ".kyverno-test") || strings.Contains(path, ".chainsaw-test") {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		var p kyvernov1.ClusterPolicy
-		if yaml.Unmarshal(data, &p) != nil || p.Kind != "ClusterPolicy" {
-			return nil
-		}
-		c, err := engine.CompileClusterPolicy(&p)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, c)
-		return nil
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return out
-}
 
 // benchPod is a Pod as the API server returns it; one in ten is privileged,
 // one in five runs as root (as in hack/scanbench).
@@ -102,7 +65,7 @@ func benchPod(tb testing.TB, i int) *unstructured.Unstructured {
 // It measures the engine and the store together, without the API server.
 func BenchmarkRescan(b *testing.B) {
 	const pods = 1000
-	policies := pssPolicies(b)
+	policies := pss.Load(b, filepath.Join("..", "..", "..", "shared", "corpus", "policy-library", "pod-security"))
 	client := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
 	store, err := memstore.New()
 	if err != nil {

@@ -42,6 +42,7 @@ import (
 	"github.com/tally-dev/tally/controllers/admission"
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/hack/admissionbench/workload"
+	"github.com/tally-dev/tally/internal/pss"
 )
 
 const namespace = "adm-bench"
@@ -60,7 +61,7 @@ func main() {
 
 func run(rate int, duration time.Duration, concurrency int, corpus string) error {
 	ctx := context.Background()
-	policies, err := workload.PSSPolicies(filepath.Join(corpus, "policy-library", "pod-security"))
+	policies, err := pss.Read(filepath.Join(corpus, "policy-library", "pod-security"))
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -32,15 +31,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
-	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/merge"
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/hack/benchutil"
+	"github.com/tally-dev/tally/internal/pss"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -157,38 +155,23 @@ type compiled struct {
 }
 
 func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string) ([]compiled, error) {
-	var out []compiled
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") || strings.Contains(path, ".kyverno-test") || strings.Contains(path, ".chainsaw-test") {
-			return err
-		}
-		data, err := os.ReadFile(path)
+	docs, err := pss.Read(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]compiled, 0, len(docs))
+	for _, obj := range docs {
+		p, err := pss.Compile(obj)
 		if err != nil {
-			return err
-		}
-		var obj map[string]any
-		if yaml.Unmarshal(data, &obj) != nil || obj["kind"] != "ClusterPolicy" {
-			return nil
-		}
-		var cp kyvernov1.ClusterPolicy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &cp); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		p, err := engine.CompileClusterPolicy(&cp)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			return nil, err
 		}
 		u := &unstructured.Unstructured{Object: obj}
 		if _, err := dyn.Resource(merge.GVRClusterPolicy).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("ClusterPolicy %s: %w", u.GetName(), err)
 		}
 		out = append(out, compiled{name: u.GetName(), policy: p})
-		return nil
-	})
-	if err == nil && len(out) == 0 {
-		err = fmt.Errorf("no ClusterPolicy under %s", dir)
 	}
-	return out, err
+	return out, nil
 }
 
 // createPodsAndReports creates the Pods and, for each, the

@@ -33,11 +33,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/hack/benchutil"
+	"github.com/tally-dev/tally/internal/pss"
 )
 
 func main() {
@@ -280,30 +280,19 @@ func benchPod(i int) *corev1.Pod {
 var gvrClusterPolicy = scan.GVRClusterPolicy
 
 func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string) ([]string, error) {
-	var names []string
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") || strings.Contains(path, ".kyverno-test") || strings.Contains(path, ".chainsaw-test") {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		var obj map[string]any
-		if yaml.Unmarshal(data, &obj) != nil || obj["kind"] != "ClusterPolicy" {
-			return nil
-		}
+	docs, err := pss.Read(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(docs))
+	for _, obj := range docs {
 		u := &unstructured.Unstructured{Object: obj}
 		if _, err := dyn.Resource(gvrClusterPolicy).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("ClusterPolicy %s: %w", u.GetName(), err)
 		}
 		names = append(names, u.GetName())
-		return nil
-	})
-	if err == nil && len(names) == 0 {
-		err = fmt.Errorf("no ClusterPolicy under %s", dir)
 	}
-	return names, err
+	return names, nil
 }
 
 func editPolicy(ctx context.Context, dyn dynamic.Interface, name string) error {

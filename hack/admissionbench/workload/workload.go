@@ -1,41 +1,11 @@
-// Package workload is the admission benchmark's input: the Pod Security
-// Standards policies of the corpus and realistic Pod AdmissionReviews.
+// Package workload is the admission benchmark's input besides the Pod
+// Security Standards policies (internal/pss): realistic Pod AdmissionReviews.
 package workload
 
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
-
-	"sigs.k8s.io/yaml"
 )
-
-// PSSPolicies reads every ClusterPolicy under dir (the corpus's
-// policy-library/pod-security), skipping the test folders, as JSON objects.
-func PSSPolicies(dir string) ([]map[string]any, error) {
-	var out []map[string]any
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") || strings.Contains(path, ".kyverno-test") || strings.Contains(path, ".chainsaw-test") {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		var obj map[string]any
-		if yaml.Unmarshal(data, &obj) != nil || obj["kind"] != "ClusterPolicy" {
-			return nil
-		}
-		out = append(out, obj)
-		return nil
-	})
-	if err == nil && len(out) == 0 {
-		err = fmt.Errorf("no ClusterPolicy under %s", dir)
-	}
-	return out, err
-}
 
 // pods are Pods as clusters hold them: an app with a sidecar and an init
 // container, a hardened one, a baseline-clean one, and a privileged node agent.
