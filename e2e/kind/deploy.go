@@ -76,15 +76,10 @@ func Deploy(ctx context.Context, cfg *rest.Config, overlayDir string, dryRun boo
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	a, err := newApplier(cfg)
 	if err != nil {
 		return err
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
 
 	var crds, namespaces, rest []*unstructured.Unstructured
 	for _, o := range objs {
@@ -103,18 +98,18 @@ func Deploy(ctx context.Context, cfg *rest.Config, overlayDir string, dryRun boo
 	}
 	var errs []error
 	apply := func(o *unstructured.Unstructured) {
-		if err := applyOne(ctx, dyn, mapper, o, opts); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", Describe(o), err))
+		if err := a.apply(ctx, o, opts); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, o := range crds {
 		apply(o)
 	}
 	if !dryRun && len(crds) > 0 {
-		if err := waitEstablished(ctx, dyn, crds, 2*time.Minute); err != nil {
+		if err := waitEstablished(ctx, a.dyn, crds, 2*time.Minute); err != nil {
 			errs = append(errs, err)
 		}
-		mapper.Reset() // the new kinds are served now
+		a.mapper.Reset() // the new kinds are served now
 	}
 	for _, o := range namespaces {
 		apply(o)
@@ -123,23 +118,6 @@ func Deploy(ctx context.Context, cfg *rest.Config, overlayDir string, dryRun boo
 		apply(o)
 	}
 	return errors.Join(errs...)
-}
-
-func applyOne(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, o *unstructured.Unstructured, opts metav1.ApplyOptions) error {
-	gvk := o.GroupVersionKind()
-	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return fmt.Errorf("the server does not serve %s: %w", gvk, err)
-	}
-	var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		if o.GetNamespace() == "" {
-			return fmt.Errorf("namespaced %s has no namespace", gvk.Kind)
-		}
-		ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-	}
-	_, err = ri.Apply(ctx, o.GetName(), o, opts)
-	return err
 }
 
 // waitEstablished waits until every CRD reports Established=True.
@@ -179,21 +157,60 @@ func waitEstablished(ctx context.Context, dyn dynamic.Interface, crds []*unstruc
 // the given field manager (for tests that take a part of an overlay, such as
 // its RBAC).
 func ApplyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, fieldManager string) error {
-	dyn, err := dynamic.NewForConfig(cfg)
+	a, err := newApplier(cfg)
 	if err != nil {
 		return err
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
 	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
 	var errs []error
 	for _, o := range objs {
-		if err := applyOne(ctx, dyn, mapper, o, opts); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", Describe(o), err))
+		if err := a.apply(ctx, o, opts); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// applier server-side applies objects of any kind, mapping kinds to
+// resources through the server's discovery.
+type applier struct {
+	dyn    dynamic.Interface
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+}
+
+func newApplier(cfg *rest.Config) (*applier, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}, nil
+}
+
+// apply applies one object; the error names it.
+func (a *applier) apply(ctx context.Context, o *unstructured.Unstructured, opts metav1.ApplyOptions) error {
+	if err := a.applyObject(ctx, o, opts); err != nil {
+		return fmt.Errorf("%s: %w", Describe(o), err)
+	}
+	return nil
+}
+
+func (a *applier) applyObject(ctx context.Context, o *unstructured.Unstructured, opts metav1.ApplyOptions) error {
+	gvk := o.GroupVersionKind()
+	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("the server does not serve %s: %w", gvk, err)
+	}
+	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		if o.GetNamespace() == "" {
+			return fmt.Errorf("namespaced %s has no namespace", gvk.Kind)
+		}
+		ri = a.dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+	}
+	_, err = ri.Apply(ctx, o.GetName(), o, opts)
+	return err
 }
