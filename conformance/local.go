@@ -352,11 +352,7 @@ func (l *Local) Failover(ctx context.Context, component string) error {
 	}
 	var holder string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		lease, err := l.kube.CoordinationV1().Leases(localNamespace).Get(ctx, "tally-merger", metav1.GetOptions{})
-		if err != nil || lease.Spec.HolderIdentity == nil {
-			return false, nil
-		}
-		holder = *lease.Spec.HolderIdentity
+		holder = l.mergerLeader(ctx)
 		return holder == "merger-a" || holder == "merger-b", nil
 	})
 	if err != nil {
@@ -364,16 +360,22 @@ func (l *Local) Failover(ctx context.Context, component string) error {
 	}
 	l.kill(holder, syscall.SIGKILL)
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		lease, err := l.kube.CoordinationV1().Leases(localNamespace).Get(ctx, "tally-merger", metav1.GetOptions{})
-		if err != nil || lease.Spec.HolderIdentity == nil {
-			return false, nil
-		}
-		return *lease.Spec.HolderIdentity != holder && *lease.Spec.HolderIdentity != "", nil
+		now := l.mergerLeader(ctx)
+		return now != holder && now != "", nil
 	})
 	if err != nil {
 		return fmt.Errorf("failover: the standby did not take the Lease from %s: %w", holder, err)
 	}
 	return l.start(ctx, holder)
+}
+
+// mergerLeader is the identity holding the mergers' Lease, "" if none.
+func (l *Local) mergerLeader(ctx context.Context) string {
+	lease, err := l.kube.CoordinationV1().Leases(localNamespace).Get(ctx, "tally-merger", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
 }
 
 // PolicyLoaded: tally-scanner marks a policy Ready once it evaluates it.
@@ -391,11 +393,9 @@ var errNoProvider = errors.New("unknown provider")
 func (l *Local) Metrics(ctx context.Context, component string) ([]byte, error) {
 	name := component
 	if component == "merger" {
-		lease, err := l.kube.CoordinationV1().Leases(localNamespace).Get(ctx, "tally-merger", metav1.GetOptions{})
-		if err != nil || lease.Spec.HolderIdentity == nil {
-			return nil, fmt.Errorf("metrics: no merger leads: %v", err)
+		if name = l.mergerLeader(ctx); name == "" {
+			return nil, errors.New("metrics: no merger leads")
 		}
-		name = *lease.Spec.HolderIdentity
 	}
 	port, ok := l.ports[name]
 	if !ok {
