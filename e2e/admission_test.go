@@ -74,14 +74,22 @@ func startBridge(t *testing.T, cfg *rest.Config, secretNamespace, configuration 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The webhook and the ingestion of Kyverno's reports write through one
+	// recorder, as in tally-scanner.
+	reg := prometheus.NewRegistry()
+	rec := admission.NewRecorder(dyn, admission.RecorderOptions{FlushInterval: 200 * time.Millisecond, Registry: reg})
 	b := admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
 		Listen: "127.0.0.1:0", SecretNamespace: secretNamespace, SecretName: "adm-webhook-tls",
-		WebhookConfiguration: configuration, FlushInterval: 200 * time.Millisecond, Registry: prometheus.NewRegistry(),
-		IngestKyvernoReports: true,
+		WebhookConfiguration: configuration, Recorder: rec, Registry: reg,
 	})
+	in := admission.NewIngester(dyn, memory.NewMemCacheClient(disc), rec)
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 1})))
 	rb := &runningBridge{bridge: b, cancel: cancel, done: make(chan error, 1)}
-	go func() { rb.done <- b.Run(ctx) }()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); rec.Run(ctx) }()
+	go func() { defer wg.Done(); _ = in.Run(ctx) }()
+	go func() { err := b.Run(ctx); cancel(); wg.Wait(); rb.done <- err }()
 	if err := wait.For(func(context.Context) (bool, error) { return b.Addr() != "", nil },
 		wait.WithTimeout(60*time.Second), wait.WithInterval(100*time.Millisecond)); err != nil {
 		cancel()
@@ -252,7 +260,7 @@ func TestAdmissionBridge(t *testing.T) {
 				return got["adm-audit/require-owner"] == "fail" && got["adm-enforce/require-team"] == "pass"
 			})
 			labels := r.Labels
-			if labels[report.LabelResourceUID] != string(admitted.UID) || labels[report.LabelResourceGVR] != "v1.pods" ||
+			if labels[report.LabelResourceUID] != string(admitted.UID) || labels[report.LabelResourceGVR] != "pods.v1" ||
 				labels[report.LabelResourceHash] == "" || labels["app.kubernetes.io/managed-by"] != "tally" ||
 				labels["cpol.kyverno.io/adm-audit"] == "" || labels["cpol.kyverno.io/adm-enforce"] == "" {
 				t.Errorf("labels = %v", labels)

@@ -65,7 +65,7 @@ func main() {
 	flag.StringVar(&o.webhook.dnsNames, "webhook-dns-names", "", "comma-separated DNS names of the generated certificate (default tally-webhook.<namespace>.svc,tally-webhook.<namespace>.svc.cluster.local; IP 127.0.0.1 is always included)")
 	flag.StringVar(&o.webhook.configuration, "webhook-configuration", "tally", "ValidatingWebhookConfiguration whose webhooks get the CA bundle (skipped while absent)")
 	flag.DurationVar(&o.webhook.timeout, "webhook-timeout", 8*time.Second, "time limit of one admission evaluation; past it the request is answered per the policies' failurePolicy")
-	flag.BoolVar(&o.webhook.ingest, "ingest-kyverno-reports", false, "fold the admission reports of a Kyverno admission controller running beside tally into tally's, and delete them")
+	flag.BoolVar(&o.webhook.ingest, "ingest-kyverno-reports", false, "fold the admission reports of a Kyverno admission controller running beside tally (EphemeralReports of Kyverno 1.13+, AdmissionReports of 1.10-1.12) into tally's, and delete them; works with or without tally's own webhook")
 	flag.Parse()
 
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
@@ -127,37 +127,52 @@ func run(ctx context.Context, o options) error {
 	if o.rescanEndpoint {
 		handlers["/rescan"] = rescan
 	}
-	if o.webhook.listen == "" {
-		return process.Run(ctx, o.Options, cfg, reg, scanner, handlers)
-	}
-	// The admission bridge serves on every replica, outside leader election.
-	var dnsNames []string
-	for _, n := range strings.Split(o.webhook.dnsNames, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			dnsNames = append(dnsNames, n)
-		}
-	}
-	bridge := admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
-		Listen: o.webhook.listen, CertDir: o.webhook.certDir,
-		SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
-		WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
-		IngestKyvernoReports: o.webhook.ingest, Registry: reg,
-	})
-	o.ReadyChecks = append(o.ReadyChecks, func() string {
-		if !bridge.Serving() {
-			return "admission webhook not serving yet"
-		}
-		return ""
-	})
+	// The admission results (of tally's webhook, and of Kyverno's admission
+	// controller when ingested) are written by one recorder. The webhook and
+	// the ingestion run on every replica, outside leader election.
+	recorder := admission.NewRecorder(dyn, admission.RecorderOptions{Registry: reg})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	bridgeDone := make(chan error, 1)
-	go func() {
-		err := bridge.Run(ctx)
-		cancel() // a bridge that cannot serve stops the process
-		bridgeDone <- err
-	}()
+	var parts []func(context.Context) error
+	parts = append(parts, func(ctx context.Context) error { recorder.Run(ctx); return nil })
+	if o.webhook.ingest {
+		ingester := admission.NewIngester(dyn, memory.NewMemCacheClient(disc), recorder)
+		parts = append(parts, ingester.Run)
+	}
+	if o.webhook.listen != "" {
+		var dnsNames []string
+		for _, n := range strings.Split(o.webhook.dnsNames, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				dnsNames = append(dnsNames, n)
+			}
+		}
+		bridge := admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
+			Listen: o.webhook.listen, CertDir: o.webhook.certDir,
+			SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
+			WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
+			Recorder: recorder, Registry: reg,
+		})
+		o.ReadyChecks = append(o.ReadyChecks, func() string {
+			if !bridge.Serving() {
+				return "admission webhook not serving yet"
+			}
+			return ""
+		})
+		parts = append(parts, bridge.Run)
+	}
+	done := make(chan error, len(parts))
+	for _, run := range parts {
+		go func() {
+			err := run(ctx)
+			cancel() // a part that stops (the webhook cannot listen) stops the process
+			done <- err
+		}()
+	}
 	err = process.Run(ctx, o.Options, cfg, reg, scanner, handlers)
 	cancel()
-	return errors.Join(err, <-bridgeDone)
+	errs := []error{err}
+	for range parts {
+		errs = append(errs, <-done)
+	}
+	return errors.Join(errs...)
 }

@@ -49,13 +49,14 @@ type Options struct {
 	Timeout time.Duration
 	// MaxRequestBytes bounds an AdmissionReview body (default 3 MiB).
 	MaxRequestBytes int64
+	// Recorder writes the admission results. nil: the bridge makes its own
+	// (with FlushInterval and WriteWorkers) and runs it; otherwise whoever
+	// made it runs it (it may be shared with an Ingester).
+	Recorder *Recorder
 	// FlushInterval is how often aggregated results are written (default 500ms).
 	FlushInterval time.Duration
 	// WriteWorkers write reports in parallel during a flush (default 4).
 	WriteWorkers int
-	// IngestKyvernoReports folds (and deletes) the admission reports of a
-	// Kyverno admission controller running beside tally.
-	IngestKyvernoReports bool
 	// Loader resolves context entries that read the cluster (nil: none).
 	Loader engine.ContextLoader
 	// CAValidity and CertValidity of generated certificates (defaults 3y, 1y);
@@ -92,8 +93,10 @@ type Bridge struct {
 	clock    clock.WithTicker
 	metrics  *metrics
 	policies *policySet
-	recorder *recorder
-	certs    certSource
+	recorder *Recorder
+	// runRecorder: the bridge made its recorder and runs it.
+	runRecorder bool
+	certs       certSource
 
 	mu   sync.Mutex
 	ctx  context.Context
@@ -108,12 +111,6 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 	}
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = DefaultMaxRequestBytes
-	}
-	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = 500 * time.Millisecond
-	}
-	if opts.WriteWorkers <= 0 {
-		opts.WriteWorkers = 4
 	}
 	if opts.CAValidity <= 0 {
 		opts.CAValidity = 3 * 365 * 24 * time.Hour
@@ -134,9 +131,12 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 		opts.Clock = clock.RealClock{}
 	}
 	b := &Bridge{pool: newEvalPool(), opts: opts, client: client, kube: kube, disc: disc, clock: opts.Clock, ctx: context.Background(), kick: make(chan struct{}, 1)}
-	b.recorder = newRecorder(client, nil, opts.Clock, opts.FlushInterval, opts.WriteWorkers)
-	b.metrics = newMetrics(opts.Registry, func() float64 { return float64(b.recorder.pendingCount()) })
-	b.recorder.metrics = b.metrics
+	b.recorder = opts.Recorder
+	if b.recorder == nil {
+		b.recorder = NewRecorder(client, RecorderOptions{FlushInterval: opts.FlushInterval, Workers: opts.WriteWorkers, Registry: opts.Registry, Clock: opts.Clock})
+		b.runRecorder = true
+	}
+	b.metrics = newMetrics(opts.Registry)
 	b.policies = newPolicySet(b.log, b.metrics.policyErrors.Inc)
 	if opts.CertDir != "" {
 		b.certs = &dirCerts{dir: opts.CertDir}
@@ -163,24 +163,6 @@ func (b *Bridge) Addr() string {
 // Synced reports whether the policies were listed and a certificate is served.
 func (b *Bridge) Synced() bool { return b.policies.synced() && b.certs.ready() }
 
-// served reports which of gvrs the API server serves.
-func (b *Bridge) served(gvrs ...schema.GroupVersionResource) []schema.GroupVersionResource {
-	var out []schema.GroupVersionResource
-	for _, gvr := range gvrs {
-		list, err := b.disc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
-		if err != nil {
-			continue
-		}
-		for _, r := range list.APIResources {
-			if r.Name == gvr.Resource {
-				out = append(out, gvr)
-				break
-			}
-		}
-	}
-	return out
-}
-
 // Run watches, manages the certificate, serves /validate once the policies
 // were listed and a certificate is ready, and flushes reports, until ctx
 // ends. It fails only when the listener cannot be opened.
@@ -203,21 +185,13 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.mu.Unlock()
 
 	var sources []*watch.Source
-	watched := b.served(GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy)
+	watched := served(b.disc, GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy)
 	if len(watched) < 4 {
 		log.Info("some policy kinds are not served; admission evaluates without them", "served", fmt.Sprint(watched))
 	}
 	for _, gvr := range watched {
 		b.policies.expect(gvr)
 		sources = append(sources, watch.Start(ctx, b.client, gvr, b.policies))
-	}
-	if b.opts.IngestKyvernoReports {
-		in := &ingester{rec: b.recorder}
-		kinds := b.served(GVRAdmissionReport, GVRClusterAdmissionReport, GVREphemeralReport, GVRClusterEphemeralReport)
-		log.Info("ingesting Kyverno admission reports", "kinds", fmt.Sprint(kinds))
-		for _, gvr := range kinds {
-			sources = append(sources, watch.Start(ctx, b.client, gvr, in))
-		}
 	}
 	if b.opts.WebhookConfiguration != "" {
 		sources = append(sources, watch.Start(ctx, b.client, GVRValidatingWebhookConfiguration, &configWatch{name: b.opts.WebhookConfiguration, kick: b.kick}))
@@ -232,11 +206,14 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 		wg.Wait()
 	}()
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		b.recorder.run(ctx)
-	}()
+	if b.runRecorder {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.recorder.Run(ctx)
+		}()
+	}
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		b.maintainCerts(ctx)

@@ -288,7 +288,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	b.recorder.add(&entry{
 		uid: string(subject.UID), namespace: subject.Namespace,
 		owner: metav1.OwnerReference{APIVersion: subject.APIVersion, Kind: subject.Kind, Name: subject.Name, UID: types.UID(subject.UID)},
-		gvr:   report.GVRLabel(schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}),
+		gvr:   schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
 		hash:  fmt.Sprintf("%x", hash), at: now, policyLabels: labels, results: record,
 	})
 	return resp, nil

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/report"
 )
 
 // policyYAML builds a ClusterPolicy requiring label "team" on Pods.
@@ -229,7 +230,7 @@ func TestRecordedEntryCarriesLabelsAndOwner(t *testing.T) {
 	if e == nil {
 		t.Fatal("nothing recorded")
 	}
-	if e.namespace != "prod" || e.gvr != "v1.pods" || e.hash == "" || e.owner.Kind != "Pod" || e.owner.UID != "uid-1" || e.owner.Name != "p" {
+	if e.namespace != "prod" || report.GVRLabel(e.gvr) != "pods.v1" || e.hash == "" || e.owner.Kind != "Pod" || e.owner.UID != "uid-1" || e.owner.Name != "p" {
 		t.Errorf("entry = %+v", e)
 	}
 	if e.policyLabels["cpol.kyverno.io/audit-team"] != "7" {

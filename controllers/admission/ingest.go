@@ -1,12 +1,21 @@
 package admission
 
 import (
+	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
@@ -20,73 +29,171 @@ var (
 	GVRClusterEphemeralReport = reportsv1.GroupVersion.WithResource("clusterephemeralreports")
 )
 
-// ingester folds the admission reports of a Kyverno admission controller
-// (kyverno.io AdmissionReports of 1.10-1.12, one per request with random
-// names; reports.kyverno.io EphemeralReports of later releases) into tally's
-// per-resource AdmissionReports, then deletes them. It is a watch.Sink.
-type ingester struct{ rec *recorder }
+// Ingester folds the admission reports of a Kyverno admission controller
+// running beside tally into tally's per-resource AdmissionReports (through
+// a Recorder), then deletes them: kyverno.io AdmissionReports of Kyverno
+// 1.10-1.12 (one per request, random names, spec.owner set) and
+// reports.kyverno.io EphemeralReports and ClusterEphemeralReports of later
+// releases (spec.owner empty: the resource is named by the audit.kyverno.io
+// labels and annotations). It needs no webhook of tally's own.
+//
+// A report that names no whole resource (no UID, kind, version or name) is
+// not folded into anything: it is deleted, with a log line and a metric.
+type Ingester struct {
+	client dynamic.Interface
+	disc   discovery.DiscoveryInterface
+	rec    *Recorder
 
-var _ watch.Sink = (*ingester)(nil)
-
-func (in *ingester) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
-	if e := foreignEntry(gvr, u); e != nil {
-		in.rec.add(e)
-	}
+	mu  sync.Mutex
+	ctx context.Context
 }
 
-func (in *ingester) Remove(schema.GroupVersionResource, *unstructured.Unstructured) {}
+var _ watch.Sink = (*Ingester)(nil)
 
-func (in *ingester) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+// NewIngester builds an Ingester writing through rec; Run reads.
+func NewIngester(client dynamic.Interface, disc discovery.DiscoveryInterface, rec *Recorder) *Ingester {
+	return &Ingester{client: client, disc: disc, rec: rec, ctx: context.Background()}
+}
+
+// Run watches every kind of Kyverno admission report the API server serves
+// until ctx ends. The Recorder is run by its owner.
+func (in *Ingester) Run(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx).WithName("ingest")
+	ctx = logr.NewContext(ctx, log)
+	in.mu.Lock()
+	in.ctx = ctx
+	in.mu.Unlock()
+	kinds := served(in.disc, GVRAdmissionReport, GVRClusterAdmissionReport, GVREphemeralReport, GVRClusterEphemeralReport)
+	log.Info("ingesting Kyverno admission reports", "kinds", fmt.Sprint(kinds))
+	sources := make([]*watch.Source, 0, len(kinds))
+	for _, gvr := range kinds {
+		sources = append(sources, watch.Start(ctx, in.client, gvr, in))
+	}
+	<-ctx.Done()
+	for _, s := range sources {
+		s.Cancel()
+	}
+	for _, s := range sources {
+		<-s.Done()
+	}
+	return nil
+}
+
+func (in *Ingester) context() context.Context {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.ctx
+}
+
+// Upsert folds one report.
+func (in *Ingester) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	e, ok := foreignEntry(gvr, u)
+	if e == nil {
+		return
+	}
+	if ok {
+		in.rec.add(e)
+		return
+	}
+	ctx := in.context()
+	logr.FromContextOrDiscard(ctx).Info("Kyverno admission report names no resource; deleted without folding it",
+		"kind", gvr.Resource, "namespace", u.GetNamespace(), "name", u.GetName())
+	in.rec.metrics.dropped.WithLabelValues(dropNoResource).Inc()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	in.rec.deleteSources(ctx, e.sources)
+}
+
+// Remove: a deleted report has nothing left to fold.
+func (in *Ingester) Remove(schema.GroupVersionResource, *unstructured.Unstructured) {}
+
+// Replace folds every listed report.
+func (in *Ingester) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	for _, u := range objs {
 		in.Upsert(gvr, u)
 	}
 }
 
-func (in *ingester) Listed(schema.GroupVersionResource) {}
+// Listed: nothing waits for the first list.
+func (in *Ingester) Listed(schema.GroupVersionResource) {}
 
 // foreignEntry reads a Kyverno admission report as a batch of results to
-// fold (nil: not one to ingest).
-func foreignEntry(gvr schema.GroupVersionResource, u *unstructured.Unstructured) *entry {
+// fold. It returns nil for a report not to ingest (tally's own, one going
+// away, a background-scan ephemeral report, an unreadable one), and ok false
+// with the report as the entry's only source when it names no resource.
+func foreignEntry(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (e *entry, ok bool) {
 	labels := u.GetLabels()
 	if labels[report.LabelManagedBy] == report.ManagedBy || u.GetDeletionTimestamp() != nil {
-		return nil // tally's own report, or one going away
+		return nil, false // tally's own report, or one going away
 	}
 	if (gvr == GVREphemeralReport || gvr == GVRClusterEphemeralReport) && labels[report.LabelSource] != "" && labels[report.LabelSource] != "admission" {
-		return nil // a background-scan ephemeral report: not admission output
+		return nil, false // a background-scan ephemeral report: not admission output
 	}
 	var r kyvernov2.AdmissionReport // every kind read here has this shape
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
-		return nil
+		return nil, false
 	}
-	owner := r.Spec.Owner
-	if owner.UID == "" && len(r.OwnerReferences) > 0 {
-		owner = r.OwnerReferences[0]
+	src := sourceRef{gvr: gvr, namespace: u.GetNamespace(), name: u.GetName(), uid: string(u.GetUID())}
+	owner, namespace, named := report.ReportOwner(u, r.Spec.Owner)
+	if !named || namespace != u.GetNamespace() {
+		// A report describes a resource of its own namespace: one naming
+		// another is not written anywhere else.
+		return &entry{sources: []sourceRef{src}}, false
 	}
-	uid := labels[report.LabelResourceUID]
-	if uid == "" {
-		uid = string(owner.UID)
-	}
-	if uid == "" {
-		return nil
-	}
-	owner.Controller, owner.BlockOwnerDeletion = nil, nil
 	at := u.GetCreationTimestamp().Time
 	for _, res := range r.Spec.Results {
 		if t := time.Unix(res.Timestamp.Seconds, int64(res.Timestamp.Nanos)); t.After(at) {
 			at = t
 		}
 	}
-	e := &entry{
-		uid: uid, namespace: u.GetNamespace(), owner: owner,
-		gvr: labels[report.LabelResourceGVR], hash: labels[report.LabelResourceHash], at: at,
+	gvrOf, _, _ := report.ResourceGVR(labels)
+	e = &entry{
+		uid: string(owner.UID), namespace: namespace, owner: owner,
+		gvr: gvrOf, hash: labels[report.LabelResourceHash], at: at,
 		policyLabels: map[string]string{},
 		results:      r.Spec.Results,
-		sources:      []sourceRef{{gvr: gvr, namespace: u.GetNamespace(), name: u.GetName(), uid: string(u.GetUID())}},
+		sources:      []sourceRef{src},
 	}
 	for k, v := range labels {
 		if strings.HasPrefix(k, "cpol.kyverno.io/") || strings.HasPrefix(k, "pol.kyverno.io/") {
 			e.policyLabels[k] = v
 		}
 	}
-	return e
+	return e, true
+}
+
+// served reports which of gvrs the API server serves.
+func served(disc discovery.DiscoveryInterface, gvrs ...schema.GroupVersionResource) []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	for _, gvr := range gvrs {
+		list, err := disc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if r.Name == gvr.Resource {
+				out = append(out, gvr)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// deleteSources deletes ingested reports once their results are written.
+func (r *Recorder) deleteSources(ctx context.Context, sources []sourceRef) {
+	log := logr.FromContextOrDiscard(ctx)
+	for _, s := range sources {
+		opts := metav1.DeleteOptions{}
+		if s.uid != "" {
+			uid := types.UID(s.uid)
+			opts.Preconditions = &metav1.Preconditions{UID: &uid}
+		}
+		err := r.client.Resource(s.gvr).Namespace(s.namespace).Delete(ctx, s.name, opts)
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			log.Error(err, "deleting an ingested Kyverno report failed", "name", s.namespace+"/"+s.name)
+			continue
+		}
+		r.metrics.ingested.WithLabelValues(s.gvr.Resource).Inc()
+	}
 }

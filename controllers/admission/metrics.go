@@ -12,20 +12,48 @@ const (
 	metricIngested       = "tally_admission_ingested_reports_total"
 	metricPolicyErrors   = "tally_admission_policy_errors_total"
 	metricPendingReports = "tally_admission_pending_reports"
+	metricDropped        = "tally_admission_report_batches_dropped_total"
+	labelReason          = "reason"
 	labelOperation       = "operation"
 	labelAllowed         = "allowed"
 	labelOp, labelKind   = "op", "kind"
 )
 
+// metrics are the webhook's.
 type metrics struct {
 	requests     *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
-	reportWrites *prometheus.CounterVec
-	ingested     *prometheus.CounterVec
 	policyErrors prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, pending func() float64) *metrics {
+// recorderMetrics are the report writer's, shared by the webhook and the
+// ingestion of Kyverno's reports.
+type recorderMetrics struct {
+	reportWrites *prometheus.CounterVec
+	ingested     *prometheus.CounterVec
+	dropped      *prometheus.CounterVec
+}
+
+func newRecorderMetrics(reg prometheus.Registerer, pending func() float64) *recorderMetrics {
+	m := &recorderMetrics{
+		reportWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricReportWrites, Help: "AdmissionReport writes by operation (create, update, conflict, error).",
+		}, []string{labelOp}),
+		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricIngested, Help: "Kyverno admission reports folded into tally's reports and deleted, by kind.",
+		}, []string{labelKind}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricDropped, Help: "Batches of admission results given up, by reason (namespace-gone, invalid, forbidden, kind-not-served, attempts, no-resource).",
+		}, []string{labelReason}),
+	}
+	reg.MustRegister(m.reportWrites, m.ingested, m.dropped,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricPendingReports, Help: "Resources whose admission results wait for the next report flush.",
+		}, pending))
+	return m
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricRequests, Help: "Admission requests answered, by operation and whether they were allowed.",
@@ -34,19 +62,10 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) *metrics {
 			Name: metricLatency, Help: "Time to answer an admission request, from its body read to its answer written.",
 			Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 		}, []string{labelOperation}),
-		reportWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricReportWrites, Help: "AdmissionReport writes by operation (create, update, conflict, error).",
-		}, []string{labelOp}),
-		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricIngested, Help: "Kyverno admission reports folded into tally's reports and deleted, by kind.",
-		}, []string{labelKind}),
 		policyErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricPolicyErrors, Help: "Policies the admission bridge skipped because they are invalid.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.reportWrites, m.ingested, m.policyErrors,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: metricPendingReports, Help: "Resources whose admission results wait for the next report flush.",
-		}, pending))
+	reg.MustRegister(m.requests, m.latency, m.policyErrors)
 	return m
 }

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -9,12 +10,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
@@ -41,9 +43,12 @@ func admissionReportGVR(namespace string) schema.GroupVersionResource {
 type entry struct {
 	uid, namespace string
 	owner          metav1.OwnerReference
-	// gvr and hash label the report; they describe the object as of at.
-	gvr, hash string
-	at        time.Time
+	// gvr and hash label the report; they describe the object as of at. The
+	// gvr of an ingested report may lack its resource (Kyverno labels a long
+	// GVR by group and version only).
+	gvr  schema.GroupVersionResource
+	hash string
+	at   time.Time
 	// policyLabels are "cpol.kyverno.io/<name>" / "pol.kyverno.io/<name>" =
 	// the policy's resourceVersion.
 	policyLabels map[string]string
@@ -51,6 +56,10 @@ type entry struct {
 	// sources are ingested Kyverno reports, deleted once their results were
 	// written.
 	sources []sourceRef
+	// attempts counts the failed writes of this entry; notBefore is when
+	// the next may be tried.
+	attempts  int
+	notBefore time.Time
 }
 
 // sourceRef names an object to delete after a successful write.
@@ -106,7 +115,7 @@ func (e *entry) merge(n *entry) {
 		if n.hash != "" {
 			e.hash = n.hash
 		}
-		if n.gvr != "" {
+		if n.gvr.Version != "" {
 			e.gvr = n.gvr
 		}
 		if e.policyLabels == nil {
@@ -123,20 +132,48 @@ func (e *entry) merge(n *entry) {
 			}
 		}
 	}
-	if e.gvr == "" {
+	if e.gvr.Version == "" {
 		e.gvr = n.gvr
 	}
 	e.sources = append(e.sources, n.sources...)
+	// A write that keeps failing keeps its backoff, whatever joins it.
+	e.attempts = max(e.attempts, n.attempts)
+	if n.notBefore.After(e.notBefore) {
+		e.notBefore = n.notBefore
+	}
 }
 
-// recorder aggregates admission results per resource UID and writes them in
+// RecorderOptions configure a Recorder.
+type RecorderOptions struct {
+	// FlushInterval is how often aggregated results are written (default
+	// 500ms); it is also the first retry delay of a failed write.
+	FlushInterval time.Duration
+	// Workers write reports in parallel during a flush (default 4).
+	Workers int
+	// MaxAttempts bounds the writes of one batch that fail for a reason that
+	// may pass (default 12); RetryCap bounds the delay between two (default
+	// 1m). With the defaults a batch is given up after about 6 minutes.
+	MaxAttempts int
+	RetryCap    time.Duration
+	Registry    prometheus.Registerer
+	Clock       clock.WithTicker
+}
+
+// Recorder aggregates admission results per resource UID and writes them in
 // batches: at most one AdmissionReport per resource, never one per request.
-type recorder struct {
-	client   dynamic.Interface
-	metrics  *metrics
-	clock    clock.WithTicker
-	interval time.Duration
-	workers  int
+// The admission bridge and the ingestion of Kyverno's reports both feed it.
+//
+// A write the API server refuses for good (the namespace is gone or
+// terminating, the report is invalid, the write is forbidden) is dropped at
+// once with a log line and a metric: retrying cannot succeed, and a batch
+// kept until its namespace is created again would describe a resource that
+// no longer exists. Other failures are retried with exponential backoff, at
+// most MaxAttempts times.
+type Recorder struct {
+	client  dynamic.Interface
+	metrics *recorderMetrics
+	clock   clock.WithTicker
+	opts    RecorderOptions
 
 	mu      sync.Mutex
 	pending map[string]*entry
@@ -147,13 +184,33 @@ type recorder struct {
 // started at once.
 const maxPending = 2000
 
-func newRecorder(client dynamic.Interface, m *metrics, clk clock.WithTicker, interval time.Duration, workers int) *recorder {
-	return &recorder{client: client, metrics: m, clock: clk, interval: interval, workers: workers,
-		pending: map[string]*entry{}, kick: make(chan struct{}, 1)}
+// NewRecorder builds a Recorder; Run writes.
+func NewRecorder(client dynamic.Interface, opts RecorderOptions) *Recorder {
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 500 * time.Millisecond
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 12
+	}
+	if opts.RetryCap <= 0 {
+		opts.RetryCap = time.Minute
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	r := &Recorder{client: client, clock: opts.Clock, opts: opts, pending: map[string]*entry{}, kick: make(chan struct{}, 1)}
+	r.metrics = newRecorderMetrics(opts.Registry, func() float64 { return float64(r.pendingCount()) })
+	return r
 }
 
 // add queues a batch of results for the next flush.
-func (r *recorder) add(e *entry) {
+func (r *Recorder) add(e *entry) {
 	r.mu.Lock()
 	if prev, ok := r.pending[e.uid]; ok {
 		prev.merge(e)
@@ -170,37 +227,83 @@ func (r *recorder) add(e *entry) {
 	}
 }
 
-func (r *recorder) pendingCount() int {
+func (r *Recorder) pendingCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.pending)
 }
 
-// run flushes every interval until ctx ends, then once more with a short
+// Run flushes every interval until ctx ends, then once more with a short
 // deadline so that results of the last requests are not lost on shutdown.
-func (r *recorder) run(ctx context.Context) {
-	t := r.clock.NewTicker(r.interval)
+func (r *Recorder) Run(ctx context.Context) {
+	t := r.clock.NewTicker(r.opts.FlushInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			r.flush(final)
+			r.flush(final, true)
 			cancel()
 			return
 		case <-t.C():
 		case <-r.kick:
 		}
-		r.flush(ctx)
+		r.flush(ctx, false)
 	}
 }
 
-// flush writes every pending entry; entries that fail go back to pending
-// and are retried on the next flush.
-func (r *recorder) flush(ctx context.Context) {
+// Reasons a batch is dropped (the label of the dropped-batches metric).
+const (
+	dropNamespaceGone = "namespace-gone"
+	dropInvalid       = "invalid"
+	dropForbidden     = "forbidden"
+	dropAttempts      = "attempts"
+	dropNoResource    = "no-resource"
+	dropNotServed     = "kind-not-served"
+)
+
+// refused classifies an error the API server answered for good: retrying
+// the same write cannot succeed ("" when it may).
+func refused(err error) string {
+	switch {
+	case apierrors.IsNotFound(err): // of a create: its namespace is gone, or its kind is not served
+		var status apierrors.APIStatus
+		if errors.As(err, &status) && status.Status().Details != nil && status.Status().Details.Kind == "namespaces" {
+			return dropNamespaceGone
+		}
+		return dropNotServed
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		return dropNamespaceGone
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsMethodNotSupported(err):
+		return dropInvalid
+	case apierrors.IsForbidden(err):
+		return dropForbidden
+	}
+	return ""
+}
+
+// backoff is the delay before attempt n+1 of a write that failed n times.
+func (r *Recorder) backoff(n int) time.Duration {
+	d := r.opts.FlushInterval
+	for i := 1; i < n && d < r.opts.RetryCap; i++ {
+		d *= 2
+	}
+	return min(d, r.opts.RetryCap)
+}
+
+// flush writes every pending entry that is due (all of them when final);
+// an entry that fails for a reason that may pass goes back to pending with
+// a backoff, any other is dropped.
+func (r *Recorder) flush(ctx context.Context, final bool) {
+	now := r.clock.Now()
 	r.mu.Lock()
-	batch := r.pending
-	r.pending = map[string]*entry{}
+	batch := make([]*entry, 0, len(r.pending))
+	for uid, e := range r.pending {
+		if final || !now.Before(e.notBefore) {
+			batch = append(batch, e)
+			delete(r.pending, uid)
+		}
+	}
 	r.mu.Unlock()
 	if len(batch) == 0 {
 		return
@@ -208,20 +311,12 @@ func (r *recorder) flush(ctx context.Context) {
 	log := logr.FromContextOrDiscard(ctx)
 	work := make(chan *entry)
 	var wg sync.WaitGroup
-	for range r.workers {
+	for range r.opts.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for e := range work {
-				if err := r.write(ctx, e); err != nil {
-					log.Error(err, "writing an admission report failed; retrying at the next flush", "uid", e.uid)
-					r.metrics.reportWrites.WithLabelValues("error").Inc()
-					if ctx.Err() == nil {
-						r.add(e)
-					}
-					continue
-				}
-				r.deleteSources(ctx, e.sources)
+				r.settle(ctx, log, e, r.write(ctx, e))
 			}
 		}()
 	}
@@ -232,9 +327,38 @@ func (r *recorder) flush(ctx context.Context) {
 	wg.Wait()
 }
 
+// settle acts on the outcome of one write.
+func (r *Recorder) settle(ctx context.Context, log logr.Logger, e *entry, err error) {
+	if err == nil {
+		r.deleteSources(ctx, e.sources)
+		return
+	}
+	if ctx.Err() != nil {
+		return // shutting down: the batch is lost with the process (see docs)
+	}
+	r.metrics.reportWrites.WithLabelValues("error").Inc()
+	reason := refused(err)
+	if reason == "" && e.attempts+1 >= r.opts.MaxAttempts {
+		reason = dropAttempts
+	}
+	if reason != "" {
+		log.Error(err, "admission report write dropped", "uid", e.uid, "namespace", e.namespace, "reason", reason, "attempts", e.attempts+1)
+		r.metrics.dropped.WithLabelValues(reason).Inc()
+		if reason == dropNamespaceGone {
+			// The ingested reports went with their namespace, or will.
+			r.deleteSources(ctx, e.sources)
+		}
+		return
+	}
+	e.attempts++
+	e.notBefore = r.clock.Now().Add(r.backoff(e.attempts))
+	log.V(1).Info("admission report write failed; retrying", "uid", e.uid, "attempt", e.attempts, "retryIn", r.backoff(e.attempts).String(), "error", err.Error())
+	r.add(e)
+}
+
 // write merges e into the resource's report: get, merge the newest result
 // per (policy, rule), then update or create, again on conflicts.
-func (r *recorder) write(ctx context.Context, e *entry) error {
+func (r *Recorder) write(ctx context.Context, e *entry) error {
 	ri := r.client.Resource(admissionReportGVR(e.namespace)).Namespace(e.namespace)
 	return retry.OnError(retry.DefaultRetry, func(err error) bool {
 		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
@@ -314,8 +438,8 @@ func desired(cur *unstructured.Unstructured, e *entry) (*unstructured.Unstructur
 		if e.hash != "" { // an ingested report may carry none
 			labels[report.LabelResourceHash] = e.hash
 		}
-		if e.gvr != "" {
-			labels[report.LabelResourceGVR] = e.gvr
+		if e.gvr.Version != "" {
+			report.ResourceTypeLabels(labels, e.gvr, e.owner.Kind)
 		}
 	} else if have.Spec.Owner.UID != "" {
 		owner = have.Spec.Owner
@@ -390,24 +514,6 @@ func equalSpec(a, b kyvernov2.ReportSpec) bool {
 		}
 	}
 	return true
-}
-
-// deleteSources deletes ingested reports once their results are written.
-func (r *recorder) deleteSources(ctx context.Context, sources []sourceRef) {
-	log := logr.FromContextOrDiscard(ctx)
-	for _, s := range sources {
-		opts := metav1.DeleteOptions{}
-		if s.uid != "" {
-			uid := types.UID(s.uid)
-			opts.Preconditions = &metav1.Preconditions{UID: &uid}
-		}
-		err := r.client.Resource(s.gvr).Namespace(s.namespace).Delete(ctx, s.name, opts)
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			log.Error(err, "deleting an ingested Kyverno report failed", "name", s.namespace+"/"+s.name)
-			continue
-		}
-		r.metrics.ingested.WithLabelValues(s.gvr.Resource).Inc()
-	}
 }
 
 // policyLabelKey is the report label of a policy by its report name.

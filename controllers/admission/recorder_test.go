@@ -2,15 +2,20 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
@@ -24,18 +29,18 @@ func result(policy, rule string, res wgv1alpha2.Result, sec int64) wgv1alpha2.Po
 }
 
 func podEntry(at int64, hash string, results ...wgv1alpha2.PolicyReportResult) *entry {
-	return &entry{uid: "uid-1", namespace: "prod", gvr: "v1.pods", hash: hash, at: time.Unix(at, 0),
+	return &entry{uid: "uid-1", namespace: "prod", gvr: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, hash: hash, at: time.Unix(at, 0),
 		owner:        metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "uid-1"},
 		policyLabels: map[string]string{"cpol.kyverno.io/a": "1"}, results: results}
 }
 
-func fakeRecorder(objs ...runtime.Object) (*recorder, *dynamicfake.FakeDynamicClient) {
+func fakeRecorder(objs ...runtime.Object) (*Recorder, *dynamicfake.FakeDynamicClient) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		GVRAdmissionReport: "AdmissionReportList", GVRClusterAdmissionReport: "ClusterAdmissionReportList",
 		GVREphemeralReport: "EphemeralReportList",
 	}, objs...)
-	m := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 })
-	return newRecorder(client, m, clocktesting.NewFakeClock(time.Unix(0, 0)), time.Second, 2), client
+	return NewRecorder(client, RecorderOptions{Clock: clocktesting.NewFakeClock(time.Unix(0, 0)), FlushInterval: time.Second, Workers: 2,
+		Registry: prometheus.NewRegistry()}), client
 }
 
 func readReport(t *testing.T, client *dynamicfake.FakeDynamicClient, ns, name string) (*kyvernov2.AdmissionReport, *unstructured.Unstructured) {
@@ -77,13 +82,13 @@ func TestRecorderWritesOneReportPerResource(t *testing.T) {
 	if n := rec.pendingCount(); n != 1 {
 		t.Fatalf("pending = %d, want 1", n)
 	}
-	rec.flush(ctx)
+	rec.flush(ctx, false)
 	r, u := readReport(t, client, "prod", "uid-1")
 	if got := summary(r); got != "a/r1=pass a/r2=fail" {
 		t.Errorf("results = %s", got)
 	}
 	labels := u.GetLabels()
-	if labels[report.LabelResourceHash] != "h2" || labels[report.LabelResourceUID] != "uid-1" || labels[report.LabelResourceGVR] != "v1.pods" ||
+	if labels[report.LabelResourceHash] != "h2" || labels[report.LabelResourceUID] != "uid-1" || labels[report.LabelResourceGVR] != "pods.v1" ||
 		labels["app.kubernetes.io/managed-by"] != "tally" || labels["cpol.kyverno.io/a"] != "1" {
 		t.Errorf("labels = %v", labels)
 	}
@@ -97,7 +102,7 @@ func TestRecorderWritesOneReportPerResource(t *testing.T) {
 	// A later batch (another replica, or a later flush) merges into the same object.
 	rec.add(podEntry(30, "h3", result("a", "r2", "pass", 30)))
 	rec.add(podEntry(5, "h0", result("a", "r1", "fail", 5))) // older than what is stored: loses
-	rec.flush(ctx)
+	rec.flush(ctx, false)
 	r, u = readReport(t, client, "prod", "uid-1")
 	if got := summary(r); got != "a/r1=pass a/r2=pass" {
 		t.Errorf("results after second flush = %s", got)
@@ -127,10 +132,10 @@ func TestRecorderWritesNothingWhenNothingIsNewer(t *testing.T) {
 	rec, client := fakeRecorder()
 	ctx := context.Background()
 	rec.add(podEntry(10, "h1", result("a", "r1", "pass", 10)))
-	rec.flush(ctx)
+	rec.flush(ctx, false)
 	client.ClearActions()
 	rec.add(podEntry(10, "h1", result("a", "r1", "pass", 10)))
-	rec.flush(ctx)
+	rec.flush(ctx, false)
 	for _, a := range client.Actions() {
 		if a.GetVerb() != "get" {
 			t.Errorf("unexpected %s", a.GetVerb())
@@ -163,14 +168,14 @@ func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
 
 	k1, k2 := kyvernoReport("k1", 10, "fail"), kyvernoReport("k2", 30, "fail")
 	rec, client := fakeRecorder(k1, k2, ephemeral)
-	in := &ingester{rec: rec}
+	in := NewIngester(client, nil, rec)
 	in.Replace(GVRAdmissionReport, []*unstructured.Unstructured{k1, k2, ours})
 	in.Upsert(GVREphemeralReport, ephemeral)
 	in.Upsert(GVREphemeralReport, background)
 	if n := rec.pendingCount(); n != 1 {
 		t.Fatalf("pending = %d, want 1", n)
 	}
-	rec.flush(context.Background())
+	rec.flush(context.Background(), false)
 	r, u := readReport(t, client, "prod", "uid-1")
 	if got := summary(r); got != "a/r1=pass" {
 		t.Errorf("results = %s (the ephemeral report's pass at 40 is the newest)", got)
@@ -197,4 +202,175 @@ func summary(r *kyvernov2.AdmissionReport) string {
 		s += res.Policy + "/" + res.Rule + "=" + string(res.Result)
 	}
 	return s
+}
+
+// kyverno119Report is an EphemeralReport as Kyverno v1.19's admission
+// controller writes it (../shared/kyverno-1.19/ephemeralreport-admission.yaml):
+// empty spec.owner, no ownerReferences, the resource named only by labels
+// and annotations.
+func kyverno119Report(name, resourceName string) *unstructured.Unstructured {
+	annotations := map[string]any{report.AnnotationResourceNamespace: "prod"}
+	if resourceName != "" {
+		annotations[report.AnnotationResourceName] = resourceName
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "reports.kyverno.io/v1", "kind": "EphemeralReport",
+		"metadata": map[string]any{
+			"name": name, "namespace": "prod", "uid": "src-" + name, "generateName": "91175ac1-",
+			"annotations": annotations,
+			"labels": map[string]any{
+				"app.kubernetes.io/managed-by": "kyverno", report.LabelResourceGroup: "", report.LabelResourceGVR: "configmaps.v1",
+				report.LabelResourceKind: "ConfigMap", report.LabelResourceUID: "uid-cm", report.LabelResourceVersion: "v1",
+				report.LabelSource: "admission", "cpol.kyverno.io/smoke-require-team": "389",
+			},
+		},
+		"spec": map[string]any{
+			"owner": map[string]any{"apiVersion": "", "kind": "", "name": "", "uid": ""},
+			"results": []any{map[string]any{"policy": "smoke-require-team", "rule": "require-team", "result": "pass",
+				"message": "validation rule 'require-team' passed.", "scored": true, "source": "kyverno",
+				"properties": map[string]any{"process": "background scan"},
+				"timestamp":  map[string]any{"seconds": int64(1795460076), "nanos": int64(0)}}},
+			"summary": map[string]any{"pass": int64(1)},
+		},
+	}}
+}
+
+func TestIngestNamesTheResourceOfAKyverno119Report(t *testing.T) {
+	eph := kyverno119Report("e1", "passing")
+	rec, client := fakeRecorder(eph)
+	in := NewIngester(client, nil, rec)
+	in.Upsert(GVREphemeralReport, eph)
+	rec.flush(context.Background(), false)
+	r, u := readReport(t, client, "prod", "uid-cm")
+	want := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "passing", UID: "uid-cm"}
+	if r.Spec.Owner != want {
+		t.Errorf("owner = %+v, want %+v", r.Spec.Owner, want)
+	}
+	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].UID != "uid-cm" || r.OwnerReferences[0].Name != "passing" {
+		t.Errorf("ownerReferences = %+v: the report must go with its ConfigMap", r.OwnerReferences)
+	}
+	if got := u.GetLabels()[report.LabelResourceGVR]; got != "configmaps.v1" {
+		t.Errorf("gvr label = %q", got)
+	}
+	if got := summary(r); got != "smoke-require-team/require-team=pass" {
+		t.Errorf("results = %s", got)
+	}
+	if _, err := client.Resource(GVREphemeralReport).Namespace("prod").Get(context.Background(), "e1", metav1.GetOptions{}); err == nil {
+		t.Error("the EphemeralReport was not deleted once folded")
+	}
+}
+
+func TestIngestDeletesAReportThatNamesNoResource(t *testing.T) {
+	eph := kyverno119Report("e2", "") // no resource.name annotation
+	rec, client := fakeRecorder(eph)
+	in := NewIngester(client, nil, rec)
+	in.Upsert(GVREphemeralReport, eph)
+	if n := rec.pendingCount(); n != 0 {
+		t.Fatalf("pending = %d: a report naming no resource was queued", n)
+	}
+	rec.flush(context.Background(), false)
+	list, err := client.Resource(GVRAdmissionReport).Namespace("prod").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("%d AdmissionReports written for a report that names no resource", len(list.Items))
+	}
+	if _, err := client.Resource(GVREphemeralReport).Namespace("prod").Get(context.Background(), "e2", metav1.GetOptions{}); err == nil {
+		t.Error("the report was kept: it would pile up")
+	}
+	if got := testutil.ToFloat64(rec.metrics.dropped.WithLabelValues(dropNoResource)); got != 1 {
+		t.Errorf("dropped{no-resource} = %v, want 1", got)
+	}
+}
+
+func TestRecorderDropsWritesTheAPIServerRefuses(t *testing.T) {
+	tests := map[string]struct {
+		err    error
+		reason string
+	}{
+		"the namespace is gone": {apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "prod"), dropNamespaceGone},
+		"the namespace is terminating": {&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
+			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}}}}, dropNamespaceGone},
+		"the report kind is not served": {apierrors.NewNotFound(schema.GroupResource{Group: "kyverno.io", Resource: "admissionreports"}, ""), dropNotServed},
+		"the report is invalid":         {apierrors.NewInvalid(schema.GroupKind{Group: "kyverno.io", Kind: "AdmissionReport"}, "uid-1", nil), dropInvalid},
+		"the write is forbidden":        {apierrors.NewForbidden(schema.GroupResource{Resource: "admissionreports"}, "uid-1", errors.New("no")), dropForbidden},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			rec, client := fakeRecorder()
+			creates := 0
+			client.PrependReactor("create", "admissionreports", func(k8stesting.Action) (bool, runtime.Object, error) {
+				creates++
+				return true, nil, tc.err
+			})
+			rec.add(podEntry(10, "h1", result("a", "r1", "fail", 10)))
+			for range 5 {
+				rec.clock.(*clocktesting.FakeClock).Step(time.Hour)
+				rec.flush(context.Background(), false)
+			}
+			if creates != 1 {
+				t.Errorf("%d creates, want 1: a refused write is not retried", creates)
+			}
+			if n := rec.pendingCount(); n != 0 {
+				t.Errorf("pending = %d, want 0", n)
+			}
+			if got := testutil.ToFloat64(rec.metrics.dropped.WithLabelValues(tc.reason)); got != 1 {
+				t.Errorf("dropped{%s} = %v, want 1", tc.reason, got)
+			}
+		})
+	}
+}
+
+func TestRecorderRetriesTransientFailuresWithBackoffAndABound(t *testing.T) {
+	rec, client := fakeRecorder()
+	clk := rec.clock.(*clocktesting.FakeClock)
+	var at []time.Time
+	client.PrependReactor("create", "admissionreports", func(k8stesting.Action) (bool, runtime.Object, error) {
+		at = append(at, clk.Now())
+		return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+	})
+	rec.add(podEntry(10, "h1", result("a", "r1", "fail", 10)))
+	// Flush every second for an hour of fake time.
+	for range 3600 {
+		rec.flush(context.Background(), false)
+		clk.Step(time.Second)
+	}
+	if len(at) != rec.opts.MaxAttempts {
+		t.Fatalf("%d attempts, want the bound %d", len(at), rec.opts.MaxAttempts)
+	}
+	for i := 2; i < len(at); i++ {
+		gap, prev := at[i].Sub(at[i-1]), at[i-1].Sub(at[i-2])
+		if gap < prev || gap > rec.opts.RetryCap+time.Second {
+			t.Errorf("attempt %d came %s after the one before (previous gap %s): want growing gaps capped at %s", i+1, gap, prev, rec.opts.RetryCap)
+		}
+	}
+	if got := testutil.ToFloat64(rec.metrics.dropped.WithLabelValues(dropAttempts)); got != 1 {
+		t.Errorf("dropped{attempts} = %v, want 1", got)
+	}
+	if n := rec.pendingCount(); n != 0 {
+		t.Errorf("pending = %d after the bound, want 0", n)
+	}
+}
+
+func TestRecorderWritesOnceTheFailurePasses(t *testing.T) {
+	rec, client := fakeRecorder()
+	clk := rec.clock.(*clocktesting.FakeClock)
+	fails := 3
+	client.PrependReactor("create", "admissionreports", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fails > 0 {
+			fails--
+			return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+		}
+		return false, nil, nil
+	})
+	rec.add(podEntry(10, "h1", result("a", "r1", "fail", 10)))
+	for range 120 {
+		rec.flush(context.Background(), false)
+		clk.Step(time.Second)
+	}
+	r, _ := readReport(t, client, "prod", "uid-1")
+	if got := summary(r); got != "a/r1=fail" {
+		t.Errorf("results = %s", got)
+	}
 }

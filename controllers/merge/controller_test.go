@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -76,4 +77,40 @@ func testutilCounter(t *testing.T, reg *prometheus.Registry, name, label string)
 		}
 	}
 	return sum
+}
+
+// An intermediate report whose owner is empty and whose labels do not name
+// the resource (a Kyverno 1.19 EphemeralReport copied as is) is never merged:
+// it would give a final report named "" or "-" that the API server refuses.
+// One naming its resource by labels and annotations is merged under it.
+func TestIntermediateReportsThatNameNoResourceAreIgnored(t *testing.T) {
+	m := New(dynfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{Registry: prometheus.NewRegistry()})
+	mk := func(name string, labels map[string]any, annotations map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kyverno.io/v2", "kind": "AdmissionReport",
+			"metadata": map[string]any{"name": name, "namespace": "ns", "uid": "r-" + name, "labels": labels, "annotations": annotations},
+			"spec": map[string]any{
+				"owner":   map[string]any{"apiVersion": "", "kind": "", "name": "", "uid": ""},
+				"results": []any{map[string]any{"policy": "p", "rule": "r", "result": "pass"}},
+			},
+		}}
+	}
+	m.Upsert(GVRAdmissionReport, mk("empty", map[string]any{}, nil))
+	m.Upsert(GVRAdmissionReport, mk("uid-only", map[string]any{report.LabelResourceUID: "u1"}, nil))
+	m.Upsert(GVRAdmissionReport, mk("other-namespace", map[string]any{report.LabelResourceUID: "u3", report.LabelResourceGVR: "pods.v1", report.LabelResourceKind: "Pod"},
+		map[string]any{report.AnnotationResourceName: "p", report.AnnotationResourceNamespace: "elsewhere"}))
+	m.Upsert(GVRAdmissionReport, mk("named", map[string]any{report.LabelResourceUID: "u2", report.LabelResourceGVR: "configmaps.v1", report.LabelResourceKind: "ConfigMap"},
+		map[string]any{report.AnnotationResourceName: "cm", report.AnnotationResourceNamespace: "ns"}))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.states) != 1 || m.states["u2"] == nil {
+		t.Fatalf("states = %v, want only u2", m.states)
+	}
+	want := report.Subject{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "cm", UID: "u2"}
+	if got := m.states["u2"].subject; got != want {
+		t.Errorf("subject = %+v, want %+v", got, want)
+	}
+	if got := testutil.ToFloat64(m.metrics.unusable); got != 3 {
+		t.Errorf("unusable = %v, want 3", got)
+	}
 }

@@ -8,6 +8,7 @@ const (
 	metricQueueDepth = "tally_merge_queue_depth"
 	metricOrphans    = "tally_merge_orphaned_reports_deleted_total"
 	metricChecks     = "tally_merge_orphan_checks_total"
+	metricUnusable   = "tally_merge_unusable_reports_total"
 )
 
 type metrics struct {
@@ -15,6 +16,7 @@ type metrics struct {
 	queueDepth prometheus.GaugeFunc
 	orphans    *prometheus.CounterVec
 	checks     *prometheus.CounterVec
+	unusable   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
@@ -31,7 +33,10 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricChecks, Help: "Orphan checks of a resource by outcome (alive, gone, unknown: its reports are kept).",
 		}, []string{"outcome"}),
+		unusable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricUnusable, Help: "Intermediate reports ignored because they name no resource of their namespace.",
+		}),
 	}
-	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks)
+	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable)
 	return m
 }

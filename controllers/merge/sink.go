@@ -28,6 +28,9 @@ func isAdmission(gvr schema.GroupVersionResource) bool {
 func (m *Merger) log() logr.Logger {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.ctx == nil { // before Run
+		return logr.Discard()
+	}
 	return logr.FromContextOrDiscard(m.ctx)
 }
 
@@ -53,13 +56,16 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 		return
 	}
 	labels := u.GetLabels()
-	uid := labels[report.LabelResourceUID]
-	if uid == "" {
-		uid = string(r.Spec.Owner.UID)
-	}
-	if uid == "" {
+	owner, namespace, named := report.ReportOwner(u, r.Spec.Owner)
+	if !named || namespace != u.GetNamespace() {
+		// A report that names no whole resource (an empty owner and no
+		// labels naming one) has nothing to report on; one naming a resource
+		// of another namespace is not written there.
+		m.metrics.unusable.Inc()
+		m.log().V(1).Info("intermediate report names no resource of its namespace; ignored", "kind", gvr.Resource, "namespace", u.GetNamespace(), "name", u.GetName())
 		return
 	}
+	uid := string(owner.UID)
 	owned := false
 	for _, o := range u.GetOwnerReferences() {
 		owned = owned || string(o.UID) == uid
@@ -70,8 +76,8 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 		st = &resourceState{}
 		m.states[uid] = st
 	}
-	st.subject = report.Subject{APIVersion: m.intern(r.Spec.Owner.APIVersion), Kind: m.intern(r.Spec.Owner.Kind),
-		Namespace: m.intern(u.GetNamespace()), Name: r.Spec.Owner.Name, UID: r.Spec.Owner.UID}
+	st.subject = report.Subject{APIVersion: m.intern(owner.APIVersion), Kind: m.intern(owner.Kind),
+		Namespace: m.intern(u.GetNamespace()), Name: owner.Name, UID: owner.UID}
 	part := &st.background
 	if isAdmission(gvr) {
 		part = &st.admission

@@ -113,8 +113,8 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		report.LabelManagedBy:    report.ManagedBy,
 		report.LabelResourceUID:  res.UID,
 		report.LabelResourceHash: hash,
-		report.LabelResourceGVR:  report.GVRLabel(gvr),
 	}
+	report.ResourceTypeLabels(labels, gvr, res.Kind)
 	rgvr := reportGVR(res.Namespace)
 	// A report tally has not seen is created; one it knows is replaced by a
 	// JSON patch (spec and labels). Both cost the API server far less than
