@@ -62,20 +62,29 @@ func RunFile(ctx context.Context, file string) ([]Outcome, error) {
 	}
 	var out []Outcome
 	for _, d := range docs {
-		data, err := sigsyaml.Marshal(d.Object)
+		t, err := testOf(file, d)
 		if err != nil {
-			return out, fmt.Errorf("%s: %w", file, err)
+			return out, err
 		}
-		var t Test
-		if err := sigsyaml.Unmarshal(data, &t); err != nil {
-			return out, fmt.Errorf("%s: not a Test: %w", file, err)
-		}
-		if t.APIVersion == "" || t.Kind == "" {
-			return out, fmt.Errorf("%s: not a Test: apiVersion and kind are required", file)
-		}
-		out = append(out, runTest(ctx, file, &t)...)
+		out = append(out, runTest(ctx, file, t)...)
 	}
 	return out, nil
+}
+
+// testOf decodes one document of a test file.
+func testOf(file string, d Document) (*Test, error) {
+	data, err := sigsyaml.Marshal(d.Object)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	var t Test
+	if err := sigsyaml.Unmarshal(data, &t); err != nil {
+		return nil, fmt.Errorf("%s: not a Test: %w", file, err)
+	}
+	if t.APIVersion == "" || t.Kind == "" {
+		return nil, fmt.Errorf("%s: not a Test: apiVersion and kind are required", file)
+	}
+	return &t, nil
 }
 
 func runTest(ctx context.Context, file string, t *Test) []Outcome {

@@ -1,0 +1,71 @@
+package tester
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// corpusDir finds the shared corpus: TALLY_CORPUS, or ../shared/corpus from
+// the repository root. Without it the test is skipped, saying why, except in
+// CI (env CI set), where a missing corpus is a failure.
+func corpusDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("TALLY_CORPUS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "shared", "corpus")
+	}
+	if _, err := os.Stat(filepath.Join(dir, OracleFileName)); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("corpus not found at %s (set TALLY_CORPUS): %v", dir, err)
+		}
+		t.Skipf("corpus not found at %s (set TALLY_CORPUS, or clone tally beside the shared folder): %v", dir, err)
+	}
+	return dir
+}
+
+// TestOracle holds tally to the share of Kyverno's own answers (ORACLE.jsonl:
+// results and messages of `kyverno apply` on every test folder) it matches
+// in the tiers the engine supports. The floors are the level reached; raise
+// them when the engine gets closer, never lower them to let a change pass.
+// TALLY_ORACLE_DIFFS=<file> writes every difference there as JSON lines.
+func TestOracle(t *testing.T) {
+	corpus := corpusDir(t)
+	floors := map[string]struct{ results, messages float64 }{
+		"classic":     {results: 0.0, messages: 0.0},
+		"classic-ctx": {results: 0.0, messages: 0.0},
+	}
+	rep, err := CompareOracle(context.Background(), corpus, "classic", "classic-ctx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tier, floor := range floors {
+		c := rep.Tiers[tier]
+		t.Logf("tier %s: %s", tier, c)
+		if c.Keys < 20 {
+			t.Errorf("tier %s: only %d results compared: the corpus was not read", tier, c.Keys)
+			continue
+		}
+		if c.ResultRate() < floor.results {
+			t.Errorf("tier %s: %.2f%% of results match Kyverno's, below the floor of %.2f%%", tier, 100*c.ResultRate(), 100*floor.results)
+		}
+		if c.MessageRate() < floor.messages {
+			t.Errorf("tier %s: %.2f%% of messages match Kyverno's, below the floor of %.2f%%", tier, 100*c.MessageRate(), 100*floor.messages)
+		}
+	}
+	if file := os.Getenv("TALLY_ORACLE_DIFFS"); file != "" {
+		f, err := os.Create(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		enc := json.NewEncoder(f)
+		for _, d := range rep.Diffs {
+			if err := enc.Encode(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
