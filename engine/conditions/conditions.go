@@ -37,7 +37,7 @@ func (m Mode) String() string {
 // It returns whether the conditions hold and, when they do not, the
 // messages of the conditions that failed, joined with "; ".
 func AnyAll(conds any, data map[string]any, mode Mode) (bool, string, error) {
-	e := evaluator{subst: variables.NewSubstituter(data, variables.Lenient)}
+	e := evaluator{subst: variables.NewSubstituter(data, variables.Strict)}
 	ok, err := e.block(conds)
 	if err != nil {
 		return false, "", fmt.Errorf("%s: %w", mode, err)
@@ -166,11 +166,11 @@ func (e *evaluator) evaluate(c map[string]any) (bool, string, error) {
 	}
 	key, err := e.subst.Substitute(c["key"])
 	if err != nil {
-		return false, "", fmt.Errorf("condition key: %w", err)
+		return false, "", fmt.Errorf("failed to substitute variables in condition key: %w", err)
 	}
 	value, err := e.subst.Substitute(c["value"])
 	if err != nil {
-		return false, "", fmt.Errorf("condition value: %w", err)
+		return false, "", fmt.Errorf("failed to substitute variables in condition value: %w", err)
 	}
 	holds, err := Evaluate(key, op, value)
 	if err != nil || holds {

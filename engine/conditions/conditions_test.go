@@ -1,6 +1,7 @@
 package conditions
 
 import (
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -31,7 +32,7 @@ func TestAnyAll(t *testing.T) {
 		conds   string
 		want    bool
 		wantMsg string
-		wantErr bool
+		wantErr string // a part of the error, "" for none
 	}{
 		"all conditions hold": {conds: `
 all:
@@ -62,13 +63,21 @@ all:
 		"a list of groups": {conds: `
 - any: [{key: a, operator: Equals, value: a}]
 - all: [{key: b, operator: Equals, value: b}]`, want: true},
-		"a missing field is the empty string": {conds: `
+		"a missing field is an error, as Kyverno's Unknown key": {conds: `
 all:
-- {key: "{{ request.object.metadata.labels.tier }}", operator: Equals, value: ""}
-- {key: "{{ request.object.metadata.labels.tier }}", operator: NotEquals, value: gold}`, want: true},
-		"a missing field does not equal a value": {conds: `
+- {key: "{{ request.object.metadata.labels.tier }}", operator: NotEquals, value: gold}`, wantErr: `failed to substitute variables in condition key: failed to resolve request.object.metadata.labels.tier at path : JMESPath query failed: Unknown key "tier" in path`},
+		"a missing field in a value is an error too": {conds: `
 any:
-- {key: "{{ request.object.metadata.labels.tier }}", operator: Equals, value: gold}`, want: false},
+- {key: gold, operator: Equals, value: "{{ request.object.metadata.labels.tier }}"}`, wantErr: "failed to substitute variables in condition value: "},
+		"a function given null is an error": {conds: `
+any:
+- {key: "{{ contains(request.oldObject, 'a') }}", operator: Equals, value: true}`, wantErr: "JMESPath query failed: "},
+		"a function given malformed input is an error": {conds: `
+any:
+- {key: "{{ parse_json(request.object.metadata.name) }}", operator: Equals, value: web}`, wantErr: "JMESPath query failed: "},
+		"a missing field with a default is the default": {conds: `
+any:
+- {key: "{{ request.object.metadata.labels.tier || '' }}", operator: Equals, value: ""}`, want: true},
 		"a null field does not compare": {conds: `
 any:
 - {key: "{{ request.oldObject }}", operator: NotEquals, value: x}`, want: false},
@@ -83,18 +92,18 @@ any:
 - {key: a, operator: Equals, value: a}
 - {key: a, operator: Bogus, value: a}`, want: true},
 		"no conditions hold":                            {conds: `null`, want: true},
-		"an unknown operator is an error":               {conds: `{all: [{key: a, operator: Bogus, value: a}]}`, wantErr: true},
-		"a missing operator is an error":                {conds: `{all: [{key: a, value: a}]}`, wantErr: true},
-		"a malformed expression is an error":            {conds: `{all: [{key: "{{ request.[ }}", operator: Equals, value: a}]}`, wantErr: true},
-		"an unknown group field is an error":            {conds: `{some: []}`, wantErr: true},
-		"a condition that is not an object is an error": {conds: `[a]`, wantErr: true},
+		"an unknown operator is an error":               {conds: `{all: [{key: a, operator: Bogus, value: a}]}`, wantErr: "unknown"},
+		"a missing operator is an error":                {conds: `{all: [{key: a, value: a}]}`, wantErr: "no operator"},
+		"a malformed expression is an error":            {conds: `{all: [{key: "{{ request.[ }}", operator: Equals, value: a}]}`, wantErr: "request.["},
+		"an unknown group field is an error":            {conds: `{some: []}`, wantErr: "neither"},
+		"a condition that is not an object is an error": {conds: `[a]`, wantErr: "object"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got, msg, err := AnyAll(conds(t, tc.conds), data, Preconditions)
-			if tc.wantErr {
-				if err == nil {
-					t.Fatalf("got %v, want an error", got)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, %v; want an error with %q", got, err, tc.wantErr)
 				}
 				return
 			}
@@ -109,7 +118,7 @@ any:
 }
 
 func TestDenyModeResolvesLikePreconditions(t *testing.T) {
-	c := conds(t, `{any: [{key: "{{ request.object.metadata.labels.env }}", operator: NotEquals, value: prod}]}`)
+	c := conds(t, `{any: [{key: "{{ request.object.metadata.labels.env || 'dev' }}", operator: NotEquals, value: prod}]}`)
 	for _, mode := range []Mode{Preconditions, Deny} {
 		if ok, _, err := AnyAll(c, data, mode); err != nil || !ok {
 			t.Errorf("%s: got %v, %v; want true", mode, ok, err)

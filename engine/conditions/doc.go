@@ -3,12 +3,14 @@
 // value} triples grouped as {any: [...], all: [...]}, as a list of such
 // groups, or as a plain list that must all hold.
 //
-// Variables in keys, values and messages are substituted first, leniently:
-// a variable Kyverno cannot resolve in a condition (a missing field, a
-// failing function) becomes the empty string, so that `{{ a.missing }}
-// NotEquals ""` holds and `Equals "x"` does not. A field that exists and is
-// null stays null, and most operators are false for null. Malformed
-// expressions are errors.
+// Variables in keys, values and messages are substituted first, strictly,
+// as Kyverno does: a variable that cannot be resolved (a missing field,
+// "Unknown key"; a function given the wrong type or malformed input) makes
+// the conditions an error, "failed to substitute variables in condition
+// key: ...", which the engine reports as an error result. A default value
+// (`{{ a.missing || 'none' }}`) is the way to read an optional field. A field
+// that exists and is null stays null, and most operators are false for
+// null. Malformed expressions are errors.
 //
 // Operators follow Kyverno's documented semantics; names are matched without
 // regard to case, and "Equal"/"NotEqual" are accepted for Equals/NotEquals:
@@ -17,7 +19,8 @@
 //     ("1Gi" = "1024Mi"), then with the value's wildcards ("*", "?");
 //     numbers by value (a numeric string reads as a number); booleans,
 //     objects and lists exactly. Values of kinds that cannot be compared
-//     (a boolean and a string, null) make both Equals and NotEquals false.
+//     (a boolean and a string, a string and a list) make Equals false and
+//     NotEquals true; a null key makes both false.
 //   - AnyIn, AllIn, AnyNotIn, AllNotIn (and the deprecated In = AllIn,
 //     NotIn = AnyNotIn): the key is a scalar or a list; the value a list, a
 //     JSON list in a string ('["a", "b"]', as ConfigMap data often is), or a

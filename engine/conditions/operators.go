@@ -77,8 +77,13 @@ func Evaluate(key any, operator string, value any) (bool, error) {
 		eq, comparable := equals(key, value)
 		return comparable && eq, nil
 	case opNotEquals:
+		// Kyverno: a null key is never NotEquals; values of another kind
+		// than the key always are.
+		if key == nil {
+			return false, nil
+		}
 		eq, comparable := equals(key, value)
-		return comparable && !eq, nil
+		return !comparable || !eq, nil
 	case opIn, opAllIn:
 		return inSet(key, value, allIn), nil
 	case opNotIn, opAnyNotIn:
@@ -109,7 +114,8 @@ func Evaluate(key any, operator string, value any) (bool, error) {
 
 // equals compares one key with one value. comparable is false when the two
 // cannot be compared (null, a boolean and a string, an object and a list):
-// then neither Equals nor NotEquals holds, as in Kyverno.
+// then Equals does not hold and NotEquals does (for a key that is not
+// null), as in Kyverno.
 func equals(key, value any) (eq, comparable bool) {
 	if kf, ok := variables.ToFloat(key); ok {
 		switch v := value.(type) {

@@ -57,12 +57,14 @@ func TestEquals(t *testing.T) {
 		"NotEquals of equal strings":             {"a", "NotEquals", "a", false},
 		"NotEquals with a wildcard":              {"x.mycompany.com", "NotEquals", "*.mycompany.com", false},
 		"NotEquals of an empty string":           {"", "NotEquals", "DELETE", true},
-		"NotEquals of kinds that do not compare": {true, "NotEquals", "false", false},
+		"NotEquals of kinds that do not compare": {true, "NotEquals", "false", true},
+		"NotEquals of a string and a list":       {"CREATE", "NotEquals", []any{"DELETE"}, true},
+		"NotEquals of a number and text":         {float64(1), "NotEquals", "one", true},
 		"NotEquals of null":                      {nil, "NotEquals", "x", false},
 		"NotEquals of numbers":                   {float64(1), "NotEquals", float64(2), true},
 		"NotEqual is NotEquals":                  {"a", "NotEqual", "b", true},
 		"NotEquals of different lists":           {[]any{"a"}, "NotEquals", []any{"b"}, true},
-		"NotEquals of a list and a string":       {[]any{"a"}, "NotEquals", "a", false},
+		"NotEquals of a list and a string":       {[]any{"a"}, "NotEquals", "a", true},
 	})
 }
 

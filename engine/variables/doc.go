@@ -10,14 +10,17 @@
 // follows it:
 //   - Strict mode (patterns, messages, context entries): a variable whose
 //     path is missing from the data is an error wrapping ErrUnresolved
-//     ("failed to resolve variable request.object.foo: ..."), and so is an
+//     ("failed to resolve request.object.foo at path : JMESPath query
+//     failed: Unknown key "foo" in path"), and so is an
 //     expression that fails (a function given the wrong type); Kyverno
 //     reports such a rule as an error, "variable substitution failed".
 //     A path that exists and holds null, or an expression that yields null
 //     (`containers[?name=='x'] | [0]`), substitutes null.
-//   - Lenient mode (preconditions, deny conditions): both become the empty
-//     string, which is what Kyverno's condition resolver substitutes, so
-//     that `key: "{{ a.missing }}" operator: NotEquals value: x` holds.
+//     Conditions (preconditions, deny) use Strict mode too, as Kyverno's
+//     condition resolver does since it stopped substituting "".
+//   - Lenient mode: both become the empty string (Kyverno's former
+//     condition resolver), so that `key: "{{ a.missing }}" operator:
+//     NotEquals value: x` holds.
 //     A malformed expression stays an error in both modes: a policy with one
 //     should be rejected, not silently evaluated.
 //

@@ -17,14 +17,17 @@ import (
 // is not in the data: a missing map key, as Kyverno's "Unknown key" error.
 var ErrUnresolved = errors.New("variable could not be resolved")
 
-// VariableError is the error of one variable: it names the expression.
+// VariableError is the error of one variable: it names the expression and
+// where it sits in the substituted document ("" for a document that is the
+// variable's string itself), in Kyverno's words.
 type VariableError struct {
 	Expr string
+	Path string
 	Err  error
 }
 
 func (e *VariableError) Error() string {
-	return "failed to resolve variable " + e.Expr + ": " + e.Err.Error()
+	return "failed to resolve " + e.Expr + " at path " + e.Path + ": " + e.Err.Error()
 }
 
 func (e *VariableError) Unwrap() error { return e.Err }
@@ -32,7 +35,7 @@ func (e *VariableError) Unwrap() error { return e.Err }
 // notFoundError says which key of a path is missing.
 type notFoundError struct{ key string }
 
-func (e notFoundError) Error() string        { return fmt.Sprintf("unknown key %q in path", e.key) }
+func (e notFoundError) Error() string        { return fmt.Sprintf("Unknown key %q in path", e.key) }
 func (e notFoundError) Is(target error) bool { return target == ErrUnresolved }
 
 // expression is a compiled, cached JMESPath expression.
@@ -213,7 +216,7 @@ func (e *expression) search(expr string, data any) (result any, err error) {
 	}()
 	v, err := e.jp.Search(data)
 	if err != nil {
-		return nil, fmt.Errorf("JMESPath query %q failed: %w", expr, err)
+		return nil, fmt.Errorf("JMESPath query failed: %w", err)
 	}
 	return v, nil
 }

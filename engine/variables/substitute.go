@@ -362,7 +362,7 @@ func (s *substituter) resolve(expr string) (any, error) {
 	}
 	e := compile(expr)
 	if e.err != nil {
-		return nil, &VariableError{Expr: expr, Err: e.err}
+		return nil, &VariableError{Expr: expr, Path: s.pointer(), Err: e.err}
 	}
 	data := any(s.data)
 	if e.numeric {
@@ -374,7 +374,7 @@ func (s *substituter) resolve(expr string) (any, error) {
 	v, err := e.search(expr, data)
 	if err == nil && v == nil && e.path != nil {
 		if key, missing := missingKey(e.path, data); missing {
-			err = notFoundError{key: key}
+			err = fmt.Errorf("JMESPath query failed: %w", notFoundError{key: key})
 		}
 	}
 	if err != nil {
@@ -385,7 +385,7 @@ func (s *substituter) resolve(expr string) (any, error) {
 		if errors.As(err, &ve) {
 			return nil, err
 		}
-		return nil, &VariableError{Expr: expr, Err: err}
+		return nil, &VariableError{Expr: expr, Path: s.pointer(), Err: err}
 	}
 	return v, nil
 }
@@ -414,6 +414,21 @@ func oldObject(expr string) string {
 
 func isIdentChar(c byte) bool {
 	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// pointer is the position of the substituted value in the document, as a
+// slash-separated path ("" at the top).
+func (s *substituter) pointer() string {
+	var b strings.Builder
+	for _, p := range s.path {
+		switch t := p.(type) {
+		case int:
+			b.WriteString("/" + strconv.Itoa(t))
+		case string:
+			b.WriteString("/" + t)
+		}
+	}
+	return b.String()
 }
 
 // currentPath is the JMESPath of the resource field at the substituted

@@ -103,7 +103,7 @@ var errAny = errors.New("any error")
 
 func TestSubstituteErrorNamesTheVariable(t *testing.T) {
 	_, err := Substitute("{{ request.object.foo }}", doc)
-	if err == nil || !strings.Contains(err.Error(), "failed to resolve variable request.object.foo") {
+	if err == nil || !strings.Contains(err.Error(), "failed to resolve request.object.foo at path") {
 		t.Errorf("error %v does not name the variable", err)
 	}
 }
