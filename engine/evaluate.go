@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -129,7 +130,9 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 		if !rule.matcher.Matches(&e.res, req.NamespaceLabels, e.adm) {
 			continue
 		}
-		results = append(results, e.rule(rule))
+		if r, ok := e.rule(rule); ok {
+			results = append(results, r)
+		}
 		if p.Spec.ApplyRules != nil && *p.Spec.ApplyRules == "One" {
 			break
 		}
@@ -200,16 +203,15 @@ func (e *evaluation) baseData() map[string]any {
 	return data
 }
 
-// rule evaluates one matched rule.
-func (e *evaluation) rule(rule *Rule) RuleResult {
+// rule evaluates one matched rule. It reports no result (false) for a
+// foreach that applied to no element, as Kyverno does.
+func (e *evaluation) rule(rule *Rule) (RuleResult, bool) {
 	if rule.Err != nil {
-		return e.result(rule, Error, rule.Err.Error())
+		return e.result(rule, Error, rule.Err.Error()), true
 	}
 	data := cloneTop(e.baseData())
-	if names := e.exceptionsFor(rule, data); len(names) > 0 {
-		r := e.result(rule, Skip, "rule is skipped due to policy exception "+strings.Join(names, ", "))
-		r.Exceptions = names
-		return r
+	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
+		return e.exceptionSkip(rule, xs, ""), true
 	}
 	if e.req.Values != nil {
 		for k, v := range e.req.Values.RuleValues(e.policy.Name, rule.Name) {
@@ -217,31 +219,68 @@ func (e *evaluation) rule(rule *Rule) RuleResult {
 		}
 	}
 	if err := e.loadContext(rule.Raw.Context, data); err != nil {
-		return e.result(rule, Error, err.Error())
+		return e.result(rule, Error, "failed to load context: "+err.Error()), true
 	}
 	if rule.preconditions != nil {
-		ok, _, err := conditions.AnyAll(rule.preconditions, data, conditions.Preconditions)
-		if err != nil {
-			return e.result(rule, Error, fmt.Sprintf("preconditions: %v", err))
-		}
-		if !ok {
-			return e.result(rule, Skip, "preconditions not met")
+		if r, done := e.preconditions(rule, rule.preconditions, data); done {
+			return r, true
 		}
 	}
 	v := rule.Raw.Validate
 	switch {
 	case rule.pattern != nil:
-		return e.checkPattern(rule, v.Message, data, e.obj, rule.pattern, rule.patternVars)
+		return e.checkPattern(rule, v.Message, data, e.obj, rule.pattern, rule.patternVars), true
 	case rule.anyPattern != nil:
-		return e.checkAnyPattern(rule, v.Message, data, e.obj, rule.anyPattern, rule.patternVars)
+		return e.checkAnyPattern(rule, v.Message, data, e.obj, rule.anyPattern, rule.patternVars), true
 	case rule.hasDeny:
-		return e.checkDeny(rule, v.Message, data, rule.deny)
+		return e.checkDeny(rule, v.Message, data, rule.deny), true
 	case rule.foreach != nil:
 		return e.checkForEach(rule, data)
 	case rule.podSecurity != nil:
-		return e.checkPodSecurity(rule, data)
+		return e.checkPodSecurity(rule, data), true
 	}
-	return e.result(rule, Error, "rule has no validation")
+	return e.result(rule, Error, "rule has no validation"), true
+}
+
+// preconditions evaluates a rule's (or a foreach's) preconditions; done is
+// true when they decided the result: an error, or a skip when they do not
+// hold ("preconditions not met", with the failing conditions' messages).
+func (e *evaluation) preconditions(rule *Rule, conds any, data map[string]any) (RuleResult, bool) {
+	ok, msg, err := conditions.AnyAll(conds, data, conditions.Preconditions)
+	if err != nil {
+		return e.result(rule, Error, "failed to evaluate preconditions: "+causeOf(err).Error()), true
+	}
+	if ok {
+		return RuleResult{}, false
+	}
+	if msg != "" {
+		return e.result(rule, Skip, "preconditions not met; "+msg), true
+	}
+	return e.result(rule, Skip, "preconditions not met"), true
+}
+
+// causeOf drops the "preconditions: " or "deny conditions: " prefix that
+// conditions.AnyAll puts on its errors: the engine's messages say it.
+func causeOf(err error) error {
+	if inner := errors.Unwrap(err); inner != nil {
+		return inner
+	}
+	return err
+}
+
+// exceptionSkip is the skip result of a rule exempted by PolicyExceptions.
+// The message names them as "<namespace>/<name>" after Kyverno's prefix
+// (which has no space for rule-level exceptions, and one for podSecurity
+// exceptions: sep); the exceptions property lists their names only.
+func (e *evaluation) exceptionSkip(rule *Rule, xs []*Exception, sep string) RuleResult {
+	keys := make([]string, len(xs))
+	names := make([]string, len(xs))
+	for i, x := range xs {
+		keys[i], names[i] = x.Name, x.ObjectName
+	}
+	r := e.result(rule, Skip, "rule is skipped due to policy exceptions"+sep+strings.Join(keys, ", "))
+	r.Exceptions = names
+	return r
 }
 
 func (e *evaluation) message(msg string, data map[string]any) string {
@@ -259,7 +298,7 @@ func (e *evaluation) checkPattern(rule *Rule, msg string, data map[string]any, o
 	if hasVars {
 		var err error
 		if pat, err = variables.Substitute(pat, data); err != nil {
-			return e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
+			return e.result(rule, Error, "variable substitution failed: "+err.Error())
 		}
 	}
 	res := pattern.Validate(obj, pat)
@@ -267,9 +306,9 @@ func (e *evaluation) checkPattern(rule *Rule, msg string, data map[string]any, o
 	case pattern.Pass:
 		return e.result(rule, Pass, passMessage(rule.Name))
 	case pattern.Skip:
-		return e.result(rule, Skip, skipMessage(rule.Name, res))
+		return e.result(rule, Skip, res.Message)
 	}
-	return e.result(rule, Fail, failMessage(e.message(msg, data), rule.Name, res.Path))
+	return e.result(rule, Fail, failMessage(e.message(msg, data), msg, rule.Name, res.Path))
 }
 
 func (e *evaluation) checkAnyPattern(rule *Rule, msg string, data map[string]any, obj any, pats []any, hasVars bool) RuleResult {
@@ -277,37 +316,42 @@ func (e *evaluation) checkAnyPattern(rule *Rule, msg string, data map[string]any
 	if hasVars {
 		subst, err := variables.Substitute(any(pats), data)
 		if err != nil {
-			return e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
+			return e.result(rule, Error, "variable substitution failed: "+err.Error())
 		}
 		list, _ = subst.([]any)
 	}
-	var fails []string
-	skipped := 0
+	// The first pattern that passes decides; else any failure fails the
+	// rule, naming every failing pattern; else, when every pattern was
+	// skipped by its anchors, the rule is skipped.
+	var fails, skips []string
 	for i, p := range list {
 		res := pattern.Validate(obj, p)
 		switch res.Status {
 		case pattern.Pass:
-			return e.result(rule, Pass, passMessage(rule.Name))
+			return e.result(rule, Pass, fmt.Sprintf("validation rule '%s' anyPattern[%d] passed.", rule.Name, i))
 		case pattern.Skip:
-			skipped++
+			skips = append(skips, fmt.Sprintf("rule %s[%d] skipped: %s", rule.Name, i, res.Message))
 		default:
 			fails = append(fails, fmt.Sprintf("rule %s[%d] failed at path %s", rule.Name, i, res.Path))
 		}
 	}
-	if skipped == len(list) {
-		return e.result(rule, Skip, "rule "+rule.Name+" skipped: no pattern applied")
+	switch {
+	case len(fails) > 0:
+		m := e.message(msg, data)
+		if m == "" {
+			return e.result(rule, Fail, "validation error: "+strings.Join(fails, " "))
+		}
+		return e.result(rule, Fail, "validation error: "+withPeriod(m)+" "+strings.Join(fails, " "))
+	case len(skips) > 0:
+		return e.result(rule, Skip, strings.Join(skips, " "))
 	}
-	prefix := "validation error: "
-	if m := e.message(msg, data); m != "" {
-		prefix += m + ". "
-	}
-	return e.result(rule, Fail, prefix+strings.Join(fails, " "))
+	return e.result(rule, Pass, e.message(msg, data))
 }
 
 func (e *evaluation) checkDeny(rule *Rule, msg string, data map[string]any, deny any) RuleResult {
 	denied, _, err := conditions.AnyAll(deny, data, conditions.Deny)
 	if err != nil {
-		return e.result(rule, Error, fmt.Sprintf("deny conditions: %v", err))
+		return e.result(rule, Error, "failed to check deny conditions: "+causeOf(err).Error())
 	}
 	if !denied {
 		return e.result(rule, Pass, passMessage(rule.Name))
@@ -333,7 +377,7 @@ func (e *evaluation) checkPodSecurity(rule *Rule, data map[string]any) RuleResul
 	}
 	res := rule.podSecurity.EvaluatePod(pod)
 	if res.Pass {
-		return e.result(rule, Pass, passMessage(rule.Name))
+		return e.result(rule, Pass, "Validation rule '"+rule.Name+"' passed.")
 	}
 	// A PolicyException with podSecurity controls adds its exclusions to the
 	// rule's; when that clears every failure the rule is skipped, naming the
@@ -344,24 +388,26 @@ func (e *evaluation) checkPodSecurity(rule *Rule, data map[string]any) RuleResul
 			return e.result(rule, Error, err.Error())
 		}
 		if c.EvaluatePod(pod).Pass {
-			r := e.result(rule, Skip, "rule is skipped due to policy exception "+x.Name)
-			r.Exceptions = []string{x.Name}
-			return r
+			return e.exceptionSkip(rule, []*Exception{x}, " ")
 		}
 	}
 	return e.result(rule, Fail, "Validation rule '"+rule.Name+"' failed. "+res.Message)
 }
 
-func failMessage(msg, rule, path string) string {
-	if msg == "" {
+// failMessage is the message of a pattern failure: the rule's message
+// (substituted: msg; as written: raw), ended by a period, then the rule and
+// the path where the pattern failed.
+func failMessage(msg, raw, rule, path string) string {
+	if raw == "" {
 		return "validation error: rule " + rule + " failed at path " + path
 	}
-	return "validation error: " + msg + ". rule " + rule + " failed at path " + path
+	return "validation error: " + withPeriod(msg) + " rule " + rule + " failed at path " + path
 }
 
-func skipMessage(rule string, res pattern.Result) string {
-	if res.Message != "" {
-		return "rule " + rule + " skipped: " + res.Message
+// withPeriod ends a message with a period unless it already has one.
+func withPeriod(msg string) string {
+	if strings.HasSuffix(msg, ".") {
+		return msg
 	}
-	return "rule " + rule + " skipped"
+	return msg + "."
 }

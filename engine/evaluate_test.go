@@ -95,7 +95,7 @@ func TestRuleResults(t *testing.T) {
 		"R23 a matching PolicyException skips and names itself": {
 			rule:       `    validate: {message: "m", pattern: {metadata: {labels: {owner: "?*"}}}}`,
 			exceptions: []string{"shop/allow-web"},
-			want:       engine.RuleResult{Result: engine.Skip, Message: "rule is skipped due to policy exception shop/allow-web"},
+			want:       engine.RuleResult{Result: engine.Skip, Message: "rule is skipped due to policy exceptionsshop/allow-web"},
 		},
 		"R25 a variable that cannot be resolved is an error": {
 			rule: `    validate: {message: "m", pattern: {metadata: {labels: {team: "{{ request.object.metadata.missing.field }}"}}}}`,

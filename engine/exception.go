@@ -14,8 +14,12 @@ import (
 
 // Exception is a compiled PolicyException.
 type Exception struct {
-	// Name is "<namespace>/<name>".
-	Name       string
+	// Name is "<namespace>/<name>" (the exception's key, as skip messages
+	// spell it).
+	Name string
+	// ObjectName is metadata.name (as the exceptions property of a report
+	// result lists it).
+	ObjectName string
 	Spec       kyvernov2.PolicyExceptionSpec
 	matcher    *match.Matcher
 	conditions any
@@ -27,7 +31,7 @@ type Exception struct {
 
 // CompileException compiles a PolicyException.
 func CompileException(pe *kyvernov2.PolicyException) (*Exception, error) {
-	ex := &Exception{Name: pe.Namespace + "/" + pe.Name, Spec: pe.Spec}
+	ex := &Exception{Name: pe.Namespace + "/" + pe.Name, ObjectName: pe.Name, Spec: pe.Spec}
 	if pe.Namespace == "" {
 		ex.Name = pe.Name
 	}
@@ -66,10 +70,9 @@ func (x *Exception) Covers(policy, rule string) bool {
 	return false
 }
 
-// exceptionsFor returns the names of the exceptions that exempt the subject
-// from the rule.
-func (e *evaluation) exceptionsFor(rule *Rule, data map[string]any) []string {
-	var names []string
+// exceptionsFor returns the exceptions that exempt the subject from the rule.
+func (e *evaluation) exceptionsFor(rule *Rule, data map[string]any) []*Exception {
+	var out []*Exception
 	for _, x := range e.req.Exceptions {
 		if e.req.Background && !x.Spec.BackgroundEnabled() {
 			continue
@@ -81,10 +84,10 @@ func (e *evaluation) exceptionsFor(rule *Rule, data map[string]any) []string {
 			continue // applied as extra exclusions of the podSecurity check
 		}
 		if x.applies(e, data) {
-			names = append(names, x.Name)
+			out = append(out, x)
 		}
 	}
-	return names
+	return out
 }
 
 // applies reports whether the exception's match and conditions select the

@@ -74,7 +74,7 @@ spec:
 		wantMsg        string
 	}{
 		"no exception: fails":                           {privilegedPod, "", engine.Fail, "Validation rule 'r' failed."},
-		"exception clears the only failure: skip":       {privilegedPod, exception, engine.Skip, "rule is skipped due to policy exception shop/allow-privileged"},
+		"exception clears the only failure: skip":       {privilegedPod, exception, engine.Skip, "rule is skipped due to policy exceptions shop/allow-privileged"},
 		"another control still fails: fail":             {privilegedHostNetworkPod, exception, engine.Fail, "Validation rule 'r' failed."},
 		"exception for other images leaves the failure": {privilegedPod, wrongImages, engine.Fail, "Validation rule 'r' failed."},
 		"an exception naming an unknown control: error": {privilegedPod, badControl, engine.Error, "exception shop/bad: podSecurity:"},

@@ -4,45 +4,60 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/tally-dev/tally/engine/conditions"
 	"github.com/tally-dev/tally/engine/pattern"
 	"github.com/tally-dev/tally/engine/variables"
 )
 
-// forEachOutcome folds the outcomes of the elements of a foreach: the first
-// failure or error decides; else a pass if any element passed; else a skip.
-type forEachOutcome struct {
-	result  RuleResult
-	decided bool // a fail or error was found
-	passed  int
-	skipped int
-}
+// Foreach semantics, as Kyverno documents and applies them:
+//   - each declaration's list is evaluated; a list that cannot be evaluated,
+//     or is empty or absent, contributes nothing;
+//   - an element that is null, whose preconditions do not hold, or whose
+//     validation is skipped (anchors, an inner foreach that applied to
+//     nothing) does not count;
+//   - the first failure decides the rule, its message prefixed with
+//     "validation failure: " once per level of nesting; an error decides
+//     likewise, but only on the last element of its list (an error on an
+//     earlier element is passed over);
+//   - when at least one element passed the rule passes ("rule passed");
+//     when none applied, the rule has no result at all.
 
-func (e *evaluation) checkForEach(rule *Rule, data map[string]any) RuleResult {
-	var out forEachOutcome
-	e.forEach(rule, rule.foreach, data, 0, &out)
-	switch {
-	case out.decided:
-		return out.result
-	case out.passed > 0:
-		return e.result(rule, Pass, passMessage(rule.Name))
-	default:
-		return e.result(rule, Skip, "rule "+rule.Name+" skipped: no element applied")
+// elementOutcome is what one foreach level concluded.
+type elementOutcome int
+
+const (
+	noElement      elementOutcome = iota // nothing applied
+	elementsPassed                       // at least one element passed, none failed
+	elementDecided                       // a failure or an error decides the rule
+)
+
+func (e *evaluation) checkForEach(rule *Rule, data map[string]any) (RuleResult, bool) {
+	var decided RuleResult
+	switch e.forEach(rule, rule.foreach, data, 0, &decided) {
+	case elementDecided:
+		return decided, true
+	case elementsPassed:
+		return e.result(rule, Pass, "rule passed"), true
 	}
+	return RuleResult{}, false
 }
 
-func (e *evaluation) forEach(rule *Rule, list []*forEach, data map[string]any, depth int, out *forEachOutcome) {
+// forEach runs a list of foreach declarations at one nesting depth. When it
+// returns elementDecided, decided holds the result.
+func (e *evaluation) forEach(rule *Rule, list []*forEach, data map[string]any, depth int, decided *RuleResult) elementOutcome {
 	var foreachValues map[string][]any
 	if e.req.Values != nil && depth == 0 {
 		foreachValues = e.req.Values.ForeachValues(e.policy.Name, rule.Name)
 	}
+	out := noElement
 	for _, fe := range list {
 		elements, err := e.elements(fe, data)
 		if err != nil {
-			out.result, out.decided = e.result(rule, Error, err.Error()), true
-			return
+			continue // Kyverno passes over a list it cannot evaluate
 		}
 		for i, el := range elements {
+			if el == nil {
+				continue
+			}
 			d := cloneTop(data)
 			d["element"] = el
 			d["elementIndex"] = i
@@ -53,26 +68,29 @@ func (e *evaluation) forEach(rule *Rule, list []*forEach, data map[string]any, d
 					setPath(d, k, vals[i])
 				}
 			}
-			if err := e.loadContext(fe.context, d); err != nil {
-				out.result, out.decided = e.result(rule, Error, err.Error()), true
-				return
+			if _, isMap := el.(map[string]any); !isMap && fe.elementScope != nil && *fe.elementScope {
+				// Kyverno fails to put such an element in the context: an
+				// error of the foreach itself, without the prefix.
+				*decided = e.result(rule, Error, fmt.Sprintf("failed to process foreach: cannot use elementScope=true foreach rules for elements that are not maps, expected type=map got type=%T", el))
+				return elementDecided
 			}
-			if fe.preconditions != nil {
-				ok, _, err := conditions.AnyAll(fe.preconditions, d, conditions.Preconditions)
-				if err != nil {
-					out.result, out.decided = e.result(rule, Error, fmt.Sprintf("foreach preconditions: %v", err)), true
-					return
-				}
-				if !ok {
-					out.skipped++
-					continue
-				}
+			r, ok := e.element(rule, fe, d, el, depth)
+			if !ok || r.Result == Skip {
+				continue
 			}
-			if e.element(rule, fe, d, el, depth, out); out.decided {
-				return
+			if r.Result == Pass {
+				out = elementsPassed
+				continue
 			}
+			if r.Result == Error && i < len(elements)-1 {
+				continue
+			}
+			r.Message = "validation failure: " + r.Message
+			*decided = r
+			return elementDecided
 		}
 	}
+	return out
 }
 
 // elements evaluates a foreach list expression.
@@ -95,57 +113,57 @@ func (e *evaluation) elements(fe *forEach, data map[string]any) ([]any, error) {
 	}
 }
 
-// element validates one element of a foreach.
-func (e *evaluation) element(rule *Rule, fe *forEach, d map[string]any, el any, depth int, out *forEachOutcome) {
+// element validates one element of a foreach: its context, preconditions and
+// validation. It reports no result (false) when a nested foreach applied to
+// nothing.
+func (e *evaluation) element(rule *Rule, fe *forEach, d map[string]any, el any, depth int) (RuleResult, bool) {
 	msg := rule.Raw.Validate.Message
 	// Patterns apply to the element when it is an object, unless elementScope
-	// says otherwise; elementScope: true needs object elements.
+	// says otherwise (elementScope: true on other elements is refused by
+	// forEach).
 	target := any(e.obj)
 	_, isMap := el.(map[string]any)
-	if fe.elementScope != nil && *fe.elementScope && !isMap {
-		out.result, out.decided = e.result(rule, Error, fmt.Sprintf("foreach: elementScope is true but element %d is not an object", depth)), true
-		return
-	}
 	if (fe.elementScope == nil && isMap) || (fe.elementScope != nil && *fe.elementScope) {
 		target = el
 	}
-	var r RuleResult
+	if err := e.loadContext(fe.context, d); err != nil {
+		return e.result(rule, Error, "failed to load context: "+err.Error()), true
+	}
+	if fe.preconditions != nil {
+		if r, done := e.preconditions(rule, fe.preconditions, d); done {
+			return r, true
+		}
+	}
 	switch {
-	case fe.nested != nil:
-		e.forEach(rule, fe.nested, d, depth+1, out)
-		return
+	case fe.hasDeny:
+		return e.checkDeny(rule, msg, d, fe.deny), true
 	case fe.pattern != nil:
 		pat := fe.pattern
 		if fe.patternVars {
 			var err error
 			if pat, err = variables.Substitute(fe.pattern, d); err != nil {
-				r = e.result(rule, Error, fmt.Sprintf("variable substitution failed for rule %s: %v", rule.Name, err))
-				break
+				return e.result(rule, Error, "variable substitution failed: "+err.Error()), true
 			}
 		}
 		res := pattern.Validate(target, pat)
 		switch res.Status {
 		case pattern.Pass:
-			out.passed++
-			return
+			return e.result(rule, Pass, passMessage(rule.Name)), true
 		case pattern.Skip:
-			out.skipped++
-			return
+			return e.result(rule, Skip, res.Message), true
 		}
-		r = e.result(rule, Fail, failMessage(e.message(msg, d), rule.Name, res.Path))
+		return e.result(rule, Fail, failMessage(e.message(msg, d), msg, rule.Name, res.Path)), true
 	case fe.anyPattern != nil:
-		r = e.checkAnyPattern(rule, msg, d, target, fe.anyPattern, fe.patternVars)
-	case fe.hasDeny:
-		r = e.checkDeny(rule, msg, d, fe.deny)
-	default:
-		r = e.result(rule, Error, "foreach has no validation")
+		return e.checkAnyPattern(rule, msg, d, target, fe.anyPattern, fe.patternVars), true
+	case fe.nested != nil:
+		var decided RuleResult
+		switch e.forEach(rule, fe.nested, d, depth+1, &decided) {
+		case elementDecided:
+			return decided, true
+		case elementsPassed:
+			return e.result(rule, Pass, "rule passed"), true
+		}
+		return RuleResult{}, false
 	}
-	switch r.Result {
-	case Pass:
-		out.passed++
-	case Skip:
-		out.skipped++
-	default:
-		out.result, out.decided = r, true
-	}
+	return e.result(rule, Error, "foreach has no validation"), true
 }

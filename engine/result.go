@@ -21,8 +21,8 @@ type RuleResult struct {
 	Rule    string
 	Result  wgv1alpha2.Result
 	Message string
-	// Exceptions names the PolicyExceptions ("<namespace>/<name>") that
-	// turned the rule into a skip.
+	// Exceptions names the PolicyExceptions (metadata.name only, as
+	// Kyverno's reports list them) that turned the rule into a skip.
 	Exceptions []string
 	// Properties are the rule's reportProperties.
 	Properties map[string]string
