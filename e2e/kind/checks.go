@@ -64,8 +64,9 @@ var AllowedWrites = []WriteGrant{
 	{Group: "kyverno.io", Resource: "clusterbackgroundscanreports", Verbs: allWrite},
 	{Group: "kyverno.io", Resource: "admissionreports", Verbs: allWrite},
 	{Group: "kyverno.io", Resource: "clusteradmissionreports", Verbs: allWrite},
-	{Group: "reports.kyverno.io", Resource: "ephemeralreports", Verbs: allWrite},
-	{Group: "reports.kyverno.io", Resource: "clusterephemeralreports", Verbs: allWrite},
+	// Kyverno's EphemeralReports are only deleted once folded, never written.
+	{Group: "reports.kyverno.io", Resource: "ephemeralreports", Verbs: []string{"delete"}},
+	{Group: "reports.kyverno.io", Resource: "clusterephemeralreports", Verbs: []string{"delete"}},
 	{Group: "wgpolicyk8s.io", Resource: "policyreports", Verbs: allWrite},
 	{Group: "wgpolicyk8s.io", Resource: "clusterpolicyreports", Verbs: allWrite},
 	{Group: "kyverno.io", Resource: "clusterpolicies/status", Verbs: []string{"patch"}},

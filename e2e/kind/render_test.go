@@ -86,7 +86,7 @@ func TestRenderOverlays(t *testing.T) {
 	}{
 		{"standalone", standalone, "ghcr.io/tally-dev/tally:latest"},
 		{"kind", standalone, Image},
-		{"beside-kyverno", with(map[string]int{"Role": 2, "RoleBinding": 2, "Service": 2}), "ghcr.io/tally-dev/tally:latest"},
+		{"beside-kyverno", with(map[string]int{"CustomResourceDefinition": 4, "Role": 2, "RoleBinding": 2, "Service": 2}), "ghcr.io/tally-dev/tally:latest"},
 	} {
 		t.Run(tc.overlay, func(t *testing.T) {
 			objs := render(t, tc.overlay)
@@ -117,10 +117,27 @@ func TestRenderOverlays(t *testing.T) {
 						t.Errorf("scanner args %v lack %s", scanner, want)
 					}
 				}
+				// Kyverno 1.13+ has no kind to hold tally's intermediate
+				// reports: the overlay installs exactly those four CRDs, and
+				// none that Kyverno ships.
+				intermediate := map[string]bool{
+					"admissionreports.kyverno.io": true, "clusteradmissionreports.kyverno.io": true,
+					"backgroundscanreports.kyverno.io": true, "clusterbackgroundscanreports.kyverno.io": true,
+				}
 				for _, o := range objs {
-					if g := o.GroupVersionKind().Group; o.GetKind() == "CustomResourceDefinition" || strings.Contains(g, "kyverno.io") || g == "wgpolicyk8s.io" {
+					if o.GetKind() == "CustomResourceDefinition" {
+						if !intermediate[o.GetName()] {
+							t.Errorf("beside Kyverno, %s must not be installed (Kyverno ships it)", Describe(o))
+						}
+						delete(intermediate, o.GetName())
+						continue
+					}
+					if g := o.GroupVersionKind().Group; strings.Contains(g, "kyverno.io") || g == "wgpolicyk8s.io" {
 						t.Errorf("beside Kyverno, %s must not be installed (Kyverno ships it)", Describe(o))
 					}
+				}
+				for name := range intermediate {
+					t.Errorf("beside Kyverno, the CRD %s of tally's intermediate reports is missing: Kyverno 1.13+ does not install it", name)
 				}
 				if find(objs, "ClusterRole", "tally-scanner-webhook") != nil {
 					t.Error("beside Kyverno, the scanner needs no rights on the webhook configuration")
