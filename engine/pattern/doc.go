@@ -32,7 +32,8 @@
 //   - (key) conditional: if the key is present and its value matches, the
 //     sibling keys apply; otherwise the enclosing object is skipped.
 //   - <(key) global: like a conditional anchor, but its skip decides the
-//     whole rule whatever happens elsewhere.
+//     whole rule whatever happens elsewhere. On an absent key it holds (as
+//     in Kyverno): the siblings apply.
 //   - =(key) equality: if the key is present, its value must match.
 //   - X(key) negation: the key must be absent; its value is not read.
 //   - ^(key) existence: the value is a list in which each element of the
@@ -42,7 +43,11 @@
 // In a list, elements skipped by their anchors do not count: the list passes
 // if the others pass and is skipped only if every element was skipped. So a
 // Pod whose istio-init container is excluded by a conditional anchor passes
-// when its other containers do.
+// when its other containers do. Likewise in an object: a key skipped that
+// way (a list whose every element was excluded) leaves the decision to the
+// sibling keys present in the resource; the object is skipped only when
+// none of them applied. So a Pod whose only init container is excluded
+// passes or fails on its containers.
 //
 // In metadata labels and annotations, pattern keys may contain wildcards
 // ("X(fluxcd.io/*)"); such a key applies to every resource key it matches.
@@ -57,8 +62,11 @@
 // a Result never depends on map iteration order.
 //
 // Result.Path is in Kyverno's form ("/spec/containers/0/securityContext/
-// privileged/"). Messages quote the pattern but never the resource's
-// values, which may be secrets.
+// privileged/"). Messages are Kyverno's, which the engine reports as they
+// are for skips ("conditional anchor mismatch: resource value 'NodePort'
+// does not match 'ExternalName' at path /spec/type/", the reasons of a
+// list's skipped elements joined with "; "): like Kyverno's, they quote
+// the resource's value.
 //
 // Check reports patterns that can never be evaluated meaningfully, so that a
 // policy using one can be rejected when it is loaded.

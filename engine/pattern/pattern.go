@@ -4,6 +4,7 @@ import (
 	"github.com/tally-dev/tally/engine/wildcard"
 
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -183,7 +184,7 @@ func (e *evaluator) eval(res, pat any, sc scope) outcome {
 			if !e.explain {
 				return failed
 			}
-			return e.failf("expected an object, found %s", kindOf(res))
+			return e.failf("pattern and resource have different structures. Path: %s. Expected %T, found %T", e.path, pat, res)
 		}
 		return e.evalMap(m, p, sc)
 	case []any:
@@ -192,18 +193,18 @@ func (e *evaluator) eval(res, pat any, sc scope) outcome {
 			if !e.explain {
 				return failed
 			}
-			return e.failf("expected a list, found %s", kindOf(res))
+			return e.failf("validation rule failed at path %s, resource does not satisfy the expected overlay pattern", e.path)
 		}
 		return e.evalList(l, p)
 	}
 	if l, ok := res.([]any); ok {
 		// A scalar pattern applies to every element of a list.
-		for i, el := range l {
+		for _, el := range l {
 			if !MatchValue(el, pat) {
 				if !e.explain {
 					return failed
 				}
-				return e.failf("element %d (%s) does not match %s", i, kindOf(el), describe(pat))
+				return e.mismatch(res, pat)
 			}
 		}
 		return passed
@@ -214,10 +215,13 @@ func (e *evaluator) eval(res, pat any, sc scope) outcome {
 	if !e.explain {
 		return failed
 	}
-	if res == nil {
-		return e.failf("field is missing; the pattern requires %s", describe(pat))
-	}
-	return e.failf("%s does not match %s", kindOf(res), describe(pat))
+	return e.mismatch(res, pat)
+}
+
+// mismatch is the failure of a value, in Kyverno's words: they quote the
+// resource's value and the pattern.
+func (e *evaluator) mismatch(res, pat any) outcome {
+	return e.failf("resource value '%v' does not match '%v' at path %s", goValue(res), pat, e.path)
 }
 
 // evalMap matches a resource object against a pattern object.
@@ -235,10 +239,16 @@ func (e *evaluator) evalMap(res, pat map[string]any, sc scope) outcome {
 	// for nothing, but the common case iterates the map only once.
 	gate, gateKey := passed, ""
 	best, bestRank, bestKey := passed, 0, ""
+	applied := false
 	for k, v := range pat {
 		a, name := parseKey(k)
 		o := e.evalEntry(res, a, name, v, sc)
 		if o.status == Pass {
+			if a != anchorCondition && a != anchorGlobal {
+				if _, present := res[name]; present {
+					applied = true
+				}
+			}
 			continue
 		}
 		if a == anchorCondition || a == anchorGlobal {
@@ -254,6 +264,11 @@ func (e *evaluator) evalMap(res, pat map[string]any, sc scope) outcome {
 	}
 	if gate.status != Pass {
 		return gate
+	}
+	if best.status == Skip && !best.global && applied {
+		// What an anchor skipped (a list whose every element it excluded)
+		// leaves the decision to the siblings that applied.
+		return passed
 	}
 	return best
 }
@@ -318,6 +333,9 @@ func (e *evaluator) evalEntry(res map[string]any, a anchor, name string, pat any
 func (e *evaluator) evalField(v any, present bool, a anchor, name string, pat any, sc scope) outcome {
 	switch a {
 	case anchorCondition, anchorGlobal:
+		if !present && a == anchorGlobal {
+			return passed // a global anchor on an absent field holds
+		}
 		var o outcome
 		if present {
 			if o = e.eval(v, pat, sc); o.status == Pass {
@@ -327,16 +345,15 @@ func (e *evaluator) evalField(v any, present bool, a anchor, name string, pat an
 		if !e.explain {
 			return outcome{status: Skip, global: a == anchorGlobal}
 		}
-		what := "conditional anchor (" + name + ")"
+		if !present {
+			return outcome{status: Skip, path: string(e.path),
+				msg: "conditional anchor mismatch: conditional anchor key doesn't exist in the resource"}
+		}
+		what := "conditional anchor mismatch: "
 		if a == anchorGlobal {
-			what = "global anchor <(" + name + ")"
+			what = "global anchor mismatch: "
 		}
-		reason := "the field is missing"
-		if present {
-			reason = o.msg
-		}
-		return outcome{status: Skip, global: a == anchorGlobal, path: string(e.path),
-			msg: what + " does not hold: " + reason}
+		return outcome{status: Skip, global: a == anchorGlobal, path: string(e.path), msg: what + o.msg}
 	case anchorEquality:
 		if !present {
 			return passed
@@ -349,7 +366,7 @@ func (e *evaluator) evalField(v any, present bool, a anchor, name string, pat an
 		if !e.explain {
 			return failed
 		}
-		return e.failf("field %s is not allowed (negation anchor X(%s))", name, name)
+		return e.failf("negation anchor matched in resource: %s is not allowed", e.path)
 	case anchorExistence:
 		if !present {
 			return passed
@@ -368,8 +385,8 @@ func (e *evaluator) evalField(v any, present bool, a anchor, name string, pat an
 		if !e.explain {
 			return failed
 		}
-		return outcome{status: Fail, path: string(e.path[:len(e.path)-len(name)-1]),
-			msg: "field " + name + " is required"}
+		parent := string(e.path[:len(e.path)-len(name)-1])
+		return outcome{status: Fail, path: parent, msg: parent + "/" + name + " not found"}
 	}
 	return e.eval(v, pat, sc)
 }
@@ -382,16 +399,16 @@ func (e *evaluator) evalExistence(v any, name string, pat any) outcome {
 		if !e.explain {
 			return failed
 		}
-		return e.failf("existence anchor ^(%s) applies to a list, found %s", name, kindOf(v))
+		return e.failf("invalid resource type %T: Existence ^ () anchor can be used only on list/array type resource", v)
 	}
 	pl, ok := pat.([]any)
 	if !ok || len(pl) == 0 {
 		if !e.explain {
 			return failed
 		}
-		return e.failf("existence anchor ^(%s) needs a non-empty list pattern", name)
+		return e.failf("invalid pattern type %T: Pattern has to be of list to compare against resource", pat)
 	}
-	for j, p := range pl {
+	for _, p := range pl {
 		found := false
 		for i, el := range list {
 			mark := e.pushIndex(i)
@@ -406,7 +423,7 @@ func (e *evaluator) evalExistence(v any, name string, pat any) outcome {
 			if !e.explain {
 				return failed
 			}
-			return e.failf("no element of %s matches element %d of the existence anchor ^(%s)", name, j, name)
+			return e.failf("existence anchor validation failed at path %s", e.path)
 		}
 	}
 	return passed
@@ -421,7 +438,7 @@ func (e *evaluator) evalList(res, pat []any) outcome {
 		if !e.explain {
 			return failed
 		}
-		return e.failf("empty list pattern")
+		return e.failf("pattern Array empty")
 	}
 	switch first := pat[0].(type) {
 	case map[string]any:
@@ -431,7 +448,7 @@ func (e *evaluator) evalList(res, pat []any) outcome {
 			if !e.explain {
 				return failed
 			}
-			return e.failf("expected at least %d elements, found %d", len(pat), len(res))
+			return e.failf("validate Array failed, array length mismatch, resource Array len is %d and pattern Array len is %d", len(res), len(pat))
 		}
 		for i, p := range pat {
 			mark := e.pushIndex(i)
@@ -454,6 +471,7 @@ func (e *evaluator) evalList(res, pat []any) outcome {
 func (e *evaluator) evalEach(res []any, pat map[string]any) outcome {
 	applied, skip := false, passed
 	global := false
+	var msgs []string
 	for i, el := range res {
 		mark := e.pushIndex(i)
 		o := e.eval(el, pat, scopeNone)
@@ -468,6 +486,9 @@ func (e *evaluator) evalEach(res []any, pat map[string]any) outcome {
 				skip = o
 			}
 			global = global || o.global
+			if e.explain {
+				msgs = append(msgs, o.msg)
+			}
 		}
 	}
 	if applied || skip.status == Pass {
@@ -475,8 +496,9 @@ func (e *evaluator) evalEach(res []any, pat map[string]any) outcome {
 	}
 	skip.global = global
 	if e.explain {
+		// Kyverno joins the reasons of the skipped elements.
 		skip.path = string(e.path)
-		skip.msg = "no element applies: " + skip.msg
+		skip.msg = strings.Join(msgs, "; ")
 	}
 	return skip
 }
@@ -536,4 +558,29 @@ func describe(p any) string {
 		return s
 	}
 	return fmt.Sprintf("%v", p)
+}
+
+// goValue readies a resource value for a message as Kyverno prints it: its
+// resources hold whole numbers as integers, so 1000000 prints as such, not
+// as 1e+06.
+func goValue(v any) any {
+	switch t := v.(type) {
+	case float64:
+		if t == math.Trunc(t) && math.Abs(t) < 1<<53 {
+			return int64(t)
+		}
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, val := range t {
+			out[k] = goValue(val)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, val := range t {
+			out[i] = goValue(val)
+		}
+		return out
+	}
+	return v
 }
