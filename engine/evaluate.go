@@ -210,6 +210,32 @@ func (e *evaluation) rule(rule *Rule) (RuleResult, bool) {
 		return e.result(rule, Error, rule.Err.Error()), true
 	}
 	data := cloneTop(e.baseData())
+	r, ok := e.evaluateRule(rule, data)
+	if ok && rule.propertyVars {
+		r.Properties = substituteProperties(r.Properties, data)
+	}
+	return r, ok
+}
+
+// substituteProperties resolves the variables of reportProperties values
+// against the rule's data (its context entries included). A value whose
+// variables cannot be resolved is reported as written.
+func substituteProperties(props map[string]string, data map[string]any) map[string]string {
+	out := make(map[string]string, len(props))
+	for k, v := range props {
+		out[k] = v
+		if strings.Contains(v, "{{") {
+			if s, err := variables.SubstituteString(v, data); err == nil {
+				out[k] = s
+			}
+		}
+	}
+	return out
+}
+
+// evaluateRule evaluates a rule that compiled, on a copy of the request data
+// of its own (context entries are loaded into it).
+func (e *evaluation) evaluateRule(rule *Rule, data map[string]any) (RuleResult, bool) {
 	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
 		return e.exceptionSkip(rule, xs, ""), true
 	}

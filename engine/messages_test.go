@@ -237,3 +237,52 @@ spec:
 		})
 	}
 }
+
+// reportProperties values are reported with their variables resolved
+// against the rule's data.
+func TestReportPropertiesAreSubstituted(t *testing.T) {
+	const rule = `    reportProperties:
+      operation: "{{ request.operation }}"
+      pod: "{{ request.object.metadata.name }} in {{ request.object.metadata.namespace }}"
+      tier: "{{ tier }}"
+      plain: fixed
+      missing: "{{ request.object.metadata.nothere }}"
+    context:
+    - name: tier
+      variable: {value: gold}
+    validate: {message: "m", pattern: {metadata: {labels: {team: "?*"}}}}`
+	tests := map[string]struct {
+		operation string
+		want      map[string]string
+	}{
+		"a background scan evaluates as CREATE": {
+			want: map[string]string{"operation": "CREATE", "pod": "web in shop", "tier": "gold", "plain": "fixed", "missing": "{{ request.object.metadata.nothere }}"},
+		},
+		"an admission UPDATE": {
+			operation: engine.OpUpdate,
+			want:      map[string]string{"operation": "UPDATE", "pod": "web in shop", "tier": "gold", "plain": "fixed", "missing": "{{ request.object.metadata.nothere }}"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := compile(t, policy("", rule))
+			obj := resource(t, podWithTwoContainers)
+			req := &engine.Request{Object: obj, Operation: tc.operation, Background: tc.operation == ""}
+			if tc.operation == engine.OpUpdate {
+				req.OldObject = obj
+			}
+			got := p.Evaluate(context.Background(), req)
+			if len(got) != 1 {
+				t.Fatalf("got %+v, want one result", got)
+			}
+			for k, v := range tc.want {
+				if got[0].Properties[k] != v {
+					t.Errorf("property %s = %q, want %q", k, got[0].Properties[k], v)
+				}
+			}
+			if p.Rules[0].Raw.ReportProperties["operation"] != "{{ request.operation }}" {
+				t.Error("the policy's reportProperties were modified")
+			}
+		})
+	}
+}

@@ -58,6 +58,8 @@ type Rule struct {
 	hasDeny     bool
 	foreach     []*forEach
 	podSecurity *podsecurity.Compiled
+	// propertyVars says whether reportProperties values hold variables.
+	propertyVars bool
 }
 
 type forEach struct {
@@ -108,6 +110,9 @@ func compile(name, namespace string, annotations map[string]string, spec kyverno
 
 func compileRule(raw kyvernov1.Rule) *Rule {
 	r := &Rule{Name: raw.Name, Raw: raw}
+	for _, v := range raw.ReportProperties {
+		r.propertyVars = r.propertyVars || strings.Contains(v, "{{")
+	}
 	if err := r.compile(); err != nil {
 		r.Err = fmt.Errorf("rule %s: %w", raw.Name, err)
 	}
