@@ -237,6 +237,13 @@ func substituteProperties(props map[string]string, data map[string]any) map[stri
 // of its own (context entries are loaded into it).
 func (e *evaluation) evaluateRule(rule *Rule, data map[string]any) (RuleResult, bool) {
 	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
+		if rule.podSecurity != nil {
+			// Kyverno's podSecurity rules name the first such exception only.
+			x := xs[0]
+			r := e.result(rule, Skip, "rule is skipped due to policy exception "+x.Name)
+			r.Exceptions = []string{x.ObjectName}
+			return r, true
+		}
 		return e.exceptionSkip(rule, xs, ""), true
 	}
 	if e.req.Values != nil {
@@ -387,37 +394,6 @@ func (e *evaluation) checkDeny(rule *Rule, msg string, data map[string]any, deny
 		m = "validation error: rule " + rule.Name + " failed"
 	}
 	return e.result(rule, Fail, m)
-}
-
-func (e *evaluation) checkPodSecurity(rule *Rule, data map[string]any) RuleResult {
-	kind, _ := e.obj["kind"].(string)
-	var pod *podsecurity.Pod
-	var err error
-	if e.objOverridden {
-		pod, err = podsecurity.PodOf(kind, e.obj)
-	} else {
-		pod, err = e.req.podOf(kind, e.obj)
-	}
-	if err != nil {
-		return e.result(rule, Error, fmt.Sprintf("podSecurity: %v", err))
-	}
-	res := rule.podSecurity.EvaluatePod(pod)
-	if res.Pass {
-		return e.result(rule, Pass, "Validation rule '"+rule.Name+"' passed.")
-	}
-	// A PolicyException with podSecurity controls adds its exclusions to the
-	// rule's; when that clears every failure the rule is skipped, naming the
-	// exception.
-	for _, x := range e.podSecurityExceptions(rule, data) {
-		c, err := x.withExclusions(rule)
-		if err != nil {
-			return e.result(rule, Error, err.Error())
-		}
-		if c.EvaluatePod(pod).Pass {
-			return e.exceptionSkip(rule, []*Exception{x}, " ")
-		}
-	}
-	return e.result(rule, Fail, "Validation rule '"+rule.Name+"' failed. "+res.Message)
 }
 
 // failMessage is the message of a pattern failure: the rule's message

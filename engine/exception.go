@@ -3,8 +3,10 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	"github.com/tally-dev/tally/engine/conditions"
 	"github.com/tally-dev/tally/engine/match"
@@ -118,6 +120,32 @@ func (e *evaluation) podSecurityExceptions(rule *Rule, data map[string]any) []*E
 		}
 	}
 	return out
+}
+
+// withExclusions returns the rule's podSecurity check with the exclusions of
+// the exceptions added, compiled once per rule (and per set of exceptions
+// when there are several, which is rare: those are not cached).
+func withExclusions(rule *Rule, xs []*Exception) (*podsecurity.Compiled, error) {
+	if len(xs) == 1 {
+		return xs[0].withExclusions(rule)
+	}
+	var extra []kyvernov1.PodSecurityStandard
+	for _, x := range xs {
+		extra = append(extra, x.Spec.PodSecurity...)
+	}
+	c, err := rule.podSecurity.WithExclusions(extra)
+	if err != nil {
+		return nil, fmt.Errorf("exceptions %s: podSecurity: %w", exceptionKeys(xs), err)
+	}
+	return c, nil
+}
+
+func exceptionKeys(xs []*Exception) string {
+	keys := make([]string, len(xs))
+	for i, x := range xs {
+		keys[i] = x.Name
+	}
+	return strings.Join(keys, ", ")
 }
 
 // withExclusions returns the rule's podSecurity check with the exception's

@@ -56,7 +56,9 @@
 //	It violates PodSecurity "restricted:latest": (Forbidden reason: host namespaces, field error list: [spec.hostIPC is forbidden, forbidden values found: true])(Forbidden reason: ...)
 //
 // with the field paths of the resource (spec.template.spec... for a
-// Deployment) and the level and version as the rule spells them.
+// Deployment) and the level and version as the rule spells them. Each
+// failure also names the images of the containers its detail names
+// (CheckFailure.Images), for the controlsJSON report property.
 //
 // # Differences from Kyverno
 //

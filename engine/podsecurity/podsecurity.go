@@ -38,6 +38,12 @@ type CheckFailure struct {
 	Detail string
 	// Fields are the fields that violate the check and no exclusion exempts.
 	Fields []FieldError
+	// Images are the images of the containers the check's detail names
+	// ("container \"app\" must ..."), as full references
+	// (docker.io/library/nginx:latest is "docker.io/nginx:latest"), in the
+	// order it names them; a container without an image is given by name.
+	// Nil when the detail names no container, as for pod-level checks.
+	Images []string
 }
 
 // Compiled is a podSecurity rule prepared once: level and version parsed,
@@ -183,6 +189,7 @@ func (c *Compiled) EvaluatePod(pod *Pod) Result {
 			continue
 		}
 		if f, failed := chk.failure(pod, r); failed {
+			f.Images = imagesNamed(f.Detail, pod.Spec)
 			fails = append(fails, f)
 		}
 	}
