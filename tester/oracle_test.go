@@ -33,9 +33,14 @@ func corpusDir(t *testing.T) string {
 // TALLY_ORACLE_DIFFS=<file> writes every difference there as JSON lines.
 func TestOracle(t *testing.T) {
 	corpus := corpusDir(t)
+	// Reached on 2026-11-23: classic 1553 of 1557 results and messages
+	// (99.74%), classic-ctx 21 of 29 (72.41%). What is left is listed in
+	// docs/known-differences.md: mostly apiCall context entries, which
+	// `kyverno apply` tried to fetch (and failed) where the tests' values
+	// supply them.
 	floors := map[string]struct{ results, messages float64 }{
-		"classic":     {results: 0.0, messages: 0.0},
-		"classic-ctx": {results: 0.0, messages: 0.0},
+		"classic":     {results: 0.997, messages: 0.997},
+		"classic-ctx": {results: 0.724, messages: 0.724},
 	}
 	rep, err := CompareOracle(context.Background(), corpus, "classic", "classic-ctx")
 	if err != nil {
