@@ -381,17 +381,34 @@ func (e *evaluation) checkAnyPattern(rule *Rule, msg string, data map[string]any
 	return e.result(rule, Pass, e.message(msg, data))
 }
 
+// checkDeny fails the rule when its deny conditions hold, with the rule's
+// message followed by the messages of the conditions that held ("; "
+// between them), substituted; when the substitution fails, the conditions'
+// messages alone, as Kyverno.
 func (e *evaluation) checkDeny(rule *Rule, msg string, data map[string]any, deny any) RuleResult {
-	denied, _, err := conditions.AnyAll(deny, data, conditions.Deny)
+	denied, condMsg, err := conditions.AnyAll(deny, data, conditions.Deny)
 	if err != nil {
 		return e.result(rule, Error, "failed to check deny conditions: "+causeOf(err).Error())
 	}
 	if !denied {
 		return e.result(rule, Pass, passMessage(rule.Name))
 	}
-	m := e.message(msg, data)
-	if m == "" {
-		m = "validation error: rule " + rule.Name + " failed"
+	if msg == "" && condMsg == "" {
+		return e.result(rule, Fail, "validation error: rule "+rule.Name+" failed")
+	}
+	m := msg
+	switch {
+	case m == "":
+		m = condMsg
+	case condMsg != "":
+		m += "; " + condMsg
+	}
+	if strings.Contains(m, "{{") {
+		s, err := variables.SubstituteString(m, data)
+		if err != nil {
+			return e.result(rule, Fail, condMsg)
+		}
+		m = s
 	}
 	return e.result(rule, Fail, m)
 }

@@ -157,6 +157,28 @@ func TestMessagesAreKyvernos(t *testing.T) {
         deny: {conditions: {any: [{key: "{{ element.name == 'sidecar' && divide(` + "`1`, `0`" + `) || 'ok' }}", operator: Equals, value: "no"}]}}`,
 			want: engine.RuleResult{Result: engine.Error, Message: "validation failure: failed to check deny conditions: "},
 		},
+		"a deny failure adds the messages of the conditions that held": {
+			rule: `    validate:
+      message: "no {{ request.object.metadata.name }}"
+      deny: {conditions: {any: [{key: "{{ request.object.metadata.name }}", operator: Equals, value: web, message: "name is {{ request.object.metadata.name }}"}]}}`,
+			want: engine.RuleResult{Result: engine.Fail, Message: "no web; name is web"},
+		},
+		"a missing field in preconditions is an error in Kyverno's words": {
+			rule: `    preconditions: {all: [{key: "{{ request.object.metadata.labels.app }}", operator: Equals, value: web}]}
+    validate: {message: m, deny: {}}`,
+			want: engine.RuleResult{Result: engine.Error, Message: `failed to evaluate preconditions: failed to substitute variables in condition key: failed to resolve request.object.metadata.labels.app at path : JMESPath query failed: Unknown key "app" in path`},
+		},
+		"a missing field with a default in preconditions is the default": {
+			rule: `    preconditions: {all: [{key: "{{ request.object.metadata.labels.app || '' }}", operator: Equals, value: web}]}
+    validate: {message: m, deny: {}}`,
+			want: engine.RuleResult{Result: engine.Skip, Message: "preconditions not met"},
+		},
+		"a function given null in deny conditions is an error": {
+			rule: `    validate:
+      message: m
+      deny: {conditions: {any: [{key: "{{ contains(request.object.metadata.annotations, 'x') }}", operator: Equals, value: true}]}}`,
+			want: engine.RuleResult{Result: engine.Error, Message: "failed to check deny conditions: failed to substitute variables in condition key: failed to resolve contains(request.object.metadata.annotations, 'x') at path : JMESPath query failed: "},
+		},
 		"preconditions that fail to evaluate are an error in Kyverno's words": {
 			rule: `    preconditions: {all: [{key: "{{ divide(` + "`1`, `0`" + `) }}", operator: Equals, value: 1}]}
     validate: {message: m, deny: {}}`,

@@ -31,57 +31,66 @@ func (m Mode) String() string {
 // of such groups (all must hold), or as a plain list of conditions (all must
 // hold), after substituting their variables from data. A group holds when
 // at least one of its "any" conditions holds (an "any" that is present but
-// empty never holds) and all of its "all" conditions hold; evaluation stops
-// at the first condition that decides. nil conditions hold.
+// empty never holds) and all of its "all" conditions hold. As in Kyverno,
+// a group evaluates its "any" conditions up to the first that holds and its
+// "all" conditions up to the first that does not, both blocks whatever the
+// other gave (so an error in either is an error); a list stops at its first
+// element that does not hold. nil conditions hold.
 //
-// It returns whether the conditions hold and, when they do not, the
-// messages of the conditions that failed, joined with "; ".
+// It returns whether the conditions hold and the messages of the
+// conditions that decided it: when they hold, those of the conditions that
+// held (what a deny rule reports); when they do not, those of the
+// conditions that did not (what "preconditions not met" reports).
 func AnyAll(conds any, data map[string]any, mode Mode) (bool, string, error) {
 	e := evaluator{subst: variables.NewSubstituter(data, variables.Strict)}
-	ok, err := e.block(conds)
+	ok, msg, err := e.block(conds)
 	if err != nil {
 		return false, "", fmt.Errorf("%s: %w", mode, err)
 	}
-	if ok {
-		return true, "", nil
-	}
-	return false, strings.Join(e.messages, "; "), nil
+	return ok, msg, nil
 }
 
 type evaluator struct {
-	subst    *variables.Substituter
-	messages []string
+	subst *variables.Substituter
 }
 
-func (e *evaluator) block(conds any) (bool, error) {
+func (e *evaluator) block(conds any) (bool, string, error) {
 	switch c := conds.(type) {
 	case nil:
-		return true, nil
+		return true, "", nil
 	case []any:
+		// A list of conditions or of groups: all must hold. Kyverno joins the
+		// messages of those that held with ";" and stops at the first that
+		// does not, with its message.
+		var held []string
 		for _, item := range c {
-			ok, err := e.item(item)
-			if err != nil || !ok {
-				return false, err
+			ok, msg, err := e.item(item)
+			if err != nil {
+				return false, "", err
 			}
+			if !ok {
+				return false, msg, nil
+			}
+			held = appendNonEmpty(held, msg)
 		}
-		return true, nil
+		return true, strings.Join(held, ";"), nil
 	case map[string]any:
 		if isCondition(c) {
-			return e.one(c)
+			return e.evaluate(c)
 		}
 		return e.group(c)
 	}
-	return false, fmt.Errorf("conditions must be {any, all} or a list, not %T", conds)
+	return false, "", fmt.Errorf("conditions must be {any, all} or a list, not %T", conds)
 }
 
 // item is one element of a list: a condition or an {any, all} group.
-func (e *evaluator) item(item any) (bool, error) {
+func (e *evaluator) item(item any) (bool, string, error) {
 	m, ok := item.(map[string]any)
 	if !ok {
-		return false, fmt.Errorf("a condition must be an object, not %T", item)
+		return false, "", fmt.Errorf("a condition must be an object, not %T", item)
 	}
 	if isCondition(m) {
-		return e.one(m)
+		return e.evaluate(m)
 	}
 	return e.group(m)
 }
@@ -92,71 +101,62 @@ func isCondition(m map[string]any) bool {
 	return hasOp || hasKey
 }
 
-func (e *evaluator) group(m map[string]any) (bool, error) {
+func (e *evaluator) group(m map[string]any) (bool, string, error) {
 	rawAny, hasAny := m["any"]
 	rawAll, hasAll := m["all"]
 	if !hasAny && !hasAll && len(m) > 0 {
-		return false, fmt.Errorf("conditions have neither any nor all nor a condition: %v", keysOf(m))
+		return false, "", fmt.Errorf("conditions have neither any nor all nor a condition: %v", keysOf(m))
 	}
-	if raw, present := rawAny, hasAny; present && raw != nil {
-		list, ok := raw.([]any)
+	var held, failed []string
+	anyHolds, allHold := true, true
+	if rawAny != nil {
+		list, ok := rawAny.([]any)
 		if !ok {
-			return false, fmt.Errorf("conditions.any must be a list, not %T", raw)
+			return false, "", fmt.Errorf("conditions.any must be a list, not %T", rawAny)
 		}
-		held := false
-		var failed []string
+		anyHolds = false
 		for _, c := range list {
-			ok, msg, err := e.oneWithMessage(c)
+			ok, msg, err := e.item(c)
 			if err != nil {
-				return false, err
+				return false, "", err
 			}
 			if ok {
-				held = true
+				anyHolds = true
+				held = appendNonEmpty(held, msg)
 				break
 			}
-			if msg != "" {
-				failed = append(failed, msg)
-			}
-		}
-		if !held {
-			e.messages = append(e.messages, failed...)
-			return false, nil
+			failed = appendNonEmpty(failed, msg)
 		}
 	}
-	if raw, present := rawAll, hasAll; present && raw != nil {
-		list, ok := raw.([]any)
+	if rawAll != nil {
+		list, ok := rawAll.([]any)
 		if !ok {
-			return false, fmt.Errorf("conditions.all must be a list, not %T", raw)
+			return false, "", fmt.Errorf("conditions.all must be a list, not %T", rawAll)
 		}
 		for _, c := range list {
-			ok, err := e.item(c)
-			if err != nil || !ok {
-				return false, err
+			ok, msg, err := e.item(c)
+			if err != nil {
+				return false, "", err
 			}
+			if !ok {
+				allHold = false
+				failed = appendNonEmpty(failed, msg)
+				break
+			}
+			held = appendNonEmpty(held, msg)
 		}
 	}
-	return true, nil
+	if anyHolds && allHold {
+		return true, strings.Join(held, "; "), nil
+	}
+	return false, strings.Join(failed, "; "), nil
 }
 
-// one evaluates a condition, recording its message when it fails.
-func (e *evaluator) one(c map[string]any) (bool, error) {
-	ok, msg, err := e.evaluate(c)
-	if err == nil && !ok && msg != "" {
-		e.messages = append(e.messages, msg)
+func appendNonEmpty(list []string, s string) []string {
+	if s == "" {
+		return list
 	}
-	return ok, err
-}
-
-func (e *evaluator) oneWithMessage(c any) (bool, string, error) {
-	m, ok := c.(map[string]any)
-	if !ok {
-		return false, "", fmt.Errorf("a condition must be an object, not %T", c)
-	}
-	if !isCondition(m) {
-		ok, err := e.group(m)
-		return ok, "", err
-	}
-	return e.evaluate(m)
+	return append(list, s)
 }
 
 func (e *evaluator) evaluate(c map[string]any) (bool, string, error) {
@@ -173,16 +173,18 @@ func (e *evaluator) evaluate(c map[string]any) (bool, string, error) {
 		return false, "", fmt.Errorf("failed to substitute variables in condition value: %w", err)
 	}
 	holds, err := Evaluate(key, op, value)
-	if err != nil || holds {
-		return holds, "", err
+	if err != nil {
+		return false, "", err
 	}
+	// The condition's message is reported whether it held (deny) or not
+	// (preconditions).
 	msg, _ := c["message"].(string)
 	if strings.Contains(msg, "{{") {
 		if s, err := e.subst.String(msg); err == nil {
 			msg = s
 		} // else: a message that cannot be substituted is reported as written
 	}
-	return false, msg, nil
+	return holds, msg, nil
 }
 
 func keysOf(m map[string]any) []string {

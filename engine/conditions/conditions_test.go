@@ -91,6 +91,24 @@ all:
 any:
 - {key: a, operator: Equals, value: a}
 - {key: a, operator: Bogus, value: a}`, want: true},
+		"the messages of the conditions that held are returned": {conds: `
+any:
+- {key: a, operator: Equals, value: b, message: nope}
+- {key: a, operator: Equals, value: a, message: holds}
+all:
+- {key: b, operator: Equals, value: b, message: also}`, want: true, wantMsg: "holds; also"},
+		"a list joins the messages of what held with a semicolon": {conds: `
+- {key: a, operator: Equals, value: a, message: one}
+- {key: b, operator: Equals, value: b, message: two}`, want: true, wantMsg: "one;two"},
+		"a list stops at its first condition that does not hold, with its message": {conds: `
+- {key: a, operator: Equals, value: a, message: one}
+- {key: b, operator: Equals, value: c, message: two}
+- {key: "{{ request.object.nothere }}", operator: Equals, value: c}`, want: false, wantMsg: "two"},
+		"an error in all is an error even when any does not hold": {conds: `
+any:
+- {key: a, operator: Equals, value: b}
+all:
+- {key: "{{ request.object.nothere }}", operator: Equals, value: c}`, wantErr: "Unknown key"},
 		"no conditions hold":                            {conds: `null`, want: true},
 		"an unknown operator is an error":               {conds: `{all: [{key: a, operator: Bogus, value: a}]}`, wantErr: "unknown"},
 		"a missing operator is an error":                {conds: `{all: [{key: a, value: a}]}`, wantErr: "no operator"},
