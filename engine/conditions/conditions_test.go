@@ -75,6 +75,12 @@ any:
 		"a function given malformed input is an error": {conds: `
 any:
 - {key: "{{ parse_json(request.object.metadata.name) }}", operator: Equals, value: web}`, wantErr: "JMESPath query failed: "},
+		"a malformed certificate is an error": {conds: `
+any:
+- {key: "{{ x509_decode(request.object.metadata.name).NotAfter }}", operator: Equals, value: x}`, wantErr: "JMESPath query failed: "},
+		"malformed YAML is an error": {conds: `
+any:
+- {key: "{{ parse_yaml('a: [') }}", operator: Equals, value: x}`, wantErr: "JMESPath query failed: "},
 		"a missing field with a default is the default": {conds: `
 any:
 - {key: "{{ request.object.metadata.labels.tier || '' }}", operator: Equals, value: ""}`, want: true},
