@@ -56,6 +56,20 @@ spec:
     restrictedField: spec.containers[*].securityContext.capabilities.add
     values: [NET_ADMIN]
 `)
+	hostNetwork := psException("allow-host-network", `  podSecurity:
+  - {controlName: Host Namespaces, restrictedField: spec.hostNetwork, values: ["true"]}
+`)
+	hostPod := func(fields string) string {
+		return `
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop}
+spec:
+  ` + fields + `
+  containers:
+  - {name: app, image: "nginx:1.27"}
+`
+	}
 	plain := psException("mynewpolex", "")
 	tests := map[string]struct {
 		pod        string
@@ -78,6 +92,14 @@ spec:
 		"restrictedField and values leave other values failing": {
 			pod: addsCapability("SYS_ADMIN"), exceptions: []string{netAdmin},
 			want: engine.RuleResult{Result: engine.Fail, Message: `Validation rule 'r' failed. It violates PodSecurity "baseline:latest": (Forbidden reason: non-default capabilities, field error list: [spec.containers[0].securityContext.capabilities.add is forbidden, forbidden values found: [SYS_ADMIN]])`},
+		},
+		"a pod-level restrictedField exempts its value": {
+			pod: hostPod("hostNetwork: true"), exceptions: []string{hostNetwork},
+			want: engine.RuleResult{Result: engine.Skip, Message: "rule is skipped due to policy exceptions shop/allow-host-network", Exceptions: []string{"allow-host-network"}},
+		},
+		"a pod-level restrictedField leaves the control's other fields failing": {
+			pod: hostPod("hostNetwork: true\n  hostPID: true"), exceptions: []string{hostNetwork},
+			want: engine.RuleResult{Result: engine.Fail, Message: `Validation rule 'r' failed. It violates PodSecurity "baseline:latest": (Forbidden reason: host namespaces, field error list: [spec.hostPID is forbidden, forbidden values found: true])`},
 		},
 		"an exception without podSecurity controls exempts the whole rule, named alone": {
 			pod: twoPrivilegedInits, exceptions: []string{plain},
