@@ -16,7 +16,9 @@
 // regard to case, and "Equal"/"NotEqual" are accepted for Equals/NotEquals:
 //   - Equals, NotEquals: one key against one value. Strings compare as
 //     durations when both are durations ("1h" = "60m"), then as quantities
-//     ("1Gi" = "1024Mi"), then with the value's wildcards ("*", "?");
+//     ("1Gi" = "1024Mi"; a key that reads as a quantity, such as "3",
+//     equals nothing else, not even a pattern), then with the value's
+//     wildcards ("*", "?");
 //     numbers by value (a numeric string reads as a number); booleans,
 //     objects and lists exactly. Values of kinds that cannot be compared
 //     (a boolean and a string, a string and a list) make Equals false and

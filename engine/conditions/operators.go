@@ -74,16 +74,9 @@ func Evaluate(key any, operator string, value any) (bool, error) {
 	}
 	switch op {
 	case opEquals:
-		eq, comparable := equals(key, value)
-		return comparable && eq, nil
+		return equals(key, value) == equal, nil
 	case opNotEquals:
-		// Kyverno: a null key is never NotEquals; values of another kind
-		// than the key always are.
-		if key == nil {
-			return false, nil
-		}
-		eq, comparable := equals(key, value)
-		return !comparable || !eq, nil
+		return equals(key, value) == unequal, nil
 	case opIn, opAllIn:
 		return inSet(key, value, allIn), nil
 	case opNotIn, opAnyNotIn:
@@ -112,25 +105,45 @@ func Evaluate(key any, operator string, value any) (bool, error) {
 	return false, fmt.Errorf("unknown condition operator %q", operator)
 }
 
-// equals compares one key with one value. comparable is false when the two
-// cannot be compared (null, a boolean and a string, an object and a list):
-// then Equals does not hold and NotEquals does (for a key that is not
-// null), as in Kyverno.
-func equals(key, value any) (eq, comparable bool) {
+// equality is how a key compares with a value for Equals and NotEquals.
+type equality uint8
+
+const (
+	// unequal: NotEquals holds. Values of another kind than the key (a
+	// boolean and a string, a string and a list) are unequal, as in Kyverno.
+	unequal equality = iota
+	// equal: Equals holds.
+	equal
+	// undecided: neither holds, as Kyverno decides for a null key.
+	undecided
+)
+
+func eq(b bool) equality {
+	if b {
+		return equal
+	}
+	return unequal
+}
+
+// equals compares one key with one value.
+func equals(key, value any) equality {
+	if key == nil {
+		return undecided
+	}
 	if kf, ok := variables.ToFloat(key); ok {
 		switch v := value.(type) {
 		case string:
 			if d, ok := duration(v); ok {
-				return kf == d.Seconds(), true
+				return eq(kf == d.Seconds())
 			}
 			vf, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				return false, false
+				return unequal
 			}
-			return kf == vf, true
+			return eq(kf == vf)
 		default:
 			vf, ok := variables.ToFloat(value)
-			return kf == vf, ok
+			return eq(ok && kf == vf)
 		}
 	}
 	switch k := key.(type) {
@@ -138,47 +151,44 @@ func equals(key, value any) (eq, comparable bool) {
 		switch v := value.(type) {
 		case string:
 			if k == v {
-				return true, true
+				return equal
 			}
 			if a, b, ok := durations(k, v); ok {
-				return a == b, true
+				return eq(a == b)
 			}
-			if a, b, ok := quantities(k, v); ok {
-				return a.Cmp(b) == 0, true
+			if a, ok := quantity(k); ok {
+				// Kyverno: a key that reads as a quantity ("3", "500m")
+				// equals only a quantity, never a pattern ("*").
+				b, ok := quantity(v)
+				return eq(ok && a.Cmp(b) == 0)
 			}
-			return wildcard.Match(v, k), true
+			return eq(wildcard.Match(v, k))
 		default:
 			// A numeric string against a number compares the numbers.
 			vf, ok := variables.ToFloat(value)
 			if !ok {
-				return false, false
+				return unequal
 			}
 			if d, ok := duration(k); ok {
-				return d.Seconds() == vf, true
+				return eq(d.Seconds() == vf)
 			}
 			kf, err := strconv.ParseFloat(strings.TrimSpace(k), 64)
 			if err != nil {
-				return false, false
+				return unequal
 			}
-			return kf == vf, true
+			return eq(kf == vf)
 		}
 	case bool:
 		v, ok := value.(bool)
-		return ok && k == v, ok
+		return eq(ok && k == v)
 	case map[string]any:
 		v, ok := value.(map[string]any)
-		if !ok {
-			return false, false
-		}
-		return reflect.DeepEqual(variables.Normalize(k), variables.Normalize(v)), true
+		return eq(ok && reflect.DeepEqual(variables.Normalize(k), variables.Normalize(v)))
 	case []any:
 		v, ok := value.([]any)
-		if !ok {
-			return false, false
-		}
-		return reflect.DeepEqual(variables.Normalize(k), variables.Normalize(v)), true
+		return eq(ok && reflect.DeepEqual(variables.Normalize(k), variables.Normalize(v)))
 	}
-	return false, false
+	return unequal
 }
 
 // duration reads a Go duration with a unit ("1h", "90s"; "0" too).

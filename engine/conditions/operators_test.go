@@ -65,6 +65,10 @@ func TestEquals(t *testing.T) {
 		"NotEqual is NotEquals":                  {"a", "NotEqual", "b", true},
 		"NotEquals of different lists":           {[]any{"a"}, "NotEquals", []any{"b"}, true},
 		"NotEquals of a list and a string":       {[]any{"a"}, "NotEquals", "a", true},
+		"a quantity does not equal a pattern":    {"3", "Equals", "*", false},
+		"a quantity NotEquals other text":        {"300Mi", "NotEquals", "", true},
+		"a quantity NotEquals a pattern":         {"3", "NotEquals", "*", true},
+		"an int NotEquals a fraction":            {int64(5), "NotEquals", 5.5, true},
 	})
 }
 
