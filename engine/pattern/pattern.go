@@ -522,44 +522,6 @@ func containsAnchor(pat any) bool {
 	return false
 }
 
-// kindOf names the JSON type of a resource value without revealing it.
-func kindOf(v any) string {
-	switch v.(type) {
-	case nil:
-		return "nothing"
-	case map[string]any:
-		return "an object"
-	case []any:
-		return "a list"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	}
-	if _, ok := toNumber(v); ok {
-		return "a number"
-	}
-	return fmt.Sprintf("a value of type %T", v)
-}
-
-// describe renders a pattern value for a message.
-func describe(p any) string {
-	switch t := p.(type) {
-	case nil:
-		return "null"
-	case string:
-		return strconv.Quote(t)
-	case map[string]any:
-		return "an object"
-	case []any:
-		return "a list"
-	}
-	if s, ok := scalarString(p); ok {
-		return s
-	}
-	return fmt.Sprintf("%v", p)
-}
-
 // goValue readies a resource value for a message as Kyverno prints it: its
 // resources hold whole numbers as integers, so 1000000 prints as such, not
 // as 1e+06.
