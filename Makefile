@@ -33,9 +33,10 @@ lint:
 controlplane:
 	@bash hack/controlplane/build.sh
 
-## test: everything CI runs: generated files fresh, lint, unit and integration tests on a real API server
+## test: everything CI runs: generated files fresh, lint, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in
 test: verify-generate lint
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 -timeout 60m ./...
+	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-beside-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
 
 ## test-unit: the tests that need no control plane
 test-unit:

@@ -185,6 +185,9 @@ type MetricExpectation struct {
 	// Min and Max bound the value; the series must exist.
 	Min *float64 `json:"min,omitempty"`
 	Max *float64 `json:"max,omitempty"`
+	// Needs lists provider capabilities without which this expectation is
+	// not checked (tally's own webhook, say).
+	Needs []string `json:"needs,omitempty"`
 }
 
 // ObjectExpectation describes an object of the cluster (a resource that a

@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -68,10 +69,35 @@ func TestMain(m *testing.M) {
 		return ctx, nil
 	})
 	testenv.Finish(func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
-		if stopProvider != nil {
-			return ctx, stopProvider()
+		var leftovers error
+		if provider != nil && provider.Can(conformance.CanIngest) {
+			// Beside Kyverno: every EphemeralReport was folded and deleted.
+			counts, names, err := conformance.CheckNoLeftovers(ctx, provider.Config(), time.Minute)
+			fmt.Printf("report objects at the end of the run (%s): %s\n", provider.Name(), conformance.FormatCounts(counts))
+			for kind, list := range names {
+				fmt.Printf("  %s: %s\n", kind, strings.Join(list, ", "))
+			}
+			if src, ok := provider.(conformance.MetricsSource); ok {
+				for _, component := range []string{"kyverno", "scanner"} {
+					text, err := src.Metrics(ctx, component)
+					if err != nil {
+						continue
+					}
+					for _, line := range strings.Split(string(text), "\n") {
+						for _, name := range []string{"kyverno_standin_reports_created_total{", "tally_admission_ingested_reports_total{", "tally_admission_report_batches_dropped_total{"} {
+							if strings.HasPrefix(line, name) {
+								fmt.Printf("%s (since its last restart): %s\n", component, line)
+							}
+						}
+					}
+				}
+			}
+			leftovers = err
 		}
-		return ctx, nil
+		if stopProvider != nil {
+			return ctx, errors.Join(leftovers, stopProvider())
+		}
+		return ctx, leftovers
 	})
 	code := testenv.Run(m)
 	stop()

@@ -84,6 +84,9 @@ func (x *run) check(ctx context.Context, then Then, before map[Ref]string) error
 		}
 	}
 	for _, e := range then.Metrics {
+		if !x.can(e.Needs) {
+			continue
+		}
 		if err := x.checkMetric(ctx, e); err != nil {
 			errs = append(errs, fmt.Errorf("metric %s%v of the %s: %w", e.Name, e.Labels, e.Component, err))
 		}
@@ -313,6 +316,16 @@ func (x *run) checkObject(ctx context.Context, e ObjectExpectation) error {
 		}
 	}
 	return nil
+}
+
+// can reports whether the provider offers every capability of needs.
+func (x *run) can(needs []string) bool {
+	for _, n := range needs {
+		if !x.Provider.Can(n) {
+			return false
+		}
+	}
+	return true
 }
 
 func (x *run) checkMetric(ctx context.Context, e MetricExpectation) error {

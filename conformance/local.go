@@ -37,6 +37,7 @@ import (
 // started as processes against it, and a ValidatingWebhookConfiguration that
 // sends the requests of the cases' namespaces to the bridge on loopback.
 type Local struct {
+	mode    LocalMode
 	cluster *cluster.Cluster
 	kube    kubernetes.Interface
 	dir     string
@@ -44,7 +45,7 @@ type Local struct {
 
 	stopping  atomic.Bool
 	mu        sync.Mutex
-	procs     map[string]*process // scanner, merger-a, merger-b
+	procs     map[string]*process // [kyverno,] scanner, merger-a, merger-b
 	ports     map[string]int
 	webhookCA []byte
 }
@@ -62,11 +63,51 @@ const (
 	localNamespace = "tally-system"
 	// webhookName is the name config/webhook's RBAC lets the scanner patch.
 	webhookName = "tally"
+	// kyvernoWebhookName is the webhook configuration of the Kyverno
+	// stand-in, named as Kyverno names its own.
+	kyvernoWebhookName = "kyverno-resource-validating-webhook-cfg"
 )
 
-// StartLocal starts the cluster and tally. dir receives binaries and logs.
-func StartLocal(ctx context.Context, dir string) (_ *Local, err error) {
-	l := &Local{dir: dir, procs: map[string]*process{}, ports: map[string]int{}}
+// LocalMode is how tally runs on the local control plane.
+type LocalMode string
+
+const (
+	// Standalone: tally-scanner with its own admission webhook, as
+	// config/overlays/standalone runs it.
+	Standalone LocalMode = "standalone"
+	// BesideKyverno: tally as config/overlays/beside-kyverno runs it
+	// (scanner without a webhook, ingesting Kyverno's EphemeralReports,
+	// leaving policy status to Kyverno), beside a stand-in for Kyverno
+	// v1.19's admission controller (conformance/kyverno-standin): a webhook
+	// evaluating the policies with tally's engine that writes
+	// EphemeralReports in Kyverno's exact shape and keeps policy status.
+	BesideKyverno LocalMode = "beside-kyverno"
+)
+
+// webhook is the name of the ValidatingWebhookConfiguration of the mode,
+// and the process port it calls.
+func (l *Local) webhook() (name, port string) {
+	if l.mode == BesideKyverno {
+		return kyvernoWebhookName, "kyverno-webhook"
+	}
+	return webhookName, "scanner-webhook"
+}
+
+// processes are the mode's processes, in start order.
+func (l *Local) processes() []string {
+	if l.mode == BesideKyverno {
+		return []string{"kyverno", "scanner", "merger-a", "merger-b"}
+	}
+	return []string{"scanner", "merger-a", "merger-b"}
+}
+
+// StartLocal starts the cluster and tally in the given mode. dir receives
+// binaries and logs.
+func StartLocal(ctx context.Context, dir string, mode LocalMode) (_ *Local, err error) {
+	if mode == "" {
+		mode = Standalone
+	}
+	l := &Local{mode: mode, dir: dir, procs: map[string]*process{}, ports: map[string]int{}}
 	defer func() {
 		if err != nil {
 			_ = l.Stop()
@@ -80,7 +121,7 @@ func StartLocal(ctx context.Context, dir string) (_ *Local, err error) {
 		return nil, err
 	}
 	l.bin = filepath.Join(dir, "bin")
-	build := exec.CommandContext(ctx, "go", "build", "-o", l.bin+string(os.PathSeparator), "./cmd/tally-scanner", "./cmd/tally-merger")
+	build := exec.CommandContext(ctx, "go", "build", "-o", l.bin+string(os.PathSeparator), "./cmd/tally-scanner", "./cmd/tally-merger", "./conformance/kyverno-standin")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build tally: %w\n%s", err, out)
@@ -105,7 +146,7 @@ func StartLocal(ctx context.Context, dir string) (_ *Local, err error) {
 	if err := l.installRBAC(ctx, root); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"scanner", "scanner-webhook", "merger-a", "merger-b"} {
+	for _, name := range []string{"scanner", "scanner-webhook", "merger-a", "merger-b", "kyverno", "kyverno-webhook"} {
 		if l.ports[name], err = freePort(); err != nil {
 			return nil, err
 		}
@@ -113,7 +154,7 @@ func StartLocal(ctx context.Context, dir string) (_ *Local, err error) {
 	if err := l.createWebhookConfiguration(ctx); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"scanner", "merger-a", "merger-b"} {
+	for _, name := range l.processes() {
 		if err := l.start(ctx, name); err != nil {
 			return nil, err
 		}
@@ -131,11 +172,21 @@ func freePort() (int, error) {
 }
 
 func (l *Local) args(name string) (binary string, args []string) {
+	if name == "kyverno" { // Kyverno's rights: the cluster admin's
+		return "kyverno-standin", []string{"--kubeconfig", l.cluster.Kubeconfig, "--namespace", "kyverno",
+			"--listen", "127.0.0.1:" + strconv.Itoa(l.ports["kyverno"]),
+			"--webhook-listen", "127.0.0.1:" + strconv.Itoa(l.ports["kyverno-webhook"]),
+			"--webhook-configuration", kyvernoWebhookName}
+	}
 	identity := "tally-merger"
 	if name == "scanner" {
 		identity = "tally-scanner"
 	}
 	common := []string{"--kubeconfig", filepath.Join(l.dir, identity+".kubeconfig"), "--namespace", localNamespace, "--listen", "127.0.0.1:" + strconv.Itoa(l.ports[name])}
+	if name == "scanner" && l.mode == BesideKyverno { // as config/overlays/beside-kyverno
+		return "tally-scanner", append(common, "--leader-elect=false", "--rescan-endpoint",
+			"--webhook-listen=", "--ingest-kyverno-reports", "--policy-status=false")
+	}
 	if name == "scanner" {
 		return "tally-scanner", append(common, "--leader-elect=false", "--rescan-endpoint",
 			"--webhook-listen", "127.0.0.1:"+strconv.Itoa(l.ports["scanner-webhook"]),
@@ -214,9 +265,10 @@ func (l *Local) kill(name string, sig syscall.Signal) {
 }
 
 func (l *Local) createWebhookConfiguration(ctx context.Context) error {
-	url := "https://127.0.0.1:" + strconv.Itoa(l.ports["scanner-webhook"]) + "/validate"
+	name, port := l.webhook()
+	url := "https://127.0.0.1:" + strconv.Itoa(l.ports[port]) + "/validate"
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: webhookName},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name:         "validate.conformance.tally.dev",
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},
@@ -241,18 +293,20 @@ func (l *Local) createWebhookConfiguration(ctx context.Context) error {
 	return err
 }
 
-// waitCABundle waits until tally-scanner has put its CA into the webhook
-// configuration (it generates and rotates its serving certificate).
+// waitCABundle waits until the webhook (tally-scanner's, or the Kyverno
+// stand-in's) has put its CA into the webhook configuration (it generates
+// and rotates its serving certificate).
 func (l *Local) waitCABundle(ctx context.Context) error {
+	name, port := l.webhook()
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		vwc, err := l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, webhookName, metav1.GetOptions{})
+		vwc, err := l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		if len(vwc.Webhooks) == 0 || len(vwc.Webhooks[0].ClientConfig.CABundle) == 0 {
 			return false, nil
 		}
-		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(l.ports["scanner-webhook"]), time.Second)
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(l.ports[port]), time.Second)
 		if err != nil {
 			return false, nil // the bridge listens once its policies are listed
 		}
@@ -260,7 +314,7 @@ func (l *Local) waitCABundle(ctx context.Context) error {
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("tally-scanner did not set the webhook's caBundle: %w (log: %s)", err, filepath.Join(l.dir, "scanner.log"))
+		return fmt.Errorf("the webhook did not set the caBundle of %s: %w (logs: %s)", name, err, filepath.Join(l.dir, "*.log"))
 	}
 	return nil
 }
@@ -268,12 +322,13 @@ func (l *Local) waitCABundle(ctx context.Context) error {
 // Stop stops tally and the cluster.
 func (l *Local) Stop() error {
 	l.stopping.Store(true)
-	for _, name := range []string{"scanner", "merger-a", "merger-b"} {
+	for _, name := range l.processes() {
 		l.kill(name, syscall.SIGTERM)
 	}
 	if l.cluster != nil {
 		if l.kube != nil {
-			_ = l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), webhookName, metav1.DeleteOptions{})
+			name, _ := l.webhook()
+			_ = l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 		}
 		return l.cluster.Stop()
 	}
@@ -283,13 +338,22 @@ func (l *Local) Stop() error {
 // Dir holds the processes' logs.
 func (l *Local) Dir() string { return l.dir }
 
-func (l *Local) Name() string         { return "local" }
+func (l *Local) Name() string {
+	if l.mode == BesideKyverno {
+		return "local-beside-kyverno"
+	}
+	return "local"
+}
 func (l *Local) Config() *rest.Config { return l.cluster.Config }
 func (l *Local) Kubeconfig() string   { return l.cluster.Kubeconfig }
 func (l *Local) Can(what string) bool {
 	switch what {
 	case CanRescan, CanRestartScanner, CanRestartMerger, CanFailoverMerger, CanMetrics, CanRestartAPIServer:
 		return true
+	case CanTallyWebhook:
+		return l.mode == Standalone
+	case CanIngest:
+		return l.mode == BesideKyverno
 	}
 	return false
 }
@@ -415,14 +479,15 @@ func (l *Local) Metrics(ctx context.Context, component string) ([]byte, error) {
 	return b.Bytes(), err
 }
 
-// installRBAC applies the ServiceAccounts, Roles and ClusterRoles of
-// config/overlays/standalone, and writes for each of tally's service accounts
+// installRBAC applies the ServiceAccounts, Roles and ClusterRoles of the
+// mode's overlay (config/overlays/standalone or beside-kyverno), and writes for each of tally's service accounts
 // a kubeconfig that impersonates it: the processes run with exactly the
 // rights a deployment grants them, so a missing permission fails a case.
 func (l *Local) installRBAC(ctx context.Context, root string) error {
-	objs, err := kind.Render(filepath.Join(root, "config", "overlays", "standalone"))
+	overlay := string(l.mode)
+	objs, err := kind.Render(filepath.Join(root, "config", "overlays", overlay))
 	if err != nil {
-		return fmt.Errorf("render config/overlays/standalone: %w", err)
+		return fmt.Errorf("render config/overlays/%s: %w", overlay, err)
 	}
 	var rbac []*unstructured.Unstructured
 	for _, o := range objs {
@@ -432,7 +497,7 @@ func (l *Local) installRBAC(ctx context.Context, root string) error {
 		}
 	}
 	if len(rbac) == 0 {
-		return errors.New("config/overlays/standalone renders no RBAC")
+		return fmt.Errorf("config/overlays/%s renders no RBAC", overlay)
 	}
 	if err := kind.ApplyObjects(ctx, l.cluster.Config, rbac, fieldManager); err != nil {
 		return fmt.Errorf("apply tally's RBAC: %w", err)

@@ -16,6 +16,11 @@ const (
 	CanRestartAPIServer = "restart-apiserver"
 	CanFailoverMerger   = "failover-merger"
 	CanMetrics          = "metrics"
+	// CanTallyWebhook: tally's own admission webhook answers the requests.
+	CanTallyWebhook = "tally-webhook"
+	// CanIngest: a Kyverno admission controller answers them, and tally
+	// ingests its EphemeralReports.
+	CanIngest = "ingest-kyverno-reports"
 )
 
 // MetricsSource is a provider that can read a component's Prometheus

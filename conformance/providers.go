@@ -19,12 +19,16 @@ import (
 // provider named; it returns a function that stops what it started.
 func ProviderFromEnv(ctx context.Context, name string) (Provider, func() error, error) {
 	switch name {
-	case "", "local":
+	case "", "local", "local-beside-kyverno":
 		dir, err := os.MkdirTemp("", "tally-conformance-")
 		if err != nil {
 			return nil, nil, err
 		}
-		l, err := StartLocal(ctx, dir)
+		mode := Standalone
+		if name == "local-beside-kyverno" {
+			mode = BesideKyverno
+		}
+		l, err := StartLocal(ctx, dir, mode)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -39,7 +43,7 @@ func ProviderFromEnv(ctx context.Context, name string) (Provider, func() error, 
 	case "kind":
 		return startKind(ctx)
 	}
-	return nil, nil, fmt.Errorf("%w %q: use local, kind or kubeconfig", errNoProvider, name)
+	return nil, nil, fmt.Errorf("%w %q: use local, local-beside-kyverno, kind or kubeconfig", errNoProvider, name)
 }
 
 // Deployed is a cluster where the implementation runs as Deployments (tally

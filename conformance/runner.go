@@ -137,6 +137,9 @@ func (r *Runner) Run(ctx context.Context, c *Case) (err error) {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
+	if r.Provider.Can(CanIngest) {
+		return x.checkEphemeralFolded(ctx)
+	}
 	return nil
 }
 
@@ -465,6 +468,31 @@ func (x *run) exec(ctx context.Context, ref Ref) error {
 // cleanup deletes what the case created: policies and exceptions first (so
 // no later deletion is evaluated), then cluster-scoped objects and the
 // namespaces.
+// checkEphemeralFolded: beside Kyverno, every EphemeralReport Kyverno's
+// admission controller wrote for the case's resources is folded into
+// tally's reports and deleted, before the case's namespaces go (whose
+// deletion would remove them anyway).
+func (x *run) checkEphemeralFolded(ctx context.Context) error {
+	var left []string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		left = nil
+		for _, ns := range x.c.Given.Namespaces {
+			list, err := x.dyn.Resource(reportKinds[0]).Namespace(ns.Name).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, u := range list.Items {
+				left = append(left, ns.Name+"/"+u.GetName())
+			}
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("EphemeralReports not folded and deleted within 30s: %v", left)
+	}
+	return nil
+}
+
 func (x *run) cleanup(ctx context.Context) error {
 	var errs []error
 	ordered := slices.Clone(x.created)

@@ -7,6 +7,7 @@ import (
 	"regexp"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/engine/pattern"
 )
 
 // admissionOnlyVariable matches references to request data that exists only
@@ -59,4 +60,57 @@ func usesUserInfo(m kyvernov1.MatchResources) bool {
 		}
 	}
 	return false
+}
+
+// Malformed reports the rules that do not compile (a bad pattern,
+// JMESPath, match...): such a policy is rejected. A construct the engine
+// does not support (validate.cel, manifests, assert) is not malformed: it
+// gives error results where the rule matches (never a silent pass). The
+// scanner and the admission webhook both refuse such policies, so that they
+// agree on which policies exist.
+func Malformed(p *Policy) error {
+	var errs []error
+	for _, r := range p.Rules {
+		if err := checkPatterns(r.Raw.Validate); err != nil {
+			errs = append(errs, fmt.Errorf("rule %s: %w", r.Name, err))
+			continue
+		}
+		if r.Err == nil {
+			continue
+		}
+		if v := r.Raw.Validate; v != nil && (v.CEL != nil || v.Manifests != nil || v.Assert != nil) {
+			continue
+		}
+		errs = append(errs, r.Err)
+	}
+	return errors.Join(errs...)
+}
+
+// checkPatterns rejects patterns that can never be evaluated meaningfully
+// (an operator without operand, an empty list, ...: see pattern.Check).
+func checkPatterns(v *kyvernov1.Validation) error {
+	if v == nil {
+		return nil
+	}
+	if v.Pattern != nil {
+		var p any
+		if err := json.Unmarshal(v.Pattern.Raw, &p); err != nil {
+			return fmt.Errorf("pattern: %w", err)
+		}
+		if err := pattern.Check(p); err != nil {
+			return err
+		}
+	}
+	if v.AnyPattern != nil {
+		var ps []any
+		if err := json.Unmarshal(v.AnyPattern.Raw, &ps); err != nil {
+			return fmt.Errorf("anyPattern: want a list of patterns: %w", err)
+		}
+		for i, p := range ps {
+			if err := pattern.Check(p); err != nil {
+				return fmt.Errorf("anyPattern %d: %w", i, err)
+			}
+		}
+	}
+	return nil
 }

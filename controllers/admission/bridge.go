@@ -53,6 +53,13 @@ type Options struct {
 	// (with FlushInterval and WriteWorkers) and runs it; otherwise whoever
 	// made it runs it (it may be shared with an Ingester).
 	Recorder *Recorder
+	// Sink, when set, receives the results of each recorded request instead
+	// of the Recorder (a stand-in for another admission controller writes
+	// its own kind of report with it).
+	Sink func(Admitted)
+	// OnPolicy, when set, is told of every policy version the webhook loads
+	// (rejected nil) or refuses (rejected says why).
+	OnPolicy func(gvr schema.GroupVersionResource, policy *unstructured.Unstructured, rejected error)
 	// FlushInterval is how often aggregated results are written (default 500ms).
 	FlushInterval time.Duration
 	// WriteWorkers write reports in parallel during a flush (default 4).
@@ -138,6 +145,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 	}
 	b.metrics = newMetrics(opts.Registry)
 	b.policies = newPolicySet(b.log, b.metrics.policyErrors.Inc)
+	b.policies.onPolicy = opts.OnPolicy
 	if opts.CertDir != "" {
 		b.certs = &dirCerts{dir: opts.CertDir}
 	} else {

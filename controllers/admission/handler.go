@@ -285,13 +285,32 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	if err != nil {
 		return resp, nil // not a JSON document after all: nothing to label the report with
 	}
+	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+	if b.opts.Sink != nil {
+		b.opts.Sink(Admitted{Request: req, Subject: subject, GVR: gvr, Hash: fmt.Sprintf("%x", hash), PolicyLabels: labels, Results: record})
+		return resp, nil
+	}
 	b.recorder.add(&entry{
 		uid: string(subject.UID), namespace: subject.Namespace,
 		owner: metav1.OwnerReference{APIVersion: subject.APIVersion, Kind: subject.Kind, Name: subject.Name, UID: types.UID(subject.UID)},
-		gvr:   schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
+		gvr:   gvr,
 		hash:  fmt.Sprintf("%x", hash), at: now, policyLabels: labels, results: record,
 	})
 	return resp, nil
+}
+
+// Admitted is what one admitted, recorded request produced.
+type Admitted struct {
+	Request *admissionv1.AdmissionRequest
+	// Subject is the admitted object; GVR its resource type.
+	Subject report.Subject
+	GVR     schema.GroupVersionResource
+	// Hash is tally's content hash of the object.
+	Hash string
+	// PolicyLabels are the cpol.kyverno.io/pol.kyverno.io labels of the
+	// policies that gave results.
+	PolicyLabels map[string]string
+	Results      []wgv1alpha2.PolicyReportResult
 }
 
 func describe(req *admissionv1.AdmissionRequest, s report.Subject) string {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -356,5 +357,33 @@ func TestServeHTTP(t *testing.T) {
 				t.Errorf("body %q lacks %q", w.Body.String(), tc.bodyHas)
 			}
 		})
+	}
+}
+
+// A policy the scanner refuses as malformed (a pattern operator without an
+// operand) is refused at admission too: both agree on which policies exist,
+// and a stand-in for Kyverno's webhook marks it not Ready.
+func TestMalformedPolicyIsRefusedAtAdmission(t *testing.T) {
+	bad := strings.Replace(policyYAML("bad-pattern", "Enforce", ""), `team: "?*"`, `team: ">="`, 1)
+	b := testBridge(t)
+	var rejected error
+	b.policies.onPolicy = func(_ schema.GroupVersionResource, _ *unstructured.Unstructured, err error) { rejected = err }
+	var obj map[string]any
+	if err := yaml.Unmarshal([]byte(bad), &obj); err != nil {
+		t.Fatal(err)
+	}
+	b.policies.Upsert(GVRClusterPolicy, &unstructured.Unstructured{Object: obj})
+	if rejected == nil {
+		t.Error("the malformed policy was loaded")
+	}
+	if n := len(b.policies.current().policies); n != 0 {
+		t.Errorf("%d policies evaluated at admission, want 0", n)
+	}
+	resp, err := b.Review(context.Background(), request(admissionv1.Create, pod(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Allowed {
+		t.Errorf("denied by a malformed policy: %v", resp.Result)
 	}
 }

@@ -49,8 +49,9 @@ type snapshot struct {
 // policySet keeps the compiled admission policies, the PolicyExceptions and
 // the namespace labels in step with the cluster. It is a watch.Sink.
 type policySet struct {
-	log     func() logr.Logger
-	onError func()
+	log      func() logr.Logger
+	onError  func()
+	onPolicy func(schema.GroupVersionResource, *unstructured.Unstructured, error)
 
 	mu         sync.Mutex
 	policies   map[string]*admissionPolicy // by report name
@@ -147,6 +148,9 @@ func compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 		spec = &p.Spec
 		compiled, err = engine.CompileClusterPolicy(&p)
 	}
+	if err == nil {
+		err = engine.Malformed(compiled)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +201,9 @@ func (ps *policySet) Upsert(gvr schema.GroupVersionResource, u *unstructured.Uns
 	case GVRClusterPolicy, GVRPolicy:
 		name := policyName(gvr, u.GetNamespace(), u.GetName())
 		ap, err := compilePolicy(gvr, u)
+		if ps.onPolicy != nil {
+			ps.onPolicy(gvr, u, err)
+		}
 		ps.mu.Lock()
 		defer ps.mu.Unlock()
 		if err != nil {

@@ -28,7 +28,27 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 	if s.opts.NoPolicyStatus || s.ctx == nil {
 		return
 	}
-	status, reason, message := metav1.ConditionTrue, reasonLoaded, "the policy is evaluated by tally"
+	patch, changed := ReadyPatch(u, rejected, "the policy is evaluated by tally")
+	if !changed {
+		return
+	}
+	ns, name := u.GetNamespace(), u.GetName()
+	go func() {
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		defer cancel()
+		_, err := s.client.Resource(gvr).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}, "status")
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			s.log().Error(err, "recording the policy's Ready condition failed", "policy", ns+"/"+name)
+		}
+	}()
+}
+
+// ReadyPatch is the merge patch of a policy's status that records whether
+// it is evaluated (rejected nil, with message loaded) or refused (with the
+// reason), conditional on the policy's resourceVersion. changed is false
+// when the status already says so for this generation.
+func ReadyPatch(u *unstructured.Unstructured, rejected error, loaded string) (patch []byte, changed bool) {
+	status, reason, message := metav1.ConditionTrue, reasonLoaded, loaded
 	if rejected != nil {
 		status, reason, message = metav1.ConditionFalse, reasonRejected, rejected.Error()
 	}
@@ -43,7 +63,7 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 		}
 		og, _ := m["observedGeneration"].(int64)
 		if m["status"] == string(status) && m["reason"] == reason && m["message"] == message && og == gen {
-			return // already recorded
+			return nil, false // already recorded
 		}
 	}
 	next = append(next, map[string]any{
@@ -54,16 +74,8 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 		"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
 		"status":   map[string]any{"ready": rejected == nil, "conditions": next},
 	})
-	if err != nil {
-		return
+	if err != nil { // maps of strings and numbers always encode
+		return nil, false
 	}
-	ns, name := u.GetNamespace(), u.GetName()
-	go func() {
-		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-		defer cancel()
-		_, err := s.client.Resource(gvr).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}, "status")
-		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
-			s.log().Error(err, "recording the policy's Ready condition failed", "policy", ns+"/"+name)
-		}
-	}()
+	return patch, true
 }

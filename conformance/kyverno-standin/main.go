@@ -1,0 +1,218 @@
+// Command kyverno-standin stands in for Kyverno v1.19's admission controller
+// in the conformance suite's beside-Kyverno configuration, where tally runs
+// as config/overlays/beside-kyverno runs it (no webhook of its own, ingestion
+// of Kyverno's reports on). It is a test fixture, not part of tally.
+//
+// It evaluates the policies with tally's engine behind a validating webhook
+// registered on the API server, denies as Kyverno does, and for every
+// admitted, recorded request writes one EphemeralReport (ClusterEphemeralReport
+// for a cluster-scoped resource) in exactly the shape Kyverno 1.19 writes
+// (../shared/kyverno-1.19/ephemeralreport-admission.yaml): generateName from
+// the request UID, an empty spec.owner and no ownerReferences, the resource
+// named only by audit.kyverno.io labels and annotations, and
+// properties.process derived from the policy's background setting. Like
+// Kyverno, it keeps the policies' Ready condition.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2/textlogger"
+
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/admission"
+	"github.com/tally-dev/tally/controllers/scan"
+	"github.com/tally-dev/tally/report"
+)
+
+func main() {
+	var (
+		kubeconfig, listen, webhookListen, webhookConfiguration, namespace string
+	)
+	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (Kyverno's own rights)")
+	flag.StringVar(&listen, "listen", "127.0.0.1:0", "HTTP address of /healthz")
+	flag.StringVar(&webhookListen, "webhook-listen", "127.0.0.1:0", "HTTPS address of the validating webhook (/validate)")
+	flag.StringVar(&webhookConfiguration, "webhook-configuration", "kyverno-resource-validating-webhook-cfg", "ValidatingWebhookConfiguration whose caBundle is kept")
+	flag.StringVar(&namespace, "namespace", "kyverno", "namespace of the webhook certificate's Secret")
+	flag.Parse()
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(1)))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(logr.NewContext(ctx, log), kubeconfig, listen, webhookListen, webhookConfiguration, namespace); err != nil {
+		log.Error(err, "kyverno-standin failed")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfiguration, namespace string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", namespace, err)
+	}
+	reg := prometheus.NewRegistry()
+	s := &standin{client: dyn, background: map[string]bool{}, ctx: ctx,
+		created: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kyverno_standin_reports_created_total", Help: "EphemeralReports and ClusterEphemeralReports written, by kind.",
+		}, []string{"kind"})}
+	reg.MustRegister(s.created)
+	bridge := admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
+		Listen: webhookListen, SecretNamespace: namespace, SecretName: "kyverno-svc.kyverno.svc.kyverno-tls-pair",
+		WebhookConfiguration: webhookConfiguration, Registry: prometheus.NewRegistry(),
+		Sink: s.write, OnPolicy: s.policyLoaded,
+	})
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !bridge.Serving() || bridge.Addr() == "" {
+			http.Error(w, "webhook not serving yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	return bridge.Run(ctx)
+}
+
+// standin writes the reports and policy status Kyverno's admission
+// controller would.
+type standin struct {
+	client  dynamic.Interface
+	ctx     context.Context
+	created *prometheus.CounterVec
+
+	mu         sync.Mutex
+	background map[string]bool // spec.background by report name
+}
+
+var gvrPolicy = schema.GroupVersionResource{Group: "kyverno.io", Version: "v1", Resource: "policies"}
+
+// policyLoaded keeps the Ready condition, as Kyverno does, and remembers
+// the policy's background setting for properties.process.
+func (s *standin) policyLoaded(gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error) {
+	name := u.GetName()
+	if gvr == gvrPolicy {
+		name = u.GetNamespace() + "/" + name
+	}
+	background, found, _ := unstructured.NestedBool(u.Object, "spec", "background")
+	s.mu.Lock()
+	s.background[name] = background || !found
+	s.mu.Unlock()
+	patch, changed := scan.ReadyPatch(u, rejected, "Ready")
+	if !changed {
+		return
+	}
+	ns, n := u.GetNamespace(), u.GetName()
+	go func() {
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		defer cancel()
+		_, err := s.client.Resource(gvr).Namespace(ns).Patch(ctx, n, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kyverno"}, "status")
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "policy status", "policy", ns+"/"+n)
+		}
+	}()
+}
+
+// write creates the request's EphemeralReport as Kyverno 1.19 does.
+func (s *standin) write(a admission.Admitted) {
+	results := make([]wgv1alpha2.PolicyReportResult, len(a.Results))
+	s.mu.Lock()
+	for i, r := range a.Results {
+		process := report.ProcessAdmission
+		if s.background[r.Policy] {
+			process = report.ProcessBackground // Kyverno derives it from the policy
+		}
+		r.Properties = maps.Clone(r.Properties) // shared: never modified in place
+		if r.Properties == nil {
+			r.Properties = map[string]string{}
+		}
+		r.Properties["process"] = process
+		results[i] = r
+	}
+	s.mu.Unlock()
+	labels := map[string]string{
+		"app.kubernetes.io/managed-by": "kyverno",
+		report.LabelResourceGroup:      a.GVR.Group, report.LabelResourceVersion: a.GVR.Version, report.LabelResourceKind: a.Subject.Kind,
+		report.LabelResourceUID: string(a.Subject.UID), report.LabelSource: "admission",
+	}
+	if v := report.GVRLabel(a.GVR); len(v) <= 63 {
+		labels[report.LabelResourceGVR] = v
+	}
+	maps.Copy(labels, a.PolicyLabels)
+	meta := metav1.ObjectMeta{
+		GenerateName: string(a.Request.UID) + "-", Namespace: a.Subject.Namespace, Labels: labels,
+		Annotations: map[string]string{report.AnnotationResourceName: a.Subject.Name, report.AnnotationResourceNamespace: a.Subject.Namespace},
+	}
+	spec := kyvernov2.ReportSpec{Results: results, Summary: wgv1alpha2.SummaryOf(results)}
+	var obj any = &reportsv1.EphemeralReport{TypeMeta: metav1.TypeMeta{APIVersion: "reports.kyverno.io/v1", Kind: "EphemeralReport"}, ObjectMeta: meta, Spec: spec}
+	gvr := admission.GVREphemeralReport
+	if a.Subject.Namespace == "" {
+		obj = &reportsv1.ClusterEphemeralReport{TypeMeta: metav1.TypeMeta{APIVersion: "reports.kyverno.io/v1", Kind: "ClusterEphemeralReport"}, ObjectMeta: meta, Spec: spec}
+		gvr = admission.GVRClusterEphemeralReport
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		logr.FromContextOrDiscard(s.ctx).Error(err, "encode EphemeralReport")
+		return
+	}
+	// Kyverno writes the owner as an empty object, every field present.
+	_ = unstructured.SetNestedMap(u, map[string]any{"apiVersion": "", "kind": "", "name": "", "uid": ""}, "spec", "owner")
+	go func() {
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		defer cancel()
+		_, err := s.client.Resource(gvr).Namespace(a.Subject.Namespace).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{FieldManager: "kyverno"})
+		if err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+			logr.FromContextOrDiscard(s.ctx).Error(err, "create EphemeralReport", "namespace", a.Subject.Namespace, "resource", a.Subject.Name)
+			return
+		}
+		s.created.WithLabelValues(gvr.Resource).Inc()
+	}()
+}
