@@ -6,6 +6,7 @@ import (
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov1alpha2 "github.com/tally-dev/tally/api/kyverno/v1alpha2"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	kyvernov2beta1 "github.com/tally-dev/tally/api/kyverno/v2beta1"
 	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 )
@@ -13,6 +14,7 @@ import (
 var schemeBuilder = runtime.NewSchemeBuilder(
 	kyvernov1.AddToScheme,
 	kyvernov2.AddToScheme,
+	kyvernov2beta1.AddToScheme,
 	kyvernov1alpha2.AddToScheme,
 	wgv1alpha2.AddToScheme,
 	reportsv1.AddToScheme,
