@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -24,6 +25,7 @@ import (
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/merge"
 	"github.com/tally-dev/tally/internal/process"
+	"github.com/tally-dev/tally/report"
 )
 
 // defaultGCPercent is the merger's garbage-collection target unless GOGC is
@@ -44,6 +46,7 @@ func main() {
 	allowed := flag.String("allowed-results", "", "comma-separated results to report (default: all of pass,fail,warn,error,skip)")
 	flag.DurationVar(&mo.OrphanGrace, "orphan-grace", merge.DefaultOrphanGrace, "check an intermediate report without ownerReference for a deleted resource once it has not changed for this long")
 	flag.DurationVar(&mo.OrphanRecheck, "orphan-recheck", merge.DefaultOrphanRecheck, "check again after this long a resource found alive")
+	flag.StringVar(&mo.ManagedBy, "managed-by", report.ManagedBy, "value of the app.kubernetes.io/managed-by label of the final reports (PolicyReports, ClusterPolicyReports), and the one the merger recognises its own reports by at start-up; beside Kyverno set it to kyverno, which Kyverno's tooling selects reports by (intermediate reports stay labelled tally)")
 	flag.Float64Var(&mo.OrphanQPS, "orphan-qps", merge.DefaultOrphanQPS, "resource reads per second of the orphan check")
 	flag.Parse()
 
@@ -61,6 +64,9 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed strin
 	filter, err := parseAllowed(allowed)
 	if err != nil {
 		return err
+	}
+	if errs := validation.IsValidLabelValue(mo.ManagedBy); mo.ManagedBy == "" || len(errs) > 0 {
+		return fmt.Errorf("--managed-by %q is not a label value: %s", mo.ManagedBy, strings.Join(errs, "; "))
 	}
 	if mo.OrphanGrace < 0 || mo.OrphanRecheck < 0 || mo.OrphanQPS < 0 {
 		return fmt.Errorf("--orphan-grace, --orphan-recheck and --orphan-qps must not be negative")

@@ -61,6 +61,11 @@ type Options struct {
 	OrphanQPS                              float64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// ManagedBy is the value of the app.kubernetes.io/managed-by label of
+	// the final reports written, and the one the merger selects its own by
+	// at start-up (default report.ManagedBy, "tally"). Beside Kyverno it is
+	// "kyverno", so that Kyverno's tooling finds the reports.
+	ManagedBy string
 }
 
 // Merger keeps every resource's final report equal to Merge of its
@@ -115,6 +120,9 @@ func New(client dynamic.Interface, opts Options) *Merger {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.ManagedBy == "" {
+		opts.ManagedBy = report.ManagedBy
 	}
 	m := &Merger{
 		opts:    opts,
@@ -238,7 +246,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 		m.mu.Unlock()
 		return nil
 	}
-	name, body, digest, err := finalBody(subject, results)
+	name, body, digest, err := finalBody(subject, results, m.opts.ManagedBy)
 	if err != nil {
 		return fmt.Errorf("render final report of %s: %w", uid, err)
 	}
@@ -272,7 +280,7 @@ const seedPageSize = 100
 // seed reads the final reports already written, so that unchanged ones are
 // not written again after a restart or failover.
 func (m *Merger) seed(ctx context.Context) error {
-	selector := report.LabelManagedBy + "=" + report.ManagedBy
+	selector := report.LabelManagedBy + "=" + m.opts.ManagedBy
 	for _, gvr := range []schema.GroupVersionResource{GVRPolicyReport, GVRClusterPolicyReport} {
 		// Small pages: a final report with its managedFields decodes to
 		// tens of KiB, and only its digest is kept.
@@ -288,7 +296,7 @@ func (m *Merger) seed(ctx context.Context) error {
 					continue // not ours to repair: rewritten on the next change of its resource
 				}
 				s := report.Subject{APIVersion: r.Scope.APIVersion, Kind: r.Scope.Kind, Namespace: r.Scope.Namespace, Name: r.Scope.Name, UID: r.Scope.UID}
-				_, _, d, err := finalBody(s, r.Results)
+				_, _, d, err := finalBody(s, r.Results, m.opts.ManagedBy)
 				if err != nil {
 					continue
 				}

@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	dynfake "k8s.io/client-go/dynamic/fake"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
@@ -112,5 +114,73 @@ func TestIntermediateReportsThatNameNoResourceAreIgnored(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.metrics.unusable); got != 3 {
 		t.Errorf("unusable = %v, want 3", got)
+	}
+}
+
+// The final reports carry the configured managed-by label (beside Kyverno:
+// "kyverno", which Kyverno's tooling selects reports by); "tally" by default.
+func TestFinalReportsCarryTheConfiguredManagedBy(t *testing.T) {
+	s := report.Subject{APIVersion: "v1", Kind: "Pod", Namespace: "ns", Name: "p", UID: "uid-1"}
+	results := []wgv1alpha2.PolicyReportResult{res("p", "r", fail, 10)}
+	for _, managedBy := range []string{"tally", "kyverno"} {
+		_, body, _, err := finalBody(s, results, managedBy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got applyReport
+		if err := json.Unmarshal(body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if v := got.Metadata.Labels[report.LabelManagedBy]; v != managedBy {
+			t.Errorf("managed-by = %q, want %q", v, managedBy)
+		}
+	}
+	if got := New(dynfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{}).opts.ManagedBy; got != report.ManagedBy {
+		t.Errorf("default managed-by = %q, want %q", got, report.ManagedBy)
+	}
+}
+
+// At start-up the merger takes as its own the final reports labelled with
+// the configured managed-by value, and only those: beside Kyverno
+// (--managed-by=kyverno) a stale one labelled kyverno goes, one labelled
+// tally (not written by this configuration) is left alone.
+func TestStartUpSelectsFinalReportsByTheConfiguredManagedBy(t *testing.T) {
+	objs := []runtime.Object{}
+	for _, managedBy := range []string{"kyverno", "tally"} {
+		s := report.Subject{APIVersion: "v1", Kind: "Pod", Namespace: "ns", Name: managedBy, UID: types.UID(managedBy + "-uid")}
+		polr, _ := report.Final(s, []wgv1alpha2.PolicyReportResult{res("p", "r", fail, 10)})
+		polr.Labels[report.LabelManagedBy] = managedBy
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(polr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: obj})
+	}
+	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		GVRPolicyReport: "PolicyReportList", GVRClusterPolicyReport: "ClusterPolicyReportList",
+		GVRClusterPolicy: "ClusterPolicyList", GVRPolicy: "PolicyList",
+		GVRAdmissionReport: "AdmissionReportList", GVRClusterAdmissionReport: "ClusterAdmissionReportList",
+		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
+	}, objs...)
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
+	reg := prometheus.NewRegistry()
+	m := New(client, Options{Registry: reg, ManagedBy: "kyverno"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := client.Resource(GVRPolicyReport).Namespace("ns").Get(ctx, "kyverno-uid", metav1.GetOptions{})
+		if err != nil && testutilCounter(t, reg, metricWrites, "delete") == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stale final report labelled kyverno was not deleted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := client.Resource(GVRPolicyReport).Namespace("ns").Get(ctx, "tally-uid", metav1.GetOptions{}); err != nil {
+		t.Errorf("the report labelled tally, not this merger's, was touched: %v", err)
 	}
 }

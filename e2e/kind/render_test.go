@@ -111,7 +111,13 @@ func TestRenderOverlays(t *testing.T) {
 				}
 			}
 			scanner := args(container(t, objs, ScannerDeployment))
+			merger := args(container(t, objs, MergerDeployment))
 			if tc.overlay == "beside-kyverno" {
+				// Kyverno's tooling selects the final reports by
+				// app.kubernetes.io/managed-by=kyverno.
+				if !slices.Contains(merger, "--managed-by=kyverno") {
+					t.Errorf("merger args %v lack --managed-by=kyverno", merger)
+				}
 				for _, want := range []string{"--webhook-listen=", "--ingest-kyverno-reports"} {
 					if !slices.Contains(scanner, want) {
 						t.Errorf("scanner args %v lack %s", scanner, want)
@@ -143,6 +149,9 @@ func TestRenderOverlays(t *testing.T) {
 					t.Error("beside Kyverno, the scanner needs no rights on the webhook configuration")
 				}
 			} else {
+				if slices.ContainsFunc(merger, func(a string) bool { return strings.HasPrefix(a, "--managed-by") }) {
+					t.Errorf("merger args %v: on its own, tally labels its reports managed-by tally (the default)", merger)
+				}
 				if !slices.Contains(scanner, "--webhook-listen=:9443") {
 					t.Errorf("scanner args %v lack --webhook-listen=:9443", scanner)
 				}
