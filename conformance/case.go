@@ -35,8 +35,32 @@ type Case struct {
 	// ("rescan", "restart-scanner", "restart-merger", "restart-apiserver",
 	// "failover-merger"); a provider without one skips the case, saying so.
 	Needs []string `json:"needs,omitempty"`
-	Given Given    `json:"given"`
-	Steps []Step   `json:"steps"`
+	// Extension marks a case that checks a promise of tally's beyond what
+	// Kyverno documents (or where Kyverno is known to fail): it runs on
+	// tally as any case, and against another implementation a failure is
+	// reported as "extension", not as a failure.
+	Extension *Extension `json:"extension,omitempty"`
+	Given     Given      `json:"given"`
+	Steps     []Step     `json:"steps"`
+}
+
+// Extension says why a case goes beyond Kyverno's documented behaviour.
+type Extension struct {
+	Reason string `json:"reason"`
+	// Upstream names Kyverno issues about the behaviour, if any.
+	Upstream []string `json:"upstream,omitempty"`
+}
+
+// ExtensionNote is the one-line account of a case's extension ("" if none).
+func (c *Case) ExtensionNote() string {
+	if c.Extension == nil {
+		return ""
+	}
+	note := "tally extension: " + c.Extension.Reason
+	if len(c.Extension.Upstream) > 0 {
+		note += " (upstream: " + strings.Join(c.Extension.Upstream, ", ") + ")"
+	}
+	return note
 }
 
 // Given is the state before the first step. Namespaces are created first,
@@ -44,13 +68,21 @@ type Case struct {
 // them), then Exceptions and Policies; the runner waits until the
 // implementation has loaded the policies before the first step.
 type Given struct {
+	// CRDs are created first; the runner waits until each is Established.
+	// They are deleted (with their objects) at the end.
+	CRDs       []unstructured.Unstructured `json:"crds,omitempty"`
 	Namespaces []Namespace                 `json:"namespaces,omitempty"`
 	Resources  []unstructured.Unstructured `json:"resources,omitempty"`
 	Exceptions []unstructured.Unstructured `json:"exceptions,omitempty"`
 	Policies   []unstructured.Unstructured `json:"policies,omitempty"`
-	// InvalidPolicies are created after Policies; they must be rejected, so
-	// the runner does not wait for them to load.
+	// InvalidPolicies are created after Policies and stored (a cluster whose
+	// policy webhook is off); the implementation must reject them, so the
+	// runner does not wait for them to load.
 	InvalidPolicies []unstructured.Unstructured `json:"invalidPolicies,omitempty"`
+	// RejectedPolicies must be refused at creation with the reason, as
+	// Kyverno's policy webhook does (and tally's, in standalone mode); the
+	// runner creates them after Policies and checks that none is stored.
+	RejectedPolicies []RejectedPolicy `json:"rejectedPolicies,omitempty"`
 	// Bulk creates many copies of a resource (with the policies' existing
 	// resources), named <name>-000, <name>-001, ...
 	Bulk []Bulk `json:"bulk,omitempty"`
@@ -113,6 +145,16 @@ type Request struct {
 	// MessageContains are substrings of the denial message, or of the
 	// warnings when the request is allowed.
 	MessageContains []string `json:"messageContains,omitempty"`
+	// NoWarnings says the admitted request gets no warning (an Audit
+	// failure of a policy without spec.emitWarning).
+	NoWarnings bool `json:"noWarnings,omitempty"`
+}
+
+// RejectedPolicy is a policy whose creation is refused, with substrings of
+// the refusal.
+type RejectedPolicy struct {
+	Policy          unstructured.Unstructured `json:"policy"`
+	MessageContains []string                  `json:"messageContains,omitempty"`
 }
 
 // Ref names an object.
@@ -309,7 +351,11 @@ func (c *Case) validate() error {
 			return errors.New("given.namespaces: a namespace needs a name")
 		}
 	}
-	for i, obj := range append(append(append([]unstructured.Unstructured{}, c.Given.Resources...), c.Given.Exceptions...), append(c.Given.Policies, c.Given.InvalidPolicies...)...) {
+	objs := append(append(append(append([]unstructured.Unstructured{}, c.Given.CRDs...), c.Given.Resources...), c.Given.Exceptions...), append(c.Given.Policies, c.Given.InvalidPolicies...)...)
+	for _, r := range c.Given.RejectedPolicies {
+		objs = append(objs, r.Policy)
+	}
+	for i, obj := range objs {
 		if obj.GetAPIVersion() == "" || obj.GetKind() == "" || obj.GetName() == "" {
 			return fmt.Errorf("given: object %d needs apiVersion, kind and metadata.name", i+1)
 		}

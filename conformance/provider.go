@@ -21,6 +21,9 @@ const (
 	// CanIngest: a Kyverno admission controller answers them, and tally
 	// ingests its EphemeralReports.
 	CanIngest = "ingest-kyverno-reports"
+	// CanTally: the implementation under test is tally; a case marked as a
+	// tally extension counts as a failure only then.
+	CanTally = "tally"
 )
 
 // MetricsSource is a provider that can read a component's Prometheus

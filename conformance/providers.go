@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,7 +56,11 @@ type Deployed struct {
 	config *rest.Config
 	kube   kubernetes.Interface
 	tally  bool
+	found  string
 }
+
+// Found says which cluster and reporting implementation the provider found.
+func (d *Deployed) Found() string { return d.found }
 
 // NewDeployed connects to the cluster of a kubeconfig file.
 func NewDeployed(name, kubeconfig string) (*Deployed, error) {
@@ -75,8 +80,39 @@ func NewDeployedFromConfig(name string, cfg *rest.Config) (*Deployed, error) {
 		return nil, err
 	}
 	d := &Deployed{name: name, config: cfg, kube: kube}
-	_, err = kube.AppsV1().Deployments(localNamespace).Get(context.Background(), "tally-scanner", metav1.GetOptions{})
+	// First: does the cluster answer at all? One clear line if not.
+	probe := rest.CopyConfig(cfg)
+	probe.Timeout = 10 * time.Second
+	pk, err := kubernetes.NewForConfig(probe)
+	if err != nil {
+		return nil, err
+	}
+	version, err := pk.Discovery().ServerVersion()
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the cluster at %s: %v", cfg.Host, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = pk.AppsV1().Deployments(localNamespace).Get(ctx, "tally-scanner", metav1.GetOptions{})
 	d.tally = err == nil
+	d.found = "Kubernetes " + version.GitVersion + ", "
+	switch {
+	case d.tally:
+		d.found += "tally (Deployment " + localNamespace + "/tally-scanner)"
+	default:
+		deps, err := pk.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=kyverno"})
+		var names []string
+		if err == nil {
+			for _, dep := range deps.Items {
+				names = append(names, dep.Namespace+"/"+dep.Name)
+			}
+		}
+		if len(names) > 0 {
+			d.found += "Kyverno (" + strings.Join(names, ", ") + ")"
+		} else {
+			d.found += "no known reporting implementation (neither tally-system/tally-scanner nor Deployments labelled app.kubernetes.io/part-of=kyverno)"
+		}
+	}
 	return d, nil
 }
 
@@ -84,7 +120,7 @@ func (d *Deployed) Name() string         { return d.name }
 func (d *Deployed) Config() *rest.Config { return d.config }
 func (d *Deployed) Can(what string) bool {
 	switch what {
-	case CanRestartScanner, CanRestartMerger, CanFailoverMerger:
+	case CanRestartScanner, CanRestartMerger, CanFailoverMerger, CanTally:
 		return d.tally
 	}
 	return false

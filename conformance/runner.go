@@ -149,6 +149,15 @@ type SkipError struct{ Reason string }
 func (e *SkipError) Error() string { return "skipped: " + e.Reason }
 
 func (x *run) given(ctx context.Context) error {
+	for i := range x.c.Given.CRDs {
+		crd := x.c.Given.CRDs[i].DeepCopy()
+		if err := x.create(ctx, crd, false); err != nil {
+			return err
+		}
+		if err := x.waitEstablished(ctx, RefOf(crd)); err != nil {
+			return err
+		}
+	}
 	for _, ns := range x.c.Given.Namespaces {
 		obj := &unstructured.Unstructured{}
 		obj.SetAPIVersion("v1")
@@ -198,7 +207,56 @@ func (x *run) given(ctx context.Context) error {
 			return err
 		}
 	}
+	for _, r := range x.c.Given.RejectedPolicies {
+		if err := x.createRejected(ctx, r); err != nil {
+			return err
+		}
+	}
 	return x.waitLoaded(ctx, policies)
+}
+
+// waitEstablished waits until a CRD serves its kind.
+func (x *run) waitEstablished(ctx context.Context, ref Ref) error {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, x.Timeout, true, func(ctx context.Context) (bool, error) {
+		crd, err := x.get(ctx, ref)
+		if err != nil {
+			return false, nil
+		}
+		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s not Established: %w", ref, err)
+	}
+	if rm, ok := x.mapper.(meta.ResettableRESTMapper); ok {
+		rm.Reset() // the new kind is to be found
+	}
+	return nil
+}
+
+// createRejected creates a policy that the policy webhook must refuse with
+// the given reason.
+func (x *run) createRejected(ctx context.Context, r RejectedPolicy) error {
+	p := r.Policy.DeepCopy()
+	ref := RefOf(p)
+	err := x.create(ctx, p, false)
+	if err == nil {
+		return fmt.Errorf("%s was stored; the policy webhook must refuse it", ref)
+	}
+	if !apierrors.IsBadRequest(err) && !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) && !strings.Contains(err.Error(), "denied the request") {
+		return fmt.Errorf("%s: want a refusal, got %w", ref, err)
+	}
+	for _, s := range r.MessageContains {
+		if !strings.Contains(err.Error(), s) {
+			return fmt.Errorf("%s: the refusal %q does not say %q", ref, err.Error(), s)
+		}
+	}
+	return nil
 }
 
 // waitLoaded waits until the implementation evaluates these policy versions.
@@ -367,6 +425,9 @@ func (x *run) request(ctx context.Context, req *Request, update bool) error {
 	}
 	if err != nil {
 		return err
+	}
+	if req.NoWarnings && len(warnings) > 0 {
+		return fmt.Errorf("%s: admitted with warnings %q, want none", ref, warnings)
 	}
 	joined := strings.Join(warnings, "\n")
 	for _, s := range req.MessageContains {

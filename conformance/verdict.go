@@ -10,7 +10,10 @@ type CaseResult struct {
 	Name    string
 	Rules   []string
 	Skipped bool
-	Err     error
+	// Extension: a tally extension case that failed on another
+	// implementation (not counted as a failure).
+	Extension bool
+	Err       error
 }
 
 // Verdict renders the per-rule table: a rule passes when every case naming
@@ -29,6 +32,8 @@ func Verdict(results []CaseResult) string {
 			}
 			mark := "ok"
 			switch {
+			case c.Extension:
+				mark = "extension"
 			case c.Err != nil:
 				mark, state = "FAIL", "FAIL"
 			case c.Skipped:

@@ -105,6 +105,13 @@ func (rb *runningBridge) stop(t *testing.T) {
 	}
 }
 
+// emittingWarnings sets spec.emitWarning: Audit failures come back as
+// admission warnings only then, as in Kyverno.
+func emittingWarnings(p *kyvernov1.ClusterPolicy) *kyvernov1.ClusterPolicy {
+	p.Spec.EmitWarning = ptr.To(true)
+	return p
+}
+
 func admissionPolicy(name, action, label string) *kyvernov1.ClusterPolicy {
 	return &kyvernov1.ClusterPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"pod-policies.kyverno.io/autogen-controllers": "none"}},
@@ -186,7 +193,7 @@ func TestAdmissionBridge(t *testing.T) {
 		kube     *kubernetes.Clientset
 		warnings = &warningRecorder{}
 		enforce  = admissionPolicy("adm-enforce", "Enforce", "team")
-		audit    = admissionPolicy("adm-audit", "Audit", "owner")
+		audit    = emittingWarnings(admissionPolicy("adm-audit", "Audit", "owner"))
 		admitted *corev1.Pod
 	)
 	f := features.New("admission bridge").

@@ -55,6 +55,7 @@ Exit codes: 0 every case passed or was skipped, 2 some failed, 1 could not run.`
 			if err != nil {
 				return exitError{code: exitCouldNotRun, msg: err.Error()}
 			}
+			fmt.Fprintf(cmd.OutOrStdout(), "cluster %s: %s\n", p.Config().Host, p.Found())
 			r, err := conformance.NewRunner(p)
 			if err != nil {
 				return exitError{code: exitCouldNotRun, msg: err.Error()}
@@ -73,12 +74,15 @@ Exit codes: 0 every case passed or was skipped, 2 some failed, 1 could not run.`
 				status := "PASS"
 				if skip, ok := err.(*conformance.SkipError); ok {
 					res.Skipped, status = true, "SKIP ("+skip.Reason+")"
+				} else if err != nil && c.Extension != nil && !p.Can(conformance.CanTally) {
+					res.Extension, status = true, "EXTENSION ("+c.ExtensionNote()+")"
 				} else if err != nil {
 					res.Err, status = err, "FAIL"
 					failed++
 				}
 				fmt.Fprintf(out, "%-5s %s (%s)\n", status, c.Name, time.Since(start).Round(100*time.Millisecond))
 				if err != nil && !res.Skipped {
+					// extension cases too: what the other implementation did
 					fmt.Fprintf(out, "      %v\n", err)
 				}
 				results = append(results, res)

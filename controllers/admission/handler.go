@@ -166,6 +166,11 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	if skipped(req) {
 		return resp, nil
 	}
+	if isPolicyWrite(req) {
+		if err := checkPolicy(req.Object.Raw, req.Kind.Kind == "Policy"); err != nil {
+			return policyRefused(req, err), nil
+		}
+	}
 	obj, err := decodeObject("object", req.Object.Raw)
 	if err != nil {
 		return nil, err
@@ -237,13 +242,13 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 			case engine.Fail, engine.Warn:
 				if enforced(ap.compiled, rr.Rule, namespace, nsLabels) {
 					policyDenials = append(policyDenials, fmt.Sprintf("  %s: %s", rr.Rule, rr.Message))
-				} else {
+				} else if ap.emitWarning {
 					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s.%s: %s", rr.Policy, rr.Rule, rr.Message))
 				}
 			case engine.Error:
 				if ap.failClosed && enforced(ap.compiled, rr.Rule, namespace, nsLabels) {
 					policyDenials = append(policyDenials, fmt.Sprintf("  %s: evaluation error (failurePolicy Fail): %s", rr.Rule, rr.Message))
-				} else {
+				} else if ap.emitWarning {
 					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s.%s: evaluation error: %s", rr.Policy, rr.Rule, rr.Message))
 				}
 			}

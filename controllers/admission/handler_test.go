@@ -103,7 +103,8 @@ func pendingResults(b *Bridge) map[string]string {
 }
 
 func TestReview(t *testing.T) {
-	audit := policyYAML("audit-team", "Audit", "")
+	audit := policyYAML("audit-team", "Audit", "  emitWarning: true")
+	auditQuiet := policyYAML("audit-quiet", "Audit", "")
 	enforce := policyYAML("enforce-team", "Enforce", "")
 	ruleEnforce := strings.Replace(policyYAML("rule-enforce", "Audit", ""), "      message: label", "      failureAction: Enforce\n      message: label", 1)
 	overrideProd := policyYAML("override-prod", "Audit", `  validationFailureActionOverrides:
@@ -119,7 +120,11 @@ func TestReview(t *testing.T) {
 		warnings     int
 		wantRecorded map[string]string
 	}{
-		"an Audit failure is admitted with one warning and recorded": {
+		"an Audit failure of a policy without emitWarning is admitted without warning and recorded": {
+			policies: []string{auditQuiet}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(nil)) },
+			allowed: true, warnings: 0, wantRecorded: map[string]string{"uid-1 audit-quiet/require-team": "fail"},
+		},
+		"an Audit failure of a policy with emitWarning is admitted with one warning and recorded": {
 			policies: []string{audit}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(nil)) },
 			allowed: true, warnings: 1, wantRecorded: map[string]string{"uid-1 audit-team/require-team": "fail"},
 		},
@@ -385,5 +390,60 @@ func TestMalformedPolicyIsRefusedAtAdmission(t *testing.T) {
 	}
 	if !resp.Allowed {
 		t.Errorf("denied by a malformed policy: %v", resp.Result)
+	}
+}
+
+func TestPolicyWritesAreCheckedAsKyvernoDoes(t *testing.T) {
+	good := policyYAML("good", "Audit", "")
+	tests := map[string]struct {
+		policy     string
+		kind       string
+		sub        string
+		op         admissionv1.Operation
+		allowed    bool
+		messageHas string
+	}{
+		"a valid policy is admitted": {policy: good, allowed: true},
+		"a pattern operator without operand is refused": {
+			policy: strings.Replace(good, `team: "?*"`, `team: ">="`, 1), messageHas: "policy good is invalid"},
+		"a JMESPath that does not parse is refused": {
+			policy: strings.Replace(good, `team: "?*"`, `team: "{{ request.object.metadata.(( }}"`, 1), messageHas: "policy good is invalid"},
+		"admission-only data in a background policy is refused (R06)": {
+			policy: strings.Replace(good, `team: "?*"`, `team: "{{ request.userInfo.username }}"`, 1), messageHas: "request.userInfo"},
+		"admission and background both off is refused": {
+			policy: policyYAML("good", "Audit", "  admission: false\n  background: false"), messageHas: "both false"},
+		"a status update is not checked": {
+			policy: strings.Replace(good, `team: "?*"`, `team: ">="`, 1), sub: "status", allowed: true},
+		"a DELETE is not checked": {
+			policy: strings.Replace(good, `team: "?*"`, `team: ">="`, 1), op: admissionv1.Delete, allowed: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := testBridge(t)
+			var obj map[string]any
+			if err := yaml.Unmarshal([]byte(tc.policy), &obj); err != nil {
+				t.Fatal(err)
+			}
+			op := tc.op
+			if op == "" {
+				op = admissionv1.Create
+			}
+			req := request(op, obj)
+			req.Kind = metav1.GroupVersionKind{Group: "kyverno.io", Version: "v1", Kind: "ClusterPolicy"}
+			req.Name, req.SubResource = "good", tc.sub
+			if op == admissionv1.Delete {
+				req.OldObject, req.Object = req.Object, runtime.RawExtension{}
+			}
+			resp, err := b.Review(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v, want %v (%+v)", resp.Allowed, tc.allowed, resp.Result)
+			}
+			if !tc.allowed && !strings.Contains(resp.Result.Message, tc.messageHas) {
+				t.Errorf("message %q lacks %q", resp.Result.Message, tc.messageHas)
+			}
+		})
 	}
 }

@@ -37,6 +37,10 @@ type admissionPolicy struct {
 	labelKey string
 	// failClosed is spec.failurePolicy: Fail (the default).
 	failClosed bool
+	// emitWarning is spec.emitWarning: the results of rules that do not deny
+	// (Audit) are returned as admission warnings only when it is set, as
+	// Kyverno does.
+	emitWarning bool
 }
 
 // snapshot is an immutable view of the policies and exceptions, swapped as a
@@ -166,6 +170,7 @@ func compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 		compiled:        compiled,
 		resourceVersion: u.GetResourceVersion(),
 		failClosed:      spec.FailurePolicy == nil || *spec.FailurePolicy != kyvernov1.Ignore,
+		emitWarning:     spec.EmitWarning != nil && *spec.EmitWarning,
 	}
 	if key := prefix + u.GetName(); len(validation.IsQualifiedName(key)) == 0 {
 		ap.labelKey = key
