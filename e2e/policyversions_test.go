@@ -20,7 +20,7 @@ import (
 // evaluated like v1 ones (tally reads v1, which the API server serves for
 // policies created in either version).
 func TestPoliciesCreatedAsV2beta1AreEvaluated(t *testing.T) {
-	const ns = "scan-v2beta1"
+	const ns = "v2beta1-a" // not scan-*: TestScannerWritesBackgroundReports counts what matches that
 	var (
 		scanner *runningScanner
 		v1Form  = requireLabelsPolicy("v2beta1-require-labels", ns, "team", "owner")

@@ -102,8 +102,9 @@ func startScanner(t *testing.T, cfg *rest.Config, namespace string) *runningScan
 	return startScannerWith(t, cfg, namespace, &outage{})
 }
 
-// startScannerWith starts a scanner whose API requests fail while out is on.
-func startScannerWith(t *testing.T, cfg *rest.Config, namespace string, out *outage) *runningScanner {
+// startScannerWith starts a scanner whose API requests fail while out is on;
+// configure, if any, change its options.
+func startScannerWith(t *testing.T, cfg *rest.Config, namespace string, out *outage, configure ...func(*scan.Options)) *runningScanner {
 	t.Helper()
 	events := record.NewBroadcaster()
 	kube, err := kubernetes.NewForConfig(cfg)
@@ -132,10 +133,15 @@ func startScannerWith(t *testing.T, cfg *rest.Config, namespace string, out *out
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	s := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
+	opts := scan.Options{
 		Workers: 2, Interval: time.Hour, StateNamespace: namespace, StateName: "tally-scan-state", Registry: reg, RESTConfig: cfg,
-		Recorder: events.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
-	})
+		Recorder:       events.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
+		ResultRecorder: events.NewRecorder(scheme, corev1.EventSource{Component: scan.ResultEventSource}),
+	}
+	for _, c := range configure {
+		c(&opts)
+	}
+	s := scan.New(dyn, memory.NewMemCacheClient(disc), store, opts)
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 1})))
 	rs := &runningScanner{scanner: s, reg: reg, writes: wc, outage: out, events: events, cancel: cancel, done: make(chan error, 1)}
 	go func() { rs.done <- s.Run(ctx) }()

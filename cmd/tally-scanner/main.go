@@ -42,6 +42,7 @@ type options struct {
 	stateConfigMap string
 	rescanEndpoint bool
 	policyStatus   bool
+	successEvents  bool
 	webhook        webhookOptions
 }
 
@@ -58,6 +59,7 @@ func main() {
 	flag.DurationVar(&o.interval, "background-scan-interval", time.Hour, "global background scan interval (policies may override it)")
 	flag.StringVar(&o.stateConfigMap, "state-configmap", "tally-scan-state", "ConfigMap persisting each policy's last complete scan")
 	flag.BoolVar(&o.policyStatus, "policy-status", true, "keep each policy's Ready condition (turn off beside a Kyverno that writes it)")
+	flag.BoolVar(&o.successEvents, "generate-success-events", false, "also emit an Event (Normal, PolicyApplied) on a resource when a background result becomes a pass, as Kyverno's generateSuccessEvents; violations always get one (Warning, PolicyViolation), once per change to fail")
 	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
 	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
@@ -111,6 +113,9 @@ func run(ctx context.Context, o options) error {
 		Workers: o.workers, Interval: o.interval, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
 		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
 		NoPolicyStatus: !o.policyStatus, RESTConfig: cfg,
+		// Result Events are reported as Kyverno's background scans report them.
+		ResultRecorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: scan.ResultEventSource}),
+		SuccessEvents:  o.successEvents,
 	})
 	rescan := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {

@@ -100,6 +100,7 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 	if changed {
 		s.countResults(before, -1)
 		s.countResults(results, +1)
+		s.emitResultEvents(res, before, results)
 	}
 	if evaluated {
 		s.metrics.resources.Inc()

@@ -45,6 +45,12 @@ type Options struct {
 	Clock                     clock.WithTicker
 	Registry                  prometheus.Registerer
 	Recorder                  record.EventRecorder
+	// ResultRecorder, when set, records Events of background results on
+	// the resources (events.go): made with the source ResultEventSource.
+	ResultRecorder record.EventRecorder
+	// SuccessEvents adds an Event when a result becomes a pass (Kyverno's
+	// generateSuccessEvents); by default only violations have one.
+	SuccessEvents bool
 	// RESTConfig, when set, writes reports through a REST client that does
 	// not decode the API server's answers (the dynamic client is used
 	// otherwise, as with fakes in unit tests).

@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/klient/wait"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/tally-dev/tally/controllers/scan"
+)
+
+// resultEventsOf lists the Events of a reason about one object.
+func resultEventsOf(ctx context.Context, t *testing.T, cfg *envconf.Config, obj k8s.Object, reason string) []corev1.Event {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(cfg.Client().RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := kube.CoreV1().Events(obj.GetNamespace()).List(ctx, metav1.ListOptions{
+		FieldSelector: fmt.Sprintf("involvedObject.uid=%s,reason=%s", obj.GetUID(), reason),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// waitForEvent waits until an object has an Event of a reason, and returns it.
+func waitForEvent(ctx context.Context, t *testing.T, cfg *envconf.Config, obj k8s.Object, reason string) corev1.Event {
+	t.Helper()
+	var got []corev1.Event
+	err := wait.For(func(ctx context.Context) (bool, error) {
+		got = resultEventsOf(ctx, t, cfg, obj, reason)
+		return len(got) > 0, nil
+	}, wait.WithTimeout(60*time.Second), wait.WithInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("no %s Event on %s/%s", reason, obj.GetNamespace(), obj.GetName())
+	}
+	return got[0]
+}
+
+// exactlyOnce fails unless an object has one Event of a reason, counted once
+// (client-go folds a repeated Event into one with a count).
+func exactlyOnce(ctx context.Context, t *testing.T, cfg *envconf.Config, obj k8s.Object, reason string) {
+	t.Helper()
+	got := resultEventsOf(ctx, t, cfg, obj, reason)
+	if len(got) != 1 || got[0].Count > 1 {
+		var desc []string
+		for _, e := range got {
+			desc = append(desc, fmt.Sprintf("%q x%d", e.Message, e.Count))
+		}
+		t.Errorf("%s/%s: %s Events %v, want exactly one", obj.GetNamespace(), obj.GetName(), reason, desc)
+	}
+}
+
+// Background results give Events on the resource as Kyverno's background
+// scans do (a Warning PolicyViolation from kyverno-scan naming policy and
+// rule), once per change of a result, never on a rescan that changes
+// nothing; success Events only with --generate-success-events.
+func TestScannerEmitsResultEvents(t *testing.T) {
+	const ns = "events-a" // not scan-*: TestScannerWritesBackgroundReports counts what matches that
+	var (
+		scanner               *runningScanner
+		policy                = requireLabelsPolicy("events-require-labels", ns, "team", "owner")
+		bad, good, sentinel   = newPod(ns, "bad", nil), newPod(ns, "good", map[string]string{"team": "a"}), newPod(ns, "sentinel", nil)
+		violation, applied    = scan.ReasonPolicyViolation, scan.ReasonPolicyApplied
+		wantViolationOfBadPod = "policy events-require-labels/pods fail: validation error: label team is required. rule pods failed at path /metadata/labels/"
+	)
+	f := features.New("result events").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			r := cfg.Client().Resources()
+			if err := r.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range []k8s.Object{policy, bad, good} {
+				if err := r.Create(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			scanner = startScanner(t, cfg.Client().RESTConfig(), "default")
+			return ctx
+		}).
+		Assess("a failing Pod gets one PolicyViolation Event naming policy and rule", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			e := waitForEvent(ctx, t, cfg, bad, violation)
+			if e.Type != corev1.EventTypeWarning || e.Message != wantViolationOfBadPod {
+				t.Errorf("event %s %q, want Warning %q", e.Type, e.Message, wantViolationOfBadPod)
+			}
+			if e.Source.Component != scan.ResultEventSource || e.ReportingController != scan.ResultEventSource {
+				t.Errorf("event from %q (reportingController %q), want %s", e.Source.Component, e.ReportingController, scan.ResultEventSource)
+			}
+			if e.InvolvedObject.Kind != "Pod" || e.InvolvedObject.Name != bad.Name || e.InvolvedObject.APIVersion != "v1" {
+				t.Errorf("event about %+v", e.InvolvedObject)
+			}
+			exactlyOnce(ctx, t, cfg, bad, violation)
+			return ctx
+		}).
+		Assess("a forced rescan adds none; a pass has none without the flag", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			scanner.waitSynced(t)
+			if err := scanner.scanner.RescanAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Events are sent in order: once the sentinel's (emitted after
+			// the rescan) is stored, any of the rescan would be too.
+			if err := cfg.Client().Resources().Create(ctx, sentinel); err != nil {
+				t.Fatal(err)
+			}
+			waitForEvent(ctx, t, cfg, sentinel, violation)
+			exactlyOnce(ctx, t, cfg, bad, violation)
+			if got := resultEventsOf(ctx, t, cfg, good, applied); len(got) != 0 {
+				t.Errorf("a passing Pod got %d PolicyApplied Events without --generate-success-events", len(got))
+			}
+			if got := resultEventsOf(ctx, t, cfg, good, violation); len(got) != 0 {
+				t.Errorf("a passing Pod got %d PolicyViolation Events", len(got))
+			}
+			return ctx
+		}).
+		Assess("with success events, a resource that comes to pass gets a PolicyApplied Event", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			scanner.stop()
+			scanner = startScannerWith(t, cfg.Client().RESTConfig(), "default", &outage{}, func(o *scan.Options) { o.SuccessEvents = true })
+			scanner.waitSynced(t)
+			bad.Labels = map[string]string{"team": "b"}
+			if err := cfg.Client().Resources().Update(ctx, bad); err != nil {
+				t.Fatal(err)
+			}
+			e := waitForEvent(ctx, t, cfg, bad, applied)
+			want := "policy events-require-labels/pods pass: validation rule 'pods' passed."
+			if e.Type != corev1.EventTypeNormal || e.Message != want || e.Source.Component != scan.ResultEventSource {
+				t.Errorf("event %s %q from %s, want Normal %q from %s", e.Type, e.Message, e.Source.Component, want, scan.ResultEventSource)
+			}
+			// The restart emitted nothing again: results read back from the
+			// reports are not changes.
+			exactlyOnce(ctx, t, cfg, bad, violation)
+			exactlyOnce(ctx, t, cfg, sentinel, violation)
+			if got := resultEventsOf(ctx, t, cfg, good, applied); len(got) != 0 {
+				t.Errorf("a Pod that passed before the restart got %d PolicyApplied Events", len(got))
+			}
+			if !strings.HasPrefix(e.Message, "policy ") {
+				t.Errorf("message %q", e.Message)
+			}
+			return ctx
+		}).
+		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			scanner.stop()
+			_ = cfg.Client().Resources().Delete(ctx, policy)
+			_ = cfg.Client().Resources().Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
