@@ -20,7 +20,17 @@
 // (spec and resource-hash label) changed; deleted when the resource goes.
 // Malformed policies (bad pattern, rule that does not compile, bad schedule
 // annotation, background rules needing admission data) are skipped with a
-// log line, a metric and an Event. API errors are retried with backoff. Periodic rescans follow the
+// log line, a metric and an Event. A report write the API server refuses for
+// good (namespace gone or terminating, invalid, forbidden, kind not served)
+// is dropped with one log line and a metric, and the same content is not
+// written again before the next periodic scan; other API errors are retried
+// with the queue's exponential backoff.
+//
+// Events: a result that becomes a violation gives a Warning PolicyViolation
+// Event on the resource, as Kyverno's background scans (source
+// kyverno-scan); with Options.SuccessEvents a result that becomes a pass
+// gives a Normal PolicyApplied one. A rescan that changes nothing emits
+// nothing. Periodic rescans follow the
 // global interval or a policy's scan.tally.dev/interval or
 // scan.tally.dev/schedule annotation; each policy's last complete scan is
 // persisted in a ConfigMap.

@@ -12,6 +12,7 @@ const (
 	metricQueueDepth       = "tally_scan_queue_depth"
 	metricSinceLastScan    = "tally_scan_seconds_since_last_complete_scan"
 	metricReportWrites     = "tally_scan_report_writes_total"
+	metricReportsDropped   = "tally_scan_report_writes_dropped_total"
 	metricPolicyErrors     = "tally_scan_policy_errors_total"
 	metricKindErrors       = "tally_scan_kind_errors_total"
 	metricStoredResources  = "tally_scan_stored_resources"
@@ -27,9 +28,12 @@ type metrics struct {
 	queueDepth    prometheus.GaugeFunc
 	sinceLastScan *prometheus.GaugeVec
 	reportWrites  *prometheus.CounterVec
-	policyErrors  *prometheus.CounterVec
-	kindErrors    *prometheus.CounterVec
-	stored        prometheus.GaugeFunc
+	// reportsDropped counts the writes the API server refused for good, by
+	// reason (watch.Refused: a bounded set).
+	reportsDropped *prometheus.CounterVec
+	policyErrors   *prometheus.CounterVec
+	kindErrors     *prometheus.CounterVec
+	stored         prometheus.GaugeFunc
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen, storedLen func() float64) *metrics {
@@ -53,6 +57,9 @@ func newMetrics(reg prometheus.Registerer, queueLen, storedLen func() float64) *
 		reportWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricReportWrites, Help: "BackgroundScanReport writes by operation (create, update, delete).",
 		}, []string{labelOp}),
+		reportsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricReportsDropped, Help: "BackgroundScanReport writes the API server refused for good (namespace-gone, invalid, forbidden, kind-not-served), dropped instead of retried.",
+		}, []string{labelReason}),
 		policyErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricPolicyErrors, Help: "Policies rejected (invalid pattern, cron, background with userInfo, ...).",
 		}, []string{labelPolicy, labelReason}),
@@ -64,6 +71,6 @@ func newMetrics(reg prometheus.Registerer, queueLen, storedLen func() float64) *
 		}, storedLen),
 	}
 	reg.MustRegister(m.results, m.scanDuration, m.resources, m.queueDepth, m.sinceLastScan,
-		m.reportWrites, m.policyErrors, m.kindErrors, m.stored)
+		m.reportWrites, m.reportsDropped, m.policyErrors, m.kindErrors, m.stored)
 	return m
 }

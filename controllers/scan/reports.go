@@ -2,11 +2,13 @@ package scan
 
 import (
 	"context"
-
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -39,13 +42,33 @@ var (
 // reportWriter writes one BackgroundScanReport per resource, only when its
 // content changed. It remembers the digest of what it last wrote (or found
 // at start-up) per resource UID.
+//
+// A write the API server refuses for good (the namespace is gone or
+// terminating, the report is invalid, the write is forbidden, the kind is
+// not served: watch.Refused) is dropped: logged once with the reason and
+// counted, and the same content is not written again before retryRefused
+// has passed (the next periodic scan): a rescan, a retry of the queue or an
+// unrelated event does not repeat it. A change of the content is written at
+// once. Other failures are returned, and retried by the queue with its
+// exponential backoff.
 type reportWriter struct {
 	client  dynamic.Interface
 	raw     *rest.RESTClient // when set, writes do not decode the answers
 	metrics *metrics
+	clock   clock.PassiveClock
+	// retryRefused is how long a refused content is not written again.
+	retryRefused time.Duration
 
 	mu      sync.Mutex
 	written map[string]writtenReport
+	refused map[string]refusedReport
+}
+
+// refusedReport is a content whose write was refused, and when it may be
+// tried again.
+type refusedReport struct {
+	digest  uint64
+	retryAt time.Time
 }
 
 type writtenReport struct {
@@ -53,8 +76,9 @@ type writtenReport struct {
 	digest    uint64
 }
 
-func newReportWriter(client dynamic.Interface, m *metrics) *reportWriter {
-	return &reportWriter{client: client, metrics: m, written: map[string]writtenReport{}}
+func newReportWriter(client dynamic.Interface, m *metrics, clk clock.PassiveClock, retryRefused time.Duration) *reportWriter {
+	return &reportWriter{client: client, metrics: m, clock: clk, retryRefused: retryRefused,
+		written: map[string]writtenReport{}, refused: map[string]refusedReport{}}
 }
 
 func reportGVR(namespace string) schema.GroupVersionResource {
@@ -101,9 +125,13 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	digest := digestOf(specJSON, hash)
 	w.mu.Lock()
 	prev, ok := w.written[res.UID]
+	refused, wasRefused := w.refused[res.UID]
 	w.mu.Unlock()
 	if ok && prev.digest == digest {
 		return nil
+	}
+	if wasRefused && refused.digest == digest && w.clock.Now().Before(refused.retryAt) {
+		return nil // refused for good a moment ago: not retried hot
 	}
 	kind := "BackgroundScanReport"
 	if res.Namespace == "" {
@@ -144,13 +172,30 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		}
 	}
 	if err != nil {
+		if reason := watch.Refused(err); reason != "" {
+			w.refuse(ctx, kind, res.Namespace, res.UID, digest, reason, err)
+			return nil
+		}
 		return fmt.Errorf("write %s %s/%s: %w", kind, res.Namespace, res.UID, err)
 	}
 	w.metrics.reportWrites.WithLabelValues(op).Inc()
 	w.mu.Lock()
 	w.written[res.UID] = writtenReport{namespace: res.Namespace, digest: digest}
+	delete(w.refused, res.UID)
 	w.mu.Unlock()
 	return nil
+}
+
+// refuse drops a write the API server refused for good: one log line with
+// the reason, the metric, and no retry of the same content before
+// retryRefused.
+func (w *reportWriter) refuse(ctx context.Context, kind, namespace, uid string, digest uint64, reason string, err error) {
+	logr.FromContextOrDiscard(ctx).Error(err, "background report write refused; dropped until its content changes or the next periodic scan",
+		"kind", kind, "namespace", namespace, "uid", uid, "reason", reason)
+	w.metrics.reportsDropped.WithLabelValues(reason).Inc()
+	w.mu.Lock()
+	w.refused[uid] = refusedReport{digest: digest, retryAt: w.clock.Now().Add(w.retryRefused)}
+	w.mu.Unlock()
 }
 
 // reportBody is a report as written: encoded from typed values, the spec
@@ -209,12 +254,25 @@ func (w *reportWriter) patch(ctx context.Context, gvr schema.GroupVersionResourc
 func (w *reportWriter) remove(ctx context.Context, uid string) error {
 	w.mu.Lock()
 	prev, ok := w.written[uid]
+	delete(w.refused, uid)
 	w.mu.Unlock()
 	if !ok {
 		return nil
 	}
 	err := w.client.Resource(reportGVR(prev.namespace)).Namespace(prev.namespace).Delete(ctx, uid, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	switch reason := watch.Refused(err); {
+	case err == nil, apierrors.IsNotFound(err):
+	case reason != "":
+		// Forbidden: retrying cannot help. The report is forgotten (its
+		// ownerReference lets the garbage collector delete it).
+		logr.FromContextOrDiscard(ctx).Error(err, "background report delete refused; dropped",
+			"namespace", prev.namespace, "uid", uid, "reason", reason)
+		w.metrics.reportsDropped.WithLabelValues(reason).Inc()
+		w.mu.Lock()
+		delete(w.written, uid)
+		w.mu.Unlock()
+		return nil
+	default:
 		return fmt.Errorf("delete report %s/%s: %w", prev.namespace, uid, err)
 	}
 	w.metrics.reportWrites.WithLabelValues("delete").Inc()

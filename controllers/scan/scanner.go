@@ -112,7 +112,9 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		n, _ := store.Read().CountResources()
 		return float64(n)
 	})
-	s.reports = newReportWriter(client, s.metrics)
+	// A refused report is tried again at the next periodic scan at the
+	// earliest (or when its content changes).
+	s.reports = newReportWriter(client, s.metrics, opts.Clock, opts.Interval)
 	s.state = newScanState(client, opts.StateNamespace, opts.StateName)
 	return s
 }

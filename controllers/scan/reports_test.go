@@ -1,0 +1,95 @@
+package scan
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/memstore"
+)
+
+// A report write the API server refuses for good is dropped (counted by
+// reason, not returned, so the queue does not retry it) and the same content
+// is not written again before the next periodic scan; a new content is
+// written at once. Other failures are returned, for the queue to retry.
+func TestRefusedReportWritesAreNotRetriedHot(t *testing.T) {
+	gr := schema.GroupResource{Group: "kyverno.io", Resource: "backgroundscanreports"}
+	terminating := apierrors.NewForbidden(gr, "uid-1", errors.New("namespace ns is being terminated"))
+	terminating.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
+	tests := map[string]struct {
+		err     error
+		refused string // "" when the error is returned
+	}{
+		"the namespace is terminating": {terminating, watch.RefusedNamespaceGone},
+		"the namespace is gone":        {apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "ns"), watch.RefusedNamespaceGone},
+		"the report is invalid":        {apierrors.NewInvalid(schema.GroupKind{Group: "kyverno.io", Kind: "BackgroundScanReport"}, "uid-1", nil), watch.RefusedInvalid},
+		"the write is forbidden":       {apierrors.NewForbidden(gr, "uid-1", errors.New("no")), watch.RefusedForbidden},
+		"a timeout is retried":         {apierrors.NewServerTimeout(gr, "create", 1), ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := dynfake.NewSimpleDynamicClient(runtime.NewScheme())
+			creates := 0
+			client.PrependReactor("create", "backgroundscanreports", func(clienttesting.Action) (bool, runtime.Object, error) {
+				creates++
+				return true, nil, tc.err
+			})
+			reg := prometheus.NewRegistry()
+			m := newMetrics(reg, func() float64 { return 0 }, func() float64 { return 0 })
+			clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+			w := newReportWriter(client, m, clk, time.Hour)
+			res := memstore.NewResource("uid-1", "", "v1", "Pod", "ns", "p", "1", 1, []byte(`{}`))
+			gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+			failing := []memstore.Result{result("p", "r", "fail", "m")}
+			ctx := context.Background()
+
+			err := w.ensure(ctx, res, gvr, failing)
+			if tc.refused == "" {
+				if err == nil || creates != 1 {
+					t.Fatalf("a transient failure: err %v after %d creates, want it returned", err, creates)
+				}
+				if err := w.ensure(ctx, res, gvr, failing); err == nil || creates != 2 {
+					t.Errorf("retry: err %v after %d creates, want a second attempt", err, creates)
+				}
+				if got := testutil.CollectAndCount(m.reportsDropped); got != 0 {
+					t.Errorf("%d dropped series for a transient failure", got)
+				}
+				return
+			}
+			if err != nil || creates != 1 {
+				t.Fatalf("err %v after %d creates, want nil after 1", err, creates)
+			}
+			if got := testutil.ToFloat64(m.reportsDropped.WithLabelValues(tc.refused)); got != 1 {
+				t.Errorf("dropped{%s} = %v, want 1", tc.refused, got)
+			}
+			for range 3 { // rescans, queue retries: nothing new to write
+				if err := w.ensure(ctx, res, gvr, failing); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if creates != 1 || testutil.ToFloat64(m.reportsDropped.WithLabelValues(tc.refused)) != 1 {
+				t.Errorf("the same content was written %d times, dropped %v times; want once", creates, testutil.ToFloat64(m.reportsDropped.WithLabelValues(tc.refused)))
+			}
+			if err := w.ensure(ctx, res, gvr, []memstore.Result{result("p", "r", "pass", "ok")}); err != nil || creates != 2 {
+				t.Errorf("a new content: err %v, %d creates, want a second write at once", err, creates)
+			}
+			clk.SetTime(clk.Now().Add(time.Hour))
+			if err := w.ensure(ctx, res, gvr, []memstore.Result{result("p", "r", "pass", "ok")}); err != nil || creates != 3 {
+				t.Errorf("at the next periodic scan: err %v, %d creates, want a third write", err, creates)
+			}
+		})
+	}
+}
