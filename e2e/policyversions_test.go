@@ -4,8 +4,11 @@ import (
 	"context"
 	"testing"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
@@ -13,6 +16,7 @@ import (
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2beta1 "github.com/tally-dev/tally/api/kyverno/v2beta1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/merge"
 )
 
 // Kyverno serves ClusterPolicy and Policy as kyverno.io/v1 and v2beta1 with
@@ -23,6 +27,8 @@ func TestPoliciesCreatedAsV2beta1AreEvaluated(t *testing.T) {
 	const ns = "v2beta1-a" // not scan-*: TestScannerWritesBackgroundReports counts what matches that
 	var (
 		scanner *runningScanner
+		cancel  context.CancelFunc
+		done    = make(chan error, 1)
 		v1Form  = requireLabelsPolicy("v2beta1-require-labels", ns, "team", "owner")
 		cpol    = &kyvernov2beta1.ClusterPolicy{ObjectMeta: v1Form.ObjectMeta, Spec: v1Form.Spec}
 		pol     = &kyvernov2beta1.Policy{
@@ -44,6 +50,14 @@ func TestPoliciesCreatedAsV2beta1AreEvaluated(t *testing.T) {
 				}
 			}
 			scanner = startScanner(t, cfg.Client().RESTConfig(), "default")
+			dyn, err := dynamic.NewForConfig(cfg.Client().RESTConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mctx context.Context
+			mctx, cancel = context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
+			m := merge.New(dyn, merge.Options{Workers: 2})
+			go func() { done <- m.Run(mctx) }()
 			return ctx
 		}).
 		Assess("a v2beta1 ClusterPolicy is served as v1 too", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -60,9 +74,15 @@ func TestPoliciesCreatedAsV2beta1AreEvaluated(t *testing.T) {
 			pass, fail := string(wgv1alpha2.ResultPass), string(wgv1alpha2.ResultFail)
 			waitForResults(ctx, t, cfg, bad, map[string]string{cpol.Name + "/pods": fail, ns + "/" + pol.Name + "/pods": fail})
 			waitForResults(ctx, t, cfg, good, map[string]string{cpol.Name + "/pods": pass, ns + "/" + pol.Name + "/pods": pass})
+			// The merger keeps results of the policies it knows: it knows these.
+			waitForPolicyReport(ctx, t, cfg, bad, map[string]string{cpol.Name + "/pods": fail, ns + "/" + pol.Name + "/pods": fail})
 			return ctx
 		}).
 		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			if cancel != nil {
+				cancel()
+				<-done
+			}
 			scanner.stop()
 			_ = cfg.Client().Resources().Delete(ctx, cpol)
 			_ = cfg.Client().Resources().Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
