@@ -132,6 +132,11 @@ type Action struct {
 	// Failover stops the active replica of a component (merger) so that a
 	// standby takes over.
 	Failover string `json:"failover,omitempty"`
+	// Forge posts an AdmissionReview straight to the webhook, over TLS, as
+	// any Pod that reaches its Service could: an UPDATE claiming the UID of
+	// an existing object (same kind, namespace and name) with the given,
+	// made-up content. Nothing is stored; the case checks the reports.
+	Forge *unstructured.Unstructured `json:"forge,omitempty"`
 }
 
 // Request is an object sent through admission, and what the API server must
@@ -390,7 +395,7 @@ func (c *Case) validate() error {
 
 func (a Action) count() int {
 	n := 0
-	for _, set := range []bool{a.Create != nil, a.Update != nil, a.Apply != nil, a.Delete != nil, a.Exec != nil, a.Scan, a.Restart != "", a.Failover != ""} {
+	for _, set := range []bool{a.Create != nil, a.Update != nil, a.Apply != nil, a.Delete != nil, a.Exec != nil, a.Scan, a.Restart != "", a.Failover != "", a.Forge != nil} {
 		if set {
 			n++
 		}

@@ -131,6 +131,11 @@ func (x *run) checkReport(ctx context.Context, e ReportExpectation) error {
 	if err := checkReportShape(u, &rep); err != nil {
 		return err
 	}
+	if lp, ok := x.Provider.(ManagedByLabeler); ok {
+		if got, want := u.GetLabels()["app.kubernetes.io/managed-by"], lp.ManagedBy(); got != want {
+			return fmt.Errorf("label app.kubernetes.io/managed-by = %q, want %q (R15; beside Kyverno, Kyverno's tooling selects reports by kyverno)", got, want)
+		}
+	}
 	if e.Summary != nil {
 		got := map[string]int{"pass": rep.Summary.Pass, "fail": rep.Summary.Fail, "warn": rep.Summary.Warn, "error": rep.Summary.Error, "skip": rep.Summary.Skip}
 		for k, v := range e.Summary {

@@ -3,6 +3,8 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -192,6 +194,9 @@ func (l *Local) args(name string) (binary string, args []string) {
 			"--webhook-listen", "127.0.0.1:"+strconv.Itoa(l.ports["scanner-webhook"]),
 			"--webhook-configuration", webhookName)
 	}
+	if l.mode == BesideKyverno { // as config/overlays/beside-kyverno
+		common = append(common, "--managed-by=kyverno")
+	}
 	return "tally-merger", append(common, "--identity", name)
 }
 
@@ -333,6 +338,49 @@ func (l *Local) Stop() error {
 		return l.cluster.Stop()
 	}
 	return nil
+}
+
+// ForgeReview posts an AdmissionReview to the webhook the API server calls,
+// over TLS verified with the webhook configuration's caBundle, as a Pod that
+// reaches the webhook's Service could, and checks it was answered.
+func (l *Local) ForgeReview(ctx context.Context, review []byte) error {
+	name, port := l.webhook()
+	vwc, err := l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if len(vwc.Webhooks) == 0 {
+		return fmt.Errorf("webhook configuration %s has no webhook", name)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(vwc.Webhooks[0].ClientConfig.CABundle) {
+		return fmt.Errorf("webhook configuration %s: no CA bundle", name)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	url := "https://127.0.0.1:" + strconv.Itoa(l.ports[port]) + "/validate"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(review))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("forge: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("forge: the webhook answered %s", resp.Status)
+	}
+	return nil
+}
+
+// ManagedBy is the label value of the final reports: kyverno beside Kyverno,
+// as config/overlays/beside-kyverno sets it, else tally.
+func (l *Local) ManagedBy() string {
+	if l.mode == BesideKyverno {
+		return "kyverno"
+	}
+	return "tally"
 }
 
 // Dir holds the processes' logs.

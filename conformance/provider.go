@@ -26,6 +26,19 @@ const (
 	CanTally = "tally"
 )
 
+// ManagedByLabeler is a provider that knows the app.kubernetes.io/managed-by
+// value the final reports must carry (tally standalone: tally; beside
+// Kyverno: kyverno).
+type ManagedByLabeler interface {
+	ManagedBy() string
+}
+
+// ReviewForger is a provider that can post an AdmissionReview straight to
+// tally's webhook, as another Pod of the cluster could.
+type ReviewForger interface {
+	ForgeReview(ctx context.Context, review []byte) error
+}
+
 // MetricsSource is a provider that can read a component's Prometheus
 // metrics (text exposition format).
 type MetricsSource interface {

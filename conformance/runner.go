@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -393,8 +394,55 @@ func (x *run) act(ctx context.Context, a Action) error {
 		return x.Provider.Restart(ctx, a.Restart)
 	case a.Failover != "":
 		return x.Provider.Failover(ctx, a.Failover)
+	case a.Forge != nil:
+		return x.forge(ctx, a.Forge.DeepCopy())
 	}
 	return errors.New("empty action")
+}
+
+// forge sends the webhook a review that claims an existing object's UID
+// with made-up content.
+func (x *run) forge(ctx context.Context, obj *unstructured.Unstructured) error {
+	f, ok := x.Provider.(ReviewForger)
+	if !ok {
+		return fmt.Errorf("forge: %w", ErrUnsupported)
+	}
+	ref := RefOf(obj)
+	real, err := x.get(ctx, ref)
+	if err != nil {
+		return fmt.Errorf("forge: the object to impersonate: %w", err)
+	}
+	obj.SetUID(real.GetUID())
+	obj.SetResourceVersion(real.GetResourceVersion())
+	raw, err := json.Marshal(obj.Object)
+	if err != nil {
+		return err
+	}
+	old, err := json.Marshal(real.Object)
+	if err != nil {
+		return err
+	}
+	gvk := obj.GroupVersionKind()
+	m, err := x.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return err
+	}
+	review := map[string]any{
+		"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+		"request": map[string]any{
+			"uid":      "forged-" + string(real.GetUID()),
+			"kind":     map[string]any{"group": gvk.Group, "version": gvk.Version, "kind": gvk.Kind},
+			"resource": map[string]any{"group": m.Resource.Group, "version": m.Resource.Version, "resource": m.Resource.Resource},
+			"name":     obj.GetName(), "namespace": obj.GetNamespace(), "operation": "UPDATE",
+			"userInfo": map[string]any{"username": "system:serviceaccount:conf:forger"},
+			"object":   json.RawMessage(raw), "oldObject": json.RawMessage(old),
+		},
+	}
+	body, err := json.Marshal(review)
+	if err != nil {
+		return err
+	}
+	return f.ForgeReview(ctx, body)
 }
 
 // request sends a CREATE or UPDATE through admission and checks the answer.

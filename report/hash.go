@@ -1,15 +1,28 @@
 package report
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
-	"hash/fnv"
 )
 
+// lastApplied is kubectl's copy of the applied manifest: it changes with
+// every `kubectl apply` and says nothing a policy reacts to beyond what the
+// object itself holds.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
 // ContentHash hashes what a policy can meaningfully react to: everything but
-// status and the metadata fields that change on every write. The scanner and
-// the admission bridge label their reports with it
+// status and the metadata that changes on every write (resourceVersion,
+// generation, managedFields, kubectl's last-applied annotation). The scanner
+// and the admission bridge label their reports with it
 // (audit.kyverno.io/resource.hash), so the merger can tell whether both
-// describe the same content.
+// describe the same content, and whether an admission result was computed
+// on the content the resource has now.
+//
+// It is the first 64 bits of a SHA-256: a second object with the hash of a
+// given one cannot be made (an admission review forged with made-up content
+// never passes for the stored object), where a non-cryptographic hash would
+// let one be constructed.
 func ContentHash(obj map[string]any) (uint64, error) {
 	view := make(map[string]any, len(obj))
 	for k, v := range obj {
@@ -22,6 +35,21 @@ func ContentHash(obj map[string]any) (uint64, error) {
 		for k, v := range md {
 			switch k {
 			case "resourceVersion", "generation", "managedFields":
+			case "annotations":
+				ann, _ := v.(map[string]any)
+				if _, ok := ann[lastApplied]; !ok {
+					m[k] = v
+					break
+				}
+				kept := make(map[string]any, len(ann))
+				for ak, av := range ann {
+					if ak != lastApplied {
+						kept[ak] = av
+					}
+				}
+				if len(kept) > 0 {
+					m[k] = kept
+				}
 			default:
 				m[k] = v
 			}
@@ -32,7 +60,6 @@ func ContentHash(obj map[string]any) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	h := fnv.New64a()
-	_, _ = h.Write(data)
-	return h.Sum64(), nil
+	sum := sha256.Sum256(data)
+	return binary.BigEndian.Uint64(sum[:8]), nil
 }

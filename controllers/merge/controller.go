@@ -216,12 +216,31 @@ func (m *Merger) processNext(ctx context.Context) bool {
 // was written, and deletes it when no result remains.
 func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	m.mu.Lock()
+	var v *verification
+	if st := m.states[uid]; st != nil {
+		v = admissionVerification(st)
+	}
+	m.mu.Unlock()
+	if v != nil {
+		if err := m.verify(ctx, uid, v); err != nil {
+			if !unverifiable(err) {
+				return err // retried with backoff
+			}
+			m.log().Info("admission results cannot be tied to the resource's content; used as they are", "uid", uid, "error", err.Error())
+			m.mu.Lock()
+			if st := m.states[uid]; st != nil && st.admission.hash == v.hash {
+				st.admission.checkedHash, st.admission.unverifiable = v.hash, true
+			}
+			m.mu.Unlock()
+		}
+	}
+	m.mu.Lock()
 	st := m.states[uid]
 	in := Input{Policies: m.policies, Filter: m.opts.Filter}
 	var subject report.Subject
 	if st != nil {
 		subject = st.subject
-		in.Admission, in.Background = expand(st.admission.results), expand(st.background.results)
+		in.Admission, in.Background = expand(m.admissionResults(st)), expand(st.background.results)
 		in.BackgroundCurrent = st.background.present && (!st.admission.present || st.background.hash == st.admission.hash)
 	}
 	prev, hadReport := m.written[uid]

@@ -9,6 +9,7 @@ const (
 	metricOrphans    = "tally_merge_orphaned_reports_deleted_total"
 	metricChecks     = "tally_merge_orphan_checks_total"
 	metricUnusable   = "tally_merge_unusable_reports_total"
+	metricWithheld   = "tally_merge_admission_results_withheld_total"
 )
 
 type metrics struct {
@@ -17,6 +18,7 @@ type metrics struct {
 	orphans    *prometheus.CounterVec
 	checks     *prometheus.CounterVec
 	unusable   prometheus.Counter
+	withheld   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
@@ -37,6 +39,9 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
 			Name: metricUnusable, Help: "Intermediate reports ignored because they name no resource of their namespace.",
 		}),
 	}
-	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable)
+	m.withheld = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricWithheld, Help: "Merges that left out admission results because they were computed on other content than the resource has (a forged or failed request, or a change the scan has not caught up with), by reason.",
+	}, []string{"reason"})
+	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld)
 	return m
 }

@@ -82,6 +82,7 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 	if isAdmission(gvr) {
 		part = &st.admission
 	}
+	prev := *part
 	*part = reportPart{
 		present: true,
 		results: m.compact(r.Spec.Results),
@@ -90,6 +91,12 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 			gvr: gvr, namespace: st.subject.Namespace, name: u.GetName(), uid: u.GetUID(),
 			resourceVersion: u.GetResourceVersion(), gvrLabel: m.intern(labels[report.LabelResourceGVR]), owned: owned,
 		},
+		// What counted before stays known (verify.go), and a check of the
+		// same hash need not be made again.
+		lastGood: prev.lastGood, lastGoodHash: prev.lastGoodHash,
+	}
+	if prev.checkedHash == part.hash {
+		part.checkedHash, part.contentHash, part.unverifiable = prev.checkedHash, prev.contentHash, prev.unverifiable
 	}
 	st.updated, st.checked = m.opts.Now(), time.Time{}
 	m.mu.Unlock()

@@ -33,6 +33,14 @@ type reportPart struct {
 	results []compactResult
 	hash    string // audit.kyverno.io/resource.hash
 	ref     reportRef
+	// Of the admission report (verify.go): checkedHash is the hash the
+	// resource's content was last compared with, contentHash what it had
+	// then; unverifiable says the content cannot be read; lastGood are the
+	// results that last counted, for the content of lastGoodHash.
+	checkedHash, contentHash string
+	unverifiable             bool
+	lastGood                 []compactResult
+	lastGoodHash             string
 }
 
 // reportRef locates an intermediate report, for the orphan check.

@@ -1,0 +1,130 @@
+package merge
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tally-dev/tally/report"
+)
+
+// Admission results bound to content.
+//
+// An AdmissionReport carries the content hash of the object the webhook
+// admitted (audit.kyverno.io/resource.hash). Its results count only while
+// the resource's current content has that hash: a review forged with a real
+// object's UID and made-up content (anyone who reaches the webhook's Service
+// can send one), or a request that was admitted and then failed to persist,
+// never changes a final report.
+//
+// The current hash is the BackgroundScanReport's when the resource has one
+// (the scanner rewrites it whenever the content changes); otherwise the
+// merger reads the resource once per new admission hash and hashes it with
+// the same function. Until the background report catches up with a
+// legitimate change, the results last verified for the content the
+// resource then still had are used. Admission results without a hash (a
+// Kyverno admission controller's, ingested beside Kyverno) cannot be bound
+// and are used as they are.
+
+// Reasons admission results are withheld (the metric's label).
+const (
+	withheldContentDiffers = "content-differs"
+)
+
+// verification is a GET the merger must make to learn whether an admission
+// hash is the resource's current content.
+type verification struct {
+	hash  string
+	owner ownerRef
+}
+
+// admissionVerification returns the GET a state needs, if any. Callers hold m.mu.
+func admissionVerification(st *resourceState) *verification {
+	a := &st.admission
+	if !a.present || a.hash == "" || st.background.present || a.checkedHash == a.hash {
+		return nil
+	}
+	return &verification{hash: a.hash, owner: ownerRef{
+		gvrLabel: a.ref.gvrLabel, apiVersion: st.subject.APIVersion, kind: st.subject.Kind,
+		namespace: st.subject.Namespace, name: st.subject.Name,
+	}}
+}
+
+// verify reads the resource and records whether v.hash is its content.
+func (m *Merger) verify(ctx context.Context, uid string, v *verification) error {
+	current, err := m.currentHash(ctx, uid, v.owner)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st := m.states[uid]; st != nil && st.admission.hash == v.hash {
+		st.admission.checkedHash, st.admission.contentHash = v.hash, current
+	}
+	return nil
+}
+
+// currentHash is the content hash of the resource now ("" when it no longer
+// exists: no admission result of it counts).
+func (m *Merger) currentHash(ctx context.Context, uid string, o ownerRef) (string, error) {
+	gvr, namespaced, err := m.ownerGVR(o)
+	if err != nil {
+		return "", fmt.Errorf("verify admission results of %s: %w", uid, err)
+	}
+	ns := ""
+	if namespaced {
+		ns = o.namespace
+	}
+	obj, err := m.client.Resource(gvr).Namespace(ns).Get(ctx, o.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("verify admission results of %s: get %s %s/%s: %w", uid, gvr, ns, o.name, err)
+	case obj.GetUID() != types.UID(uid):
+		return "", nil // deleted and created again: another resource
+	}
+	h, err := report.ContentHash(obj.Object)
+	if err != nil {
+		return "", fmt.Errorf("verify admission results of %s: %w", uid, err)
+	}
+	return fmt.Sprintf("%x", h), nil
+}
+
+// unverifiable says whether a verification error means the content can
+// never be read (its kind is not served, or the merger may not read it):
+// the admission results are then used as they are, rather than never.
+func unverifiable(err error) bool {
+	return apierrors.IsForbidden(err) || meta.IsNoMatchError(err)
+}
+
+// admissionResults are the admission results that count now (see above),
+// compact. It remembers the last results that counted. Callers hold m.mu.
+func (m *Merger) admissionResults(st *resourceState) []compactResult {
+	a := &st.admission
+	if !a.present {
+		return nil
+	}
+	if a.hash == "" || a.unverifiable {
+		return a.results
+	}
+	current := a.contentHash
+	if st.background.present {
+		current = st.background.hash
+	} else if a.checkedHash != a.hash {
+		current = "" // not verified yet: nothing counts until it is
+	}
+	if current == a.hash {
+		a.lastGood, a.lastGoodHash = a.results, a.hash
+		return a.results
+	}
+	m.metrics.withheld.WithLabelValues(withheldContentDiffers).Inc()
+	if current != "" && a.lastGoodHash == current {
+		return a.lastGood
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package merge
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynfake "k8s.io/client-go/dynamic/fake"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/report"
+)
+
+func podObject(team string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "app", "namespace": "ns", "uid": "u1", "labels": map[string]any{"team": team}},
+	}}
+}
+
+func hashOf(t *testing.T, u *unstructured.Unstructured) string {
+	t.Helper()
+	h, err := report.ContentHash(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h)
+}
+
+func intermediate(kind, hash string, result wgv1alpha2.Result, sec int64) *unstructured.Unstructured {
+	labels := map[string]any{report.LabelResourceUID: "u1", report.LabelResourceGVR: "configmaps.v1"}
+	if hash != "" {
+		labels[report.LabelResourceHash] = hash
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kyverno.io/v2", "kind": kind,
+		"metadata": map[string]any{"name": "u1", "namespace": "ns", "labels": labels},
+		"spec": map[string]any{
+			"owner":   map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "app", "uid": "u1"},
+			"results": []any{map[string]any{"policy": "p", "rule": "r", "result": string(result), "timestamp": map[string]any{"seconds": sec, "nanos": int64(0)}}},
+		},
+	}}
+}
+
+func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
+	stored := podObject("a")      // what the API server holds
+	forged := podObject("forged") // what a forged review claims
+	current, other := hashOf(t, stored), hashOf(t, forged)
+	tests := map[string]struct {
+		background  *unstructured.Unstructured
+		admission   *unstructured.Unstructured
+		earlier     *unstructured.Unstructured // an admission report that counted before
+		wantResults string
+	}{
+		"a forged review (another content, newer) does not replace the background fail": {
+			background: intermediate("BackgroundScanReport", current, fail, 10),
+			admission:  intermediate("AdmissionReport", other, pass, 20), wantResults: "p/r=fail",
+		},
+		"an admission result of the current content counts (newer wins)": {
+			background: intermediate("BackgroundScanReport", current, fail, 10),
+			admission:  intermediate("AdmissionReport", current, pass, 20), wantResults: "p/r=pass",
+		},
+		"without a background report the resource is read: its content matches": {
+			admission: intermediate("AdmissionReport", current, pass, 20), wantResults: "p/r=pass",
+		},
+		"without a background report the resource is read: a forged content does not count": {
+			admission: intermediate("AdmissionReport", other, pass, 20), wantResults: "",
+		},
+		"a forged review does not hide what counted before for the current content": {
+			earlier:   intermediate("AdmissionReport", current, fail, 10),
+			admission: intermediate("AdmissionReport", other, pass, 20), wantResults: "p/r=fail",
+		},
+		"an ingested Kyverno result has no hash and counts as it is": {
+			background: intermediate("BackgroundScanReport", current, fail, 10),
+			admission:  intermediate("AdmissionReport", "", pass, 20), wantResults: "p/r=pass",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := dynfake.NewSimpleDynamicClient(runtime.NewScheme(), stored.DeepCopy())
+			m := New(client, Options{Registry: prometheus.NewRegistry()})
+			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
+			if tc.background != nil {
+				m.Upsert(GVRBackgroundScanReport, tc.background)
+			}
+			merge := func() string {
+				m.mu.Lock()
+				v := admissionVerification(m.states["u1"])
+				m.mu.Unlock()
+				if v != nil {
+					if err := m.verify(context.Background(), "u1", v); err != nil {
+						t.Fatal(err)
+					}
+				}
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				st := m.states["u1"]
+				out := Merge(Input{Policies: m.policies, Admission: expand(m.admissionResults(st)), Background: expand(st.background.results),
+					BackgroundCurrent: st.background.present && (!st.admission.present || st.background.hash == st.admission.hash)})
+				s := ""
+				for _, r := range out {
+					s += r.Policy + "/" + r.Rule + "=" + string(r.Result)
+				}
+				return s
+			}
+			if tc.earlier != nil {
+				m.Upsert(GVRAdmissionReport, tc.earlier)
+				merge()
+			}
+			m.Upsert(GVRAdmissionReport, tc.admission)
+			if got := merge(); got != tc.wantResults {
+				t.Errorf("final results = %q, want %q", got, tc.wantResults)
+			}
+		})
+	}
+}

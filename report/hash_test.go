@@ -1,0 +1,63 @@
+package report
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func samplePod() map[string]any {
+	var obj map[string]any
+	_ = json.Unmarshal([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-7d9f8c6b5-x2k4z","namespace":"prod","uid":"0b6f3a2e-1c4d-4e5f-8a9b-0c1d2e3f4a5b",
+"resourceVersion":"123456","generation":1,"labels":{"app":"web","team":"a","pod-template-hash":"7d9f8c6b5"},
+"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"big\":\"json\"}"},
+"managedFields":[{"manager":"kubelet","operation":"Update","apiVersion":"v1"}],
+"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d9f8c6b5","uid":"1","controller":true}]},
+"spec":{"containers":[{"name":"app","image":"registry.example.com/web:1.2.3","ports":[{"containerPort":8080}],
+"resources":{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"256Mi"}},
+"securityContext":{"runAsNonRoot":true,"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}}],
+"serviceAccountName":"web","nodeName":"node-1"},"status":{"phase":"Running"}}`), &obj)
+	return obj
+}
+
+func TestContentHashIgnoresWhatChangesOnEveryWrite(t *testing.T) {
+	base, err := ContentHash(samplePod())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		change func(map[string]any)
+		same   bool
+	}{
+		"a new resourceVersion":      {func(o map[string]any) { o["metadata"].(map[string]any)["resourceVersion"] = "9" }, true},
+		"new managedFields":          {func(o map[string]any) { o["metadata"].(map[string]any)["managedFields"] = []any{} }, true},
+		"a status change":            {func(o map[string]any) { o["status"] = map[string]any{"phase": "Failed"} }, true},
+		"no last-applied annotation": {func(o map[string]any) { delete(o["metadata"].(map[string]any), "annotations") }, true},
+		"a label change":             {func(o map[string]any) { o["metadata"].(map[string]any)["labels"].(map[string]any)["team"] = "b" }, false},
+		"an image change": {func(o map[string]any) {
+			o["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"] = "registry.example.com/web:1.2.4"
+		}, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			obj := samplePod()
+			tc.change(obj)
+			h, err := ContentHash(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (h == base) != tc.same {
+				t.Errorf("hash equal = %v, want %v", h == base, tc.same)
+			}
+		})
+	}
+}
+
+func BenchmarkContentHash(b *testing.B) {
+	obj := samplePod()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ContentHash(obj); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
