@@ -192,7 +192,12 @@ func (l *Local) args(name string) (binary string, args []string) {
 	if name == "scanner" {
 		return "tally-scanner", append(common, "--leader-elect=false", "--rescan-endpoint",
 			"--webhook-listen", "127.0.0.1:"+strconv.Itoa(l.ports["scanner-webhook"]),
-			"--webhook-configuration", webhookName)
+			"--webhook-configuration", webhookName,
+			// The cases create resources as soon as a policy is Ready; rules
+			// narrowed as policies come would race with that (the API server
+			// picks a configuration change up asynchronously). They are
+			// tested on their own in e2e/webhookrules_test.go.
+			"--webhook-rules-from-policies=false")
 	}
 	if l.mode == BesideKyverno { // as config/overlays/beside-kyverno
 		common = append(common, "--managed-by=kyverno")

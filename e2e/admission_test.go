@@ -58,9 +58,10 @@ type runningBridge struct {
 	bridge *admission.Bridge
 	cancel context.CancelFunc
 	done   chan error
+	reg    *prometheus.Registry
 }
 
-func startBridge(t *testing.T, cfg *rest.Config, secretNamespace, configuration string) *runningBridge {
+func startBridge(t *testing.T, cfg *rest.Config, secretNamespace, configuration string, options ...func(*admission.Options)) *runningBridge {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -78,13 +79,17 @@ func startBridge(t *testing.T, cfg *rest.Config, secretNamespace, configuration 
 	// recorder, as in tally-scanner.
 	reg := prometheus.NewRegistry()
 	rec := admission.NewRecorder(dyn, admission.RecorderOptions{FlushInterval: 200 * time.Millisecond, Registry: reg})
-	b := admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
+	opts := admission.Options{
 		Listen: "127.0.0.1:0", SecretNamespace: secretNamespace, SecretName: "adm-webhook-tls",
 		WebhookConfiguration: configuration, Recorder: rec, Registry: reg,
-	})
+	}
+	for _, o := range options {
+		o(&opts)
+	}
+	b := admission.New(dyn, kube, memory.NewMemCacheClient(disc), opts)
 	in := admission.NewIngester(dyn, memory.NewMemCacheClient(disc), rec)
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 1})))
-	rb := &runningBridge{bridge: b, cancel: cancel, done: make(chan error, 1)}
+	rb := &runningBridge{bridge: b, cancel: cancel, done: make(chan error, 1), reg: reg}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); rec.Run(ctx) }()

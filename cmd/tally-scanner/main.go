@@ -47,9 +47,9 @@ type options struct {
 }
 
 type webhookOptions struct {
-	listen, certDir, secret, dnsNames, configuration string
-	timeout                                          time.Duration
-	ingest                                           bool
+	listen, certDir, secret, dnsNames, configuration, clientCA string
+	timeout                                                    time.Duration
+	ingest, manageRules                                        bool
 }
 
 func main() {
@@ -67,6 +67,8 @@ func main() {
 	flag.StringVar(&o.webhook.dnsNames, "webhook-dns-names", "", "comma-separated DNS names of the generated certificate (default tally-webhook.<namespace>.svc,tally-webhook.<namespace>.svc.cluster.local; IP 127.0.0.1 is always included)")
 	flag.StringVar(&o.webhook.configuration, "webhook-configuration", "tally", "ValidatingWebhookConfiguration whose webhooks get the CA bundle (skipped while absent)")
 	flag.DurationVar(&o.webhook.timeout, "webhook-timeout", 8*time.Second, "time limit of one admission evaluation; past it the request is answered per the policies' failurePolicy")
+	flag.StringVar(&o.webhook.clientCA, "webhook-client-ca", "", "PEM file of CAs: the webhook then requires a client certificate signed by one (configure the API server to present one: see README)")
+	flag.BoolVar(&o.webhook.manageRules, "webhook-rules-from-policies", true, "keep the rules of --webhook-configuration's webhooks to the kinds the admission policies match (CREATE and UPDATE), plus kyverno.io policies; false leaves the rules as deployed")
 	flag.BoolVar(&o.webhook.ingest, "ingest-kyverno-reports", false, "fold the admission reports of a Kyverno admission controller running beside tally (EphemeralReports of Kyverno 1.13+, AdmissionReports of 1.10-1.12) into tally's, and delete them; works with or without tally's own webhook")
 	flag.Parse()
 
@@ -155,7 +157,7 @@ func run(ctx context.Context, o options) error {
 			Listen: o.webhook.listen, CertDir: o.webhook.certDir,
 			SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
 			WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
-			Recorder: recorder, Registry: reg,
+			ManageRules: o.webhook.manageRules, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,
 		})
 		o.ReadyChecks = append(o.ReadyChecks, func() string {
 			if !bridge.Serving() {

@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -45,6 +49,13 @@ type Options struct {
 	// WebhookConfiguration names the ValidatingWebhookConfiguration whose
 	// webhooks get the CA bundle ("" leaves webhook configurations alone).
 	WebhookConfiguration string
+	// ClientCAFile, when set, makes the webhook require a client certificate
+	// signed by one of its CAs: only an API server configured to present one
+	// (AdmissionConfiguration kubeConfigFile) can then send reviews.
+	ClientCAFile string
+	// ManageRules keeps the rules of that configuration's webhooks to what
+	// the admission policies match (rules.go).
+	ManageRules bool
 	// Timeout bounds one request's evaluation (default 8s).
 	Timeout time.Duration
 	// MaxRequestBytes bounds an AdmissionReview body (default 3 MiB).
@@ -146,6 +157,12 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 	b.metrics = newMetrics(opts.Registry)
 	b.policies = newPolicySet(b.log, b.metrics.policyErrors.Inc)
 	b.policies.onPolicy = opts.OnPolicy
+	b.policies.onChange = func() {
+		select { // the webhook rules follow the policies
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
 	if opts.CertDir != "" {
 		b.certs = &dirCerts{dir: opts.CertDir}
 	} else {
@@ -234,6 +251,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}); err != nil {
 		return nil // ctx ended
 	}
+	tlsConfig, err := b.tlsConfig()
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", b.opts.Listen)
 	if err != nil {
 		return fmt.Errorf("admission webhook: listen on %s: %w", b.opts.Listen, err)
@@ -245,7 +266,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	mux.Handle("/validate", b)
 	srv := &http.Server{
 		Handler:           mux,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: b.certs.GetCertificate},
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       b.opts.Timeout + 5*time.Second,
 		WriteTimeout:      b.opts.Timeout + 5*time.Second,
@@ -267,6 +288,25 @@ func (b *Bridge) Run(ctx context.Context) error {
 	defer cancel()
 	_ = srv.Shutdown(shutdown) // best effort: the process is stopping
 	return nil
+}
+
+// tlsConfig is the webhook's TLS: TLS 1.2 or later, the served certificate,
+// and with ClientCAFile client certificates required and verified.
+func (b *Bridge) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: b.certs.GetCertificate}
+	if b.opts.ClientCAFile == "" {
+		return cfg, nil
+	}
+	data, err := os.ReadFile(b.opts.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("admission webhook: client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("admission webhook: client CA %s holds no PEM certificate", b.opts.ClientCAFile)
+	}
+	cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	return cfg, nil
 }
 
 // maintainCerts keeps the certificate served, renewed and set on the
@@ -313,11 +353,19 @@ func (b *Bridge) maintainCerts(ctx context.Context) {
 }
 
 // ensureCABundle sets the CA bundle on every webhook of the webhook
-// configuration; a configuration that does not exist (yet) is skipped.
+// configuration, and with ManageRules their rules; a configuration that does
+// not exist (yet) is skipped.
 func (b *Bridge) ensureCABundle(ctx context.Context) error {
 	bundle := b.certs.bundle()
 	if b.opts.WebhookConfiguration == "" || len(bundle) == 0 {
 		return nil
+	}
+	var rules []admissionregistrationv1.RuleWithOperations
+	if b.opts.ManageRules && b.policies.synced() {
+		var err error
+		if rules, err = b.desiredRules(); err != nil {
+			return err
+		}
 	}
 	api := b.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -334,6 +382,10 @@ func (b *Bridge) ensureCABundle(ctx context.Context) error {
 				vwc.Webhooks[i].ClientConfig.CABundle = bundle
 				changed = true
 			}
+			if rules != nil && !equality.Semantic.DeepEqual(vwc.Webhooks[i].Rules, rules) {
+				vwc.Webhooks[i].Rules = rules
+				changed = true
+			}
 		}
 		if !changed {
 			return nil
@@ -341,9 +393,35 @@ func (b *Bridge) ensureCABundle(ctx context.Context) error {
 		if _, err := api.Update(ctx, vwc, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 			return err
 		}
-		logr.FromContextOrDiscard(ctx).Info("set the CA bundle of the webhook configuration", "name", vwc.Name, "webhooks", len(vwc.Webhooks))
+		logr.FromContextOrDiscard(ctx).Info("updated the webhook configuration (CA bundle, rules)", "name", vwc.Name, "webhooks", len(vwc.Webhooks), "rules", len(rules))
 		return nil
 	})
+}
+
+// desiredRules are the webhook rules of the current policies. A kind that
+// discovery does not know is looked for once more in fresh discovery (a CRD
+// may have just been installed).
+func (b *Bridge) desiredRules() ([]admissionregistrationv1.RuleWithOperations, error) {
+	kinds := kindsOf(b.policies.current().policies)
+	rules, err := webhookRules(kinds, b.disc)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := b.disc.(discovery.CachedDiscoveryInterface); ok && !covers(rules, kinds) {
+		c.Invalidate()
+		return webhookRules(kinds, b.disc)
+	}
+	return rules, nil
+}
+
+// covers reports whether rules were found for at least as many kinds as
+// were asked (an approximation: each kind gives at least one resource).
+func covers(rules []admissionregistrationv1.RuleWithOperations, kinds []string) bool {
+	n := 0
+	for _, r := range rules {
+		n += len(r.Resources)
+	}
+	return n-len(policyRule.Resources) >= len(kinds)
 }
 
 // configWatch kicks certificate maintenance when the webhook configuration

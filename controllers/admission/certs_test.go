@@ -3,8 +3,14 @@ package admission
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -195,5 +201,79 @@ func TestDirCertsReload(t *testing.T) {
 	}
 	if c3, _ := d.GetCertificate(nil); !bytes.Equal(c3.Certificate[0], c2.Certificate[0]) {
 		t.Error("a broken update replaced the served certificate")
+	}
+}
+
+// With a client CA the webhook requires a client certificate it signed: a
+// caller without one (a Pod reaching the Service) cannot even connect.
+func TestWebhookRequiresClientCertificatesWithAClientCA(t *testing.T) {
+	now := time.Now()
+	dir := t.TempDir()
+	server, _, _ := ensureMaterial(material{}, testCertOpts, now)
+	for name, data := range map[string][]byte{keyCert: server.cert, keyKey: server.key} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The API server's client CA and certificate.
+	caPEM, caKeyPEM, err := newCA(now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPair, err := tls.X509KeyPair(caPEM, caKeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caPair.Certificate[0])
+	key, keyPEM, err := newKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caPair.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := tls.X509KeyPair(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "client-ca.crt")
+	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	b := New(nil, nil, nil, Options{CertDir: dir, ClientCAFile: caFile})
+	if err := b.certs.reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := b.tlsConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	srv.TLS = cfg
+	srv.StartTLS()
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(server.caCert)
+	get := func(certs ...tls.Certificate) error {
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: certs, ServerName: "tally-webhook.ns.svc"}}}
+		resp, err := c.Get(srv.URL)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := get(); err == nil {
+		t.Error("a caller without a client certificate was served")
+	}
+	if err := get(client); err != nil {
+		t.Errorf("the API server's client certificate was refused: %v", err)
+	}
+	if _, err := New(nil, nil, nil, Options{CertDir: dir, ClientCAFile: filepath.Join(dir, "missing")}).tlsConfig(); err == nil {
+		t.Error("a missing client CA file was accepted")
 	}
 }

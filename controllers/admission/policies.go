@@ -56,6 +56,8 @@ type policySet struct {
 	log      func() logr.Logger
 	onError  func()
 	onPolicy func(schema.GroupVersionResource, *unstructured.Unstructured, error)
+	// onChange is called after every new snapshot (nil: nothing).
+	onChange func()
 
 	mu         sync.Mutex
 	policies   map[string]*admissionPolicy // by report name
@@ -120,6 +122,9 @@ func (ps *policySet) publish() {
 		s.exceptions = append(s.exceptions, ps.exceptions[name])
 	}
 	ps.snap.Store(s)
+	if ps.onChange != nil {
+		ps.onChange()
+	}
 }
 
 func policyName(gvr schema.GroupVersionResource, namespace, name string) string {

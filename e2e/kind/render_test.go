@@ -66,7 +66,7 @@ func args(c map[string]any) []string {
 func TestRenderOverlays(t *testing.T) {
 	common := map[string]int{
 		"Namespace": 1, "ServiceAccount": 2, "ClusterRole": 5, "ClusterRoleBinding": 5,
-		"Deployment": 2, "PodDisruptionBudget": 2,
+		"Deployment": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 3,
 	}
 	with := func(extra map[string]int) map[string]int {
 		m := map[string]int{}
@@ -157,6 +157,7 @@ func TestRenderOverlays(t *testing.T) {
 				}
 				checkWebhook(t, objs)
 			}
+			checkNetworkPolicies(t, objs)
 			for _, err := range CheckRestricted(objs) {
 				t.Error(err)
 			}
@@ -294,5 +295,37 @@ func TestCheckRestrictedCatches(t *testing.T) {
 	msg := fmt.Sprint(errs)
 	if !strings.Contains(msg, "privileged") || !strings.Contains(msg, "capabilities") {
 		t.Errorf("got %v, want privileged and capabilities violations", errs)
+	}
+}
+
+// checkNetworkPolicies: ingress to tally's namespace is denied but for the
+// webhook port of the scanner and the metrics port from labelled namespaces.
+func checkNetworkPolicies(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	deny := find(objs, "NetworkPolicy", "tally-default-deny-ingress")
+	if deny == nil {
+		t.Fatal("no default-deny NetworkPolicy")
+	}
+	if sel, _, _ := unstructured.NestedMap(deny.Object, "spec", "podSelector"); len(sel) != 0 {
+		t.Errorf("the default deny selects %v, want every Pod", sel)
+	}
+	if rules, found, _ := unstructured.NestedSlice(deny.Object, "spec", "ingress"); found && len(rules) > 0 {
+		t.Errorf("the default deny admits %v", rules)
+	}
+	metrics := find(objs, "NetworkPolicy", "tally-metrics")
+	if metrics == nil {
+		t.Fatal("no metrics NetworkPolicy")
+	}
+	rules, _, _ := unstructured.NestedSlice(metrics.Object, "spec", "ingress")
+	if len(rules) != 1 || !strings.Contains(fmt.Sprint(rules[0]), "tally.dev/scrape") || !strings.Contains(fmt.Sprint(rules[0]), "8080") {
+		t.Errorf("metrics ingress = %v, want port 8080 from namespaces labelled tally.dev/scrape only", rules)
+	}
+	webhook := find(objs, "NetworkPolicy", "tally-webhook")
+	if webhook == nil {
+		t.Fatal("no webhook NetworkPolicy")
+	}
+	rules, _, _ = unstructured.NestedSlice(webhook.Object, "spec", "ingress")
+	if len(rules) != 1 || fmt.Sprint(rules[0]) != "map[ports:[map[port:9443 protocol:TCP]]]" {
+		t.Errorf("webhook ingress = %v, want port 9443 only", rules)
 	}
 }
