@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,6 +21,7 @@ import (
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -254,33 +253,13 @@ func (r *Recorder) Run(ctx context.Context) {
 
 // Reasons a batch is dropped (the label of the dropped-batches metric).
 const (
-	dropNamespaceGone = "namespace-gone"
-	dropInvalid       = "invalid"
-	dropForbidden     = "forbidden"
+	dropNamespaceGone = watch.RefusedNamespaceGone
+	dropInvalid       = watch.RefusedInvalid
+	dropForbidden     = watch.RefusedForbidden
+	dropNotServed     = watch.RefusedNotServed
 	dropAttempts      = "attempts"
 	dropNoResource    = "no-resource"
-	dropNotServed     = "kind-not-served"
 )
-
-// refused classifies an error the API server answered for good: retrying
-// the same write cannot succeed ("" when it may).
-func refused(err error) string {
-	switch {
-	case apierrors.IsNotFound(err): // of a create: its namespace is gone, or its kind is not served
-		var status apierrors.APIStatus
-		if errors.As(err, &status) && status.Status().Details != nil && status.Status().Details.Kind == "namespaces" {
-			return dropNamespaceGone
-		}
-		return dropNotServed
-	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
-		return dropNamespaceGone
-	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsMethodNotSupported(err):
-		return dropInvalid
-	case apierrors.IsForbidden(err):
-		return dropForbidden
-	}
-	return ""
-}
 
 // backoff is the delay before attempt n+1 of a write that failed n times.
 func (r *Recorder) backoff(n int) time.Duration {
@@ -337,7 +316,7 @@ func (r *Recorder) settle(ctx context.Context, log logr.Logger, e *entry, err er
 		return // shutting down: the batch is lost with the process (see docs)
 	}
 	r.metrics.reportWrites.WithLabelValues("error").Inc()
-	reason := refused(err)
+	reason := watch.Refused(err)
 	if reason == "" && e.attempts+1 >= r.opts.MaxAttempts {
 		reason = dropAttempts
 	}
