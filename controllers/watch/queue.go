@@ -2,30 +2,65 @@ package watch
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
+)
+
+// Retry bounds. A failed reconcile is retried after RetryBase, doubling up
+// to RetryCap, with an overall bucket of 10 retries/s (burst 100) as
+// client-go's default controller limiter (whose cap is 1,000 s). A key
+// whose reconcile panicked waits PanicBase, doubling up to PanicCap: a
+// resource that crashes a worker must not be retried hot.
+const (
+	RetryBase = 5 * time.Millisecond
+	RetryCap  = 5 * time.Minute
+	PanicBase = 30 * time.Second
+	PanicCap  = 30 * time.Minute
 )
 
 // Queue is the rate-limited queue of keys (resource UIDs) a controller's
 // workers reconcile, counting the keys being worked on: an empty queue alone
-// does not say that the work is done.
+// does not say that the work is done. It is the one runner of the
+// controllers' reconciles: retries with capped backoff and panic recovery
+// live here.
 type Queue struct {
 	workqueue.TypedRateLimitingInterface[string]
 	inflight atomic.Int64
+	panics   atomic.Int64
+	// panicDelay spaces the retries of keys whose reconcile panicked.
+	panicDelay workqueue.TypedRateLimiter[string]
 }
 
-// NewQueue makes a queue with client-go's default controller rate limiter.
+// NewQueue makes a queue with capped exponential backoff (RetryBase to
+// RetryCap per key, 10 retries/s overall).
 func NewQueue(name string) *Queue {
-	return &Queue{TypedRateLimitingInterface: workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})}
+	return &Queue{
+		TypedRateLimitingInterface: workqueue.NewTypedRateLimitingQueueWithConfig(
+			RateLimiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: name}),
+		panicDelay: workqueue.NewTypedItemExponentialFailureRateLimiter[string](PanicBase, PanicCap),
+	}
+}
+
+// RateLimiter is the retry limiter of a Queue.
+func RateLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](RetryBase, RetryCap),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // ProcessNext takes a key and reconciles it; a failure is logged with what
-// and the key is retried with backoff. It returns false once the queue is
-// shut down.
+// and the key is retried with backoff. A panic in reconcile is recovered:
+// it is logged with its stack (never its value, which may hold an object's
+// content), counted (Panics), and the key is retried after PanicBase at the
+// earliest, so that the process keeps serving every other key. It returns
+// false once the queue is shut down.
 func (q *Queue) ProcessNext(ctx context.Context, what string, reconcile func(context.Context, string) error) bool {
 	key, shutdown := q.Get()
 	if shutdown {
@@ -34,14 +69,37 @@ func (q *Queue) ProcessNext(ctx context.Context, what string, reconcile func(con
 	q.inflight.Add(1)
 	defer q.inflight.Add(-1)
 	defer q.Done(key)
-	if err := reconcile(ctx, key); err != nil {
+	err, panicked := q.run(ctx, key, reconcile)
+	switch {
+	case panicked:
+		q.panics.Add(1)
+		delay := q.panicDelay.When(key)
+		logr.FromContextOrDiscard(ctx).Error(err, what+" panicked; retried later", "uid", key, "after", delay)
+		q.Forget(key)
+		q.AddAfter(key, delay)
+	case err != nil:
 		logr.FromContextOrDiscard(ctx).Error(err, what+" failed; retrying", "uid", key)
 		q.AddRateLimited(key)
-		return true
+	default:
+		q.Forget(key)
+		q.panicDelay.Forget(key)
 	}
-	q.Forget(key)
 	return true
 }
+
+// run calls reconcile, turning a panic into an error that carries the
+// panic's type and the stack.
+func (q *Queue) run(ctx context.Context, key string, reconcile func(context.Context, string) error) (err error, panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			err, panicked = fmt.Errorf("panic (%T) at\n%s", p, debug.Stack()), true
+		}
+	}()
+	return reconcile(ctx, key), false
+}
+
+// Panics counts the reconciles that panicked.
+func (q *Queue) Panics() int64 { return q.panics.Load() }
 
 // Idle reports whether nothing is queued or being worked on.
 func (q *Queue) Idle() bool { return q.Len() == 0 && q.inflight.Load() == 0 }
