@@ -130,6 +130,11 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 		if !rule.matcher.Matches(&e.res, req.NamespaceLabels, e.adm) {
 			continue
 		}
+		if err := ctx.Err(); err != nil {
+			// Past the deadline: the rules left are not evaluated, and say so.
+			results = append(results, e.result(rule, Error, stoppedMessage(err)))
+			continue
+		}
 		if r, ok := e.rule(rule); ok {
 			results = append(results, r)
 		}
@@ -138,6 +143,15 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 		}
 	}
 	return results
+}
+
+// stoppedMessage is the message of a rule whose evaluation the context
+// ended (its deadline, or the caller's cancellation).
+func stoppedMessage(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "evaluation stopped: the evaluation deadline was exceeded"
+	}
+	return "evaluation stopped: " + err.Error()
 }
 
 func resourceOf(obj map[string]any, subresource string) match.Resource {

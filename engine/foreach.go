@@ -58,6 +58,11 @@ func (e *evaluation) forEach(rule *Rule, list []*forEach, data map[string]any, d
 			if el == nil {
 				continue
 			}
+			if err := e.ctx.Err(); err != nil {
+				// Past the deadline: a long list does not hold the caller.
+				*decided = e.result(rule, Error, stoppedMessage(err))
+				return elementDecided
+			}
 			d := cloneTop(data)
 			d["element"] = el
 			d["elementIndex"] = i
