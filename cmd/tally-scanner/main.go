@@ -39,6 +39,7 @@ type options struct {
 	process.Options
 	workers        int
 	interval       time.Duration
+	evalTimeout    time.Duration
 	stateConfigMap string
 	rescanEndpoint bool
 	policyStatus   bool
@@ -57,6 +58,7 @@ func main() {
 	o.Bind(flag.CommandLine, "tally-scanner")
 	flag.IntVar(&o.workers, "workers", 2, "resources evaluated in parallel")
 	flag.DurationVar(&o.interval, "background-scan-interval", time.Hour, "global background scan interval (policies may override it)")
+	flag.DurationVar(&o.evalTimeout, "evaluation-timeout", scan.DefaultEvalTimeout, "time limit of one resource's background evaluation; past it the rules left are error results and the worker moves on")
 	flag.StringVar(&o.stateConfigMap, "state-configmap", "tally-scan-state", "ConfigMap persisting each policy's last complete scan")
 	flag.BoolVar(&o.policyStatus, "policy-status", true, "keep each policy's Ready condition (turn off beside a Kyverno that writes it)")
 	flag.BoolVar(&o.successEvents, "generate-success-events", false, "also emit an Event (Normal, PolicyApplied) on a resource when a background result becomes a pass, as Kyverno's generateSuccessEvents; violations always get one (Warning, PolicyViolation), once per change to fail")
@@ -112,7 +114,7 @@ func run(ctx context.Context, o options) error {
 	defer broadcaster.Shutdown()
 	reg := prometheus.NewRegistry()
 	scanner := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
-		Workers: o.workers, Interval: o.interval, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
+		Workers: o.workers, Interval: o.interval, EvalTimeout: o.evalTimeout, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
 		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
 		NoPolicyStatus: !o.policyStatus, RESTConfig: cfg,
 		// Result Events are reported as Kyverno's background scans report them.

@@ -16,6 +16,9 @@ const (
 	metricPolicyErrors     = "tally_scan_policy_errors_total"
 	metricKindErrors       = "tally_scan_kind_errors_total"
 	metricStoredResources  = "tally_scan_stored_resources"
+	metricEvalPanics       = "tally_scan_evaluation_panics_total"
+	metricEvalDeadlines    = "tally_scan_evaluation_deadline_exceeded_total"
+	metricWorkerPanics     = "tally_scan_worker_panics_total"
 	labelPolicy, labelRule = "policy", "rule"
 	labelResult, labelOp   = "result", "operation"
 	labelReason, labelKind = "reason", "kind"
@@ -34,9 +37,14 @@ type metrics struct {
 	policyErrors   *prometheus.CounterVec
 	kindErrors     *prometheus.CounterVec
 	stored         prometheus.GaugeFunc
+	// evalPanics counts rules whose evaluation panicked (evaluate.go);
+	// workerPanics the reconciles that panicked elsewhere (the queue);
+	// evalDeadlines the evaluations cut by their deadline.
+	evalPanics, evalDeadlines prometheus.Counter
+	workerPanics              prometheus.CounterFunc
 }
 
-func newMetrics(reg prometheus.Registerer, queueLen, storedLen func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics func() float64) *metrics {
 	m := &metrics{
 		results: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: metricResults, Help: "Current background-scan results by policy, rule and result.",
@@ -69,8 +77,18 @@ func newMetrics(reg prometheus.Registerer, queueLen, storedLen func() float64) *
 		stored: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: metricStoredResources, Help: "Resources held in the store.",
 		}, storedLen),
+		evalPanics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricEvalPanics, Help: "Rules whose evaluation panicked: each gave an error result, and the scanner went on.",
+		}),
+		evalDeadlines: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricEvalDeadlines, Help: "Resource evaluations cut by their deadline (--evaluation-timeout); the rules left gave error results.",
+		}),
+		workerPanics: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metricWorkerPanics, Help: "Reconciles that panicked outside evaluation, recovered; the resource is retried after 30 s or more.",
+		}, workerPanics),
 	}
 	reg.MustRegister(m.results, m.scanDuration, m.resources, m.queueDepth, m.sinceLastScan,
-		m.reportWrites, m.reportsDropped, m.policyErrors, m.kindErrors, m.stored)
+		m.reportWrites, m.reportsDropped, m.policyErrors, m.kindErrors, m.stored,
+		m.evalPanics, m.evalDeadlines, m.workerPanics)
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -66,19 +67,30 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 	gvr := s.gvrFor(res.Group, res.Kind)
 	var fresh []memstore.Result
 	evaluated := false
+	// The evaluation has a deadline: the rules it leaves are error results,
+	// stored as any other (the next periodic scan tries them again).
+	evalCtx, cancel := context.WithTimeout(ctx, s.opts.EvalTimeout)
+	defer cancel()
 	for _, tp := range policies {
 		if !tp.mayMatch(res, gvr) || !tp.applies(obj, req.NamespaceLabels) {
 			continue
 		}
 		evaluated = true
 		seen := map[string]bool{}
-		for _, rr := range tp.compiled.Evaluate(ctx, req) {
+		for _, rr := range s.evaluate(evalCtx, tp.compiled, req) {
 			if seen[rr.Rule] {
 				continue // one entry per (policy, rule)
 			}
 			seen[rr.Rule] = true
 			fresh = append(fresh, storedResult(report.Result(tp.compiled, rr, report.ProcessBackground, now)))
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err // stopping: what a cut evaluation gave is not stored
+	}
+	if evalCtx.Err() != nil {
+		s.metrics.evalDeadlines.Inc()
+		logr.FromContextOrDiscard(ctx).Info("evaluation exceeded its deadline; the rules left are errors", "uid", uid, "deadline", s.opts.EvalTimeout)
 	}
 	// The whole set is replaced: results of deleted or no longer matching
 	// policies and rules vanish with it.

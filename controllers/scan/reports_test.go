@@ -48,7 +48,7 @@ func TestRefusedReportWritesAreNotRetriedHot(t *testing.T) {
 				return true, nil, tc.err
 			})
 			reg := prometheus.NewRegistry()
-			m := newMetrics(reg, func() float64 { return 0 }, func() float64 { return 0 })
+			m := newMetrics(reg, func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
 			clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 			w := newReportWriter(client, m, clk, time.Hour)
 			res := memstore.NewResource("uid-1", "", "v1", "Pod", "ns", "p", "1", 1, []byte(`{}`))

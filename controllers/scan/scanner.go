@@ -39,6 +39,8 @@ type Options struct {
 	Workers int
 	// Interval is the global background scan interval (a policy may override it).
 	Interval time.Duration
+	// EvalTimeout bounds the evaluation of one resource (DefaultEvalTimeout).
+	EvalTimeout time.Duration
 	// StateNamespace and StateName locate the ConfigMap that persists each
 	// policy's last complete scan.
 	StateNamespace, StateName string
@@ -91,6 +93,9 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 	if opts.Interval <= 0 {
 		opts.Interval = time.Hour
 	}
+	if opts.EvalTimeout <= 0 {
+		opts.EvalTimeout = DefaultEvalTimeout
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -111,7 +116,7 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 	s.metrics = newMetrics(opts.Registry, func() float64 { return float64(s.queue.Len()) }, func() float64 {
 		n, _ := store.Read().CountResources()
 		return float64(n)
-	})
+	}, func() float64 { return float64(s.queue.Panics()) })
 	// A refused report is tried again at the next periodic scan at the
 	// earliest (or when its content changes).
 	s.reports = newReportWriter(client, s.metrics, opts.Clock, opts.Interval)
