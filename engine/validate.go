@@ -62,14 +62,20 @@ func usesUserInfo(m kyvernov1.MatchResources) bool {
 	return false
 }
 
-// Malformed reports the rules that do not compile (a bad pattern,
-// JMESPath, match...): such a policy is rejected. A construct the engine
+// Malformed reports what makes a policy one to refuse: a spec its CRD's
+// schema does not allow (enums), Kyverno's semantic rules (a match on every
+// rule, known condition operators, well-formed anchors; see checkSpec), and
+// the rules that do not compile (a bad pattern, JMESPath, match...). Every
+// reason names its field path or rule. A construct the engine
 // does not support (validate.cel, manifests, assert) is not malformed: it
 // gives error results where the rule matches (never a silent pass). The
 // scanner and the admission webhook both refuse such policies, so that they
 // agree on which policies exist.
 func Malformed(p *Policy) error {
 	var errs []error
+	if err := checkSpec(kindOf(p), &p.Spec); err != nil {
+		errs = append(errs, err)
+	}
 	for _, r := range p.Rules {
 		if err := checkPatterns(r.Raw.Validate); err != nil {
 			errs = append(errs, fmt.Errorf("rule %s: %w", r.Name, err))

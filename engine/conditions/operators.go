@@ -338,3 +338,19 @@ func asDuration(v any) (float64, bool) {
 	}
 	return 0, false
 }
+
+// KnownOperator reports whether name is a condition operator the engine
+// evaluates (matched without regard to case, as Evaluate does).
+func KnownOperator(name string) bool {
+	_, ok := parseOperator(name)
+	return ok
+}
+
+// Operators lists the operator names the engine evaluates, for messages.
+func Operators() []string {
+	out := make([]string, len(operatorNames))
+	for i, o := range operatorNames {
+		out[i] = o.name
+	}
+	return out
+}

@@ -111,3 +111,22 @@ func TestUnknownOperatorIsAnError(t *testing.T) {
 		t.Errorf("error %v does not name the operator", err)
 	}
 }
+
+func TestKnownOperatorIsWhatEvaluateAccepts(t *testing.T) {
+	for _, name := range append(Operators(), "equals", "anynotin", "DURATIONLESSTHAN") {
+		if !KnownOperator(name) {
+			t.Errorf("%s: unknown, but Evaluate accepts it", name)
+		}
+		if _, err := Evaluate("a", name, "b"); err != nil {
+			t.Errorf("%s: Evaluate: %v", name, err)
+		}
+	}
+	for _, name := range []string{"", "Matches", "Equalz", "In "} {
+		if KnownOperator(name) {
+			t.Errorf("%q: known, but Evaluate refuses it", name)
+		}
+		if _, err := Evaluate("a", name, "b"); err == nil {
+			t.Errorf("%q: Evaluate accepts it", name)
+		}
+	}
+}

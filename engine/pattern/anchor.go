@@ -1,5 +1,10 @@
 package pattern
 
+import (
+	"fmt"
+	"strings"
+)
+
 // anchor is the kind of anchor a pattern key carries.
 type anchor uint8
 
@@ -59,4 +64,26 @@ func (a anchor) String() string {
 		return "add-if-not-present"
 	}
 	return "none"
+}
+
+// CheckKey reports why a pattern key that looks like an anchor (it starts
+// with "(" or with one of "=X^<+" then "(", or it is one character, "("
+// and a key ending in ")") is not a well-formed one: such a key would otherwise be taken as a
+// literal field name, which is never what its author meant. A plain key
+// and a well-formed anchor give nil.
+func CheckKey(k string) error {
+	if a, _ := parseKey(k); a != anchorNone {
+		return nil
+	}
+	opens := strings.HasPrefix(k, "(") || (len(k) >= 2 && k[1] == '(' && strings.ContainsRune("=X^<+", rune(k[0])))
+	closes := len(k) >= 3 && k[1] == '(' && strings.HasSuffix(k, ")")
+	switch {
+	case opens && !strings.HasSuffix(k, ")"):
+		return fmt.Errorf("malformed anchor %q: no closing parenthesis", k)
+	case opens:
+		return fmt.Errorf("malformed anchor %q: the key in parentheses is empty", k)
+	case closes:
+		return fmt.Errorf("malformed anchor %q: unknown modifier (want one of ( =( X( ^( <( +()", k)
+	}
+	return nil
 }

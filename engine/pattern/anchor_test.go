@@ -1,6 +1,9 @@
 package pattern
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParseKey(t *testing.T) {
 	tests := map[string]struct {
@@ -28,6 +31,34 @@ func TestParseKey(t *testing.T) {
 			a, n := parseKey(tc.key)
 			if a != tc.want || n != tc.wantName {
 				t.Errorf("parseKey(%q) = %v, %q; want %v, %q", tc.key, a, n, tc.want, tc.wantName)
+			}
+		})
+	}
+}
+
+func TestCheckKeyRefusesWhatLooksLikeAnAnchorButIsNotOne(t *testing.T) {
+	tests := map[string]struct {
+		key  string
+		want string // "" when the key is fine
+	}{
+		"a plain key":                       {"image", ""},
+		"a well-formed equality anchor":     {"=(name)", ""},
+		"every well-formed anchor":          {"^(containers)", ""},
+		"a key with parentheses inside":     {"a(b)c", ""},
+		"an equality anchor left open":      {"=(name", "no closing parenthesis"},
+		"a conditional anchor left open":    {"(image", "no closing parenthesis"},
+		"a negation anchor with empty name": {"X()", "empty"},
+		"empty parentheses":                 {"()", "empty"},
+		"an unknown modifier":               {"Y(key)", "unknown modifier"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := CheckKey(tc.key)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("CheckKey(%q) = %v, want nil", tc.key, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("CheckKey(%q) = %v, want an error saying %q", tc.key, err, tc.want)
 			}
 		})
 	}
