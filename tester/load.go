@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -180,7 +181,7 @@ func loadPolicy(d Document) *LoadedPolicy {
 	}
 	data, err := sigsyaml.Marshal(d.Object)
 	if err != nil {
-		lp.Invalid = fmt.Errorf("%s: %s %s: %w", d.File, kind, name, err)
+		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: kind, Name: lp.Name, Err: err}
 		return lp
 	}
 	var spec *kyvernov1.Spec
@@ -200,18 +201,45 @@ func loadPolicy(d Document) *LoadedPolicy {
 		compile = func() (*engine.Policy, error) { return engine.CompilePolicy(&p) }
 	}
 	if err != nil {
-		lp.Invalid = fmt.Errorf("%s: %s %s: %w", d.File, kind, name, err)
+		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: kind, Name: lp.Name, Err: err}
 		return lp
 	}
-	if err := engine.ValidateBackground(spec); err != nil {
-		lp.Invalid = fmt.Errorf("%s: %s %s: %w", d.File, kind, name, err)
+	// The checks a cluster makes before a policy is used: the CRD's schema
+	// (the API server's), then what tally's webhook and scanner refuse.
+	// Every reason is reported at once.
+	errs := []error{engine.CheckObject(d.Object), engine.ValidateBackground(spec)}
+	p, err := compile()
+	if err == nil {
+		err = engine.Malformed(p)
+	}
+	if err = errors.Join(append(errs, err)...); err != nil {
+		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: kind, Name: lp.Name, Err: err}
 		return lp
 	}
-	if lp.Policy, err = compile(); err != nil {
-		lp.Invalid = fmt.Errorf("%s: %w", d.File, err)
-	}
+	lp.Policy = p
 	return lp
 }
+
+// InvalidPolicyError is why a policy read from a file is refused: it names
+// the file, the policy and, in Err, the field paths at fault.
+type InvalidPolicyError struct {
+	File, Kind, Name string
+	Err              error
+}
+
+// Error is one line: every reason of Err once (the schema's are found both
+// on the object and on its spec), separated by "; ".
+func (e *InvalidPolicyError) Error() string {
+	var reasons []string
+	for _, r := range strings.Split(e.Err.Error(), "\n") {
+		if r = strings.TrimSpace(r); r != "" && !slices.Contains(reasons, r) {
+			reasons = append(reasons, r)
+		}
+	}
+	return fmt.Sprintf("%s: %s %s: %s", e.File, e.Kind, e.Name, strings.Join(reasons, "; "))
+}
+
+func (e *InvalidPolicyError) Unwrap() error { return e.Err }
 
 // LoadExceptions reads PolicyExceptions from files.
 func LoadExceptions(paths []string) ([]*engine.Exception, error) {

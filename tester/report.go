@@ -41,7 +41,11 @@ type Report struct {
 	Outcomes []Outcome `json:"outcomes"`
 	// Errors are test files that could not be read.
 	Errors []string `json:"errors,omitempty"`
-	Counts Counts   `json:"counts"`
+	// InvalidPolicies are the policies refused as a cluster would refuse
+	// them (schema, Kyverno's semantic rules), one line each naming the
+	// file, the policy and the field paths; their expectations are skipped.
+	InvalidPolicies []string `json:"invalidPolicies,omitempty"`
+	Counts          Counts   `json:"counts"`
 	// Tiers, when an index was given: counts per tier name, and the order of the names.
 	Tiers     map[string]*Counts `json:"tiers,omitempty"`
 	TierOrder []string           `json:"-"`
@@ -62,8 +66,13 @@ func Run(ctx context.Context, paths []string) (*Report, error) {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		outs, err := RunFile(ctx, f)
+		outs, invalid, err := runFile(ctx, f)
 		rep.Outcomes = append(rep.Outcomes, outs...)
+		for _, inv := range invalid {
+			if !contains(rep.InvalidPolicies, inv) {
+				rep.InvalidPolicies = append(rep.InvalidPolicies, inv)
+			}
+		}
 		if err != nil {
 			rep.Errors = append(rep.Errors, err.Error())
 			rep.Outcomes = append(rep.Outcomes, Outcome{File: f, Status: Failed, Reason: err.Error()})

@@ -56,19 +56,29 @@ type resource struct {
 // means the file itself could not be read; problems with what it names are
 // reported on the affected expectations.
 func RunFile(ctx context.Context, file string) ([]Outcome, error) {
+	out, _, err := runFile(ctx, file)
+	return out, err
+}
+
+// runFile is RunFile that also returns why each policy the file names was
+// refused (one line per policy, naming its file and field paths).
+func runFile(ctx context.Context, file string) ([]Outcome, []string, error) {
 	docs, err := ReadDocuments(file)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []Outcome
+	var invalid []string
 	for _, d := range docs {
 		t, err := testOf(file, d)
 		if err != nil {
-			return out, err
+			return out, invalid, err
 		}
-		out = append(out, runTest(ctx, file, t)...)
+		outs, inv := runTest(ctx, file, t)
+		out = append(out, outs...)
+		invalid = append(invalid, inv...)
 	}
-	return out, nil
+	return out, invalid, nil
 }
 
 // testOf decodes one document of a test file.
@@ -87,8 +97,14 @@ func testOf(file string, d Document) (*Test, error) {
 	return &t, nil
 }
 
-func runTest(ctx context.Context, file string, t *Test) []Outcome {
+func runTest(ctx context.Context, file string, t *Test) ([]Outcome, []string) {
 	l, loadErr := load(file, t)
+	var invalid []string
+	for _, lp := range l.policies {
+		if lp.Invalid != nil {
+			invalid = append(invalid, lp.Invalid.Error())
+		}
+	}
 	responses := map[[2]int][]engine.RuleResult{}
 	evaluate := func(pi, ri int) []engine.RuleResult {
 		key := [2]int{pi, ri}
@@ -128,7 +144,7 @@ func runTest(ctx context.Context, file string, t *Test) []Outcome {
 			out = append(out, o)
 		}
 	}
-	return out
+	return out, invalid
 }
 
 // check decides one expectation.

@@ -58,11 +58,13 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		fmt.Fprintln(stderr, "error:", err)
 	}
 	var policies []*engine.Policy
+	invalid := 0
 	for _, lp := range loaded {
 		switch {
 		case lp.Unsupported != nil:
 			fmt.Fprintln(stderr, "skipped:", lp.Unsupported)
 		case lp.Invalid != nil:
+			invalid++
 			fmt.Fprintln(stderr, "invalid policy:", lp.Invalid)
 		default:
 			policies = append(policies, lp.Policy)
@@ -94,10 +96,19 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 			}
 		}
 	}
+	write := printResults
 	if o.policyReport {
-		return printReports(cmd.OutOrStdout(), o.output, out)
+		write = printReports
 	}
-	return printResults(cmd.OutOrStdout(), o.output, out)
+	if err := write(cmd.OutOrStdout(), o.output, out); err != nil {
+		return err
+	}
+	if invalid > 0 {
+		// The valid policies were applied and printed; the refused ones
+		// make the run fail.
+		return exitError{code: exitCouldNotRun, msg: refused(invalid)}
+	}
+	return nil
 }
 
 func printResults(w io.Writer, format string, out []applied) error {

@@ -19,6 +19,15 @@ func (e exitError) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.
 
 func asExit(err error, target *exitError) bool { return errors.As(err, target) }
 
+// refused is the closing message of a command that refused policies (each
+// reported on its own line before): the command exits 1.
+func refused(n int) string {
+	if n == 1 {
+		return "1 policy refused (see above)"
+	}
+	return fmt.Sprintf("%d policies refused (see above)", n)
+}
+
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "tally",

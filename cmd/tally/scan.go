@@ -42,6 +42,8 @@ type scanInput struct {
 	infos      map[string]merge.PolicyInfo
 	exceptions []*engine.Exception
 	resources  []map[string]any
+	// invalid counts the policies refused (reported on stderr).
+	invalid int
 }
 
 // readScanInput sorts the documents of the paths by kind. Problems with one
@@ -98,6 +100,7 @@ func readScanInput(paths []string, stderr io.Writer) (*scanInput, error) {
 		case lp.Unsupported != nil:
 			fmt.Fprintln(stderr, "skipped:", lp.Unsupported)
 		case lp.Invalid != nil:
+			in.invalid++
 			fmt.Fprintln(stderr, "invalid policy:", lp.Invalid)
 		default:
 			p := lp.Policy
@@ -120,6 +123,18 @@ func runScan(cmd *cobra.Command, paths []string, output string) error {
 	if err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
 	}
+	if err := scan(cmd, in, output); err != nil {
+		return err
+	}
+	if in.invalid > 0 {
+		// The valid policies were scanned and their reports printed; the
+		// refused ones make the run fail.
+		return exitError{code: exitCouldNotRun, msg: refused(in.invalid)}
+	}
+	return nil
+}
+
+func scan(cmd *cobra.Command, in *scanInput, output string) error {
 	if len(in.policies) == 0 || len(in.resources) == 0 {
 		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("nothing to scan: %d valid policies, %d resources", len(in.policies), len(in.resources))}
 	}

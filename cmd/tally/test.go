@@ -21,7 +21,13 @@ func newTestCommand() *cobra.Command {
 given paths and compare tally's results with the expected ones, one
 expectation per (policy, rule, resource).
 
-Exit codes: 0 all passed, 2 some failed, 1 could not run.`,
+A policy that a cluster would refuse (its CRD's schema, Kyverno's rules:
+unknown fields, bad enums, a rule without match, unknown operators,
+malformed anchors) is reported with its file and field paths; the other
+tests still run.
+
+Exit codes: 0 all passed, 2 some failed, 1 could not run (a test file
+could not be read, or a policy was refused).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep, err := tester.Run(cmd.Context(), args)
@@ -35,6 +41,9 @@ Exit codes: 0 all passed, 2 some failed, 1 could not run.`,
 			}
 			for _, e := range rep.Errors {
 				fmt.Fprintln(cmd.ErrOrStderr(), "error:", e)
+			}
+			for _, e := range rep.InvalidPolicies {
+				fmt.Fprintln(cmd.ErrOrStderr(), "invalid policy:", e)
 			}
 			out := cmd.OutOrStdout()
 			switch output {
@@ -52,6 +61,10 @@ Exit codes: 0 all passed, 2 some failed, 1 could not run.`,
 			}
 			if output == "json" || output == "junit" {
 				fmt.Fprintln(cmd.ErrOrStderr(), rep.Counts)
+			}
+			if n := len(rep.InvalidPolicies); n > 0 {
+				// The other tests ran; the refused policies' could not.
+				return exitError{code: exitCouldNotRun, msg: refused(n)}
 			}
 			if rep.Counts.Failed > 0 {
 				return exitError{code: exitFailed}
