@@ -2,6 +2,7 @@ package scan
 
 import (
 	"maps"
+	"slices"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -53,7 +54,9 @@ func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstru
 		s.removeException(u.GetNamespace() + "/" + u.GetName())
 		return
 	case GVRNamespace:
-		_ = s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteNamespace(u.GetName()) })
+		if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteNamespace(u.GetName()) }); err != nil {
+			s.log().Error(err, "forgetting a deleted namespace failed", "namespace", u.GetName())
+		}
 	}
 	s.forgetResource(string(u.GetUID()))
 }
@@ -62,8 +65,10 @@ func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstru
 // reconcile then deletes its report.
 func (s *Scanner) forgetResource(uid string) {
 	var gone []memstore.Result
-	if err := s.store.Write(func(w *memstore.WriteTxn) error {
-		gone, _ = w.Results(uid)
+	if err := s.store.Write(func(w *memstore.WriteTxn) (err error) {
+		if gone, err = w.Results(uid); err != nil {
+			return err
+		}
 		return w.DeleteResource(uid)
 	}); err != nil {
 		s.log().Error(err, "forgetting a deleted resource failed", "uid", uid)
@@ -158,14 +163,17 @@ func (s *Scanner) upsertNamespace(u *unstructured.Unstructured) {
 	name := u.GetName()
 	labels := u.GetLabels()
 	changed := false
-	_ = s.store.Write(func(w *memstore.WriteTxn) error {
+	if err := s.store.Write(func(w *memstore.WriteTxn) error {
 		prev, err := w.Namespace(name)
 		if err != nil {
 			return err
 		}
 		changed = prev != nil && !maps.Equal(prev.Labels, labels)
 		return w.PutNamespace(&memstore.Namespace{Name: name, Labels: labels})
-	})
+	}); err != nil {
+		s.log().Error(err, "storing a namespace failed", "namespace", name)
+		return
+	}
 	if !changed {
 		return
 	}
@@ -177,40 +185,71 @@ func (s *Scanner) upsertNamespace(u *unstructured.Unstructured) {
 }
 
 func (s *Scanner) upsertException(u *unstructured.Unstructured) {
+	name := u.GetNamespace() + "/" + u.GetName()
 	var pe kyvernov2.PolicyException
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe); err != nil {
-		s.log().Error(err, "PolicyException could not be read; ignored", "name", u.GetNamespace()+"/"+u.GetName())
+		s.log().Error(err, "PolicyException could not be read; ignored", "name", name)
+		s.removeException(name) // its previous version no longer applies either
 		return
 	}
 	ex, err := engine.CompileException(&pe)
 	if err != nil {
-		s.log().Error(err, "PolicyException is invalid; ignored", "name", u.GetNamespace()+"/"+u.GetName())
+		s.log().Error(err, "PolicyException is invalid; ignored", "name", name)
+		s.removeException(name)
 		return
 	}
 	policies := make([]string, 0, len(pe.Spec.Exceptions))
 	for _, e := range pe.Spec.Exceptions {
 		policies = append(policies, e.PolicyName)
 	}
-	name := pe.Namespace + "/" + pe.Name
+	// The policies of the previous version are rescanned too: the resources
+	// it no longer exempts must lose their skip.
+	before, _ := s.exceptionPolicies(name)
 	if err := s.store.Write(func(w *memstore.WriteTxn) error {
 		return w.PutException(&memstore.Exception{Name: name, Policies: policies, Compiled: ex})
 	}); err != nil {
 		s.log().Error(err, "storing a PolicyException failed", "name", name)
 		return
 	}
-	s.enqueuePolicies(policies)
+	s.enqueuePolicies(union(before, policies))
+}
+
+// exceptionPolicies returns the policies a stored PolicyException names;
+// stored is false when it is not stored.
+func (s *Scanner) exceptionPolicies(name string) (policies []string, stored bool) {
+	all, err := s.store.Read().Exceptions()
+	if err != nil {
+		return nil, false // a read of the in-memory store fails only on a schema bug
+	}
+	for _, e := range all {
+		if e.Name == name {
+			return e.Policies, true
+		}
+	}
+	return nil, false
+}
+
+// union returns the names of a and b, once each.
+func union(a, b []string) []string {
+	seen := make(map[string]bool, len(a)+len(b))
+	var out []string
+	for _, n := range append(slices.Clip(a), b...) {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func (s *Scanner) removeException(name string) {
-	r := s.store.Read()
-	var policies []string
-	if all, err := r.Exceptions(); err == nil {
-		for _, e := range all {
-			if e.Name == name {
-				policies = e.Policies
-			}
-		}
+	policies, stored := s.exceptionPolicies(name)
+	if !stored {
+		return // nothing it exempted
 	}
-	_ = s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteException(name) })
+	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteException(name) }); err != nil {
+		s.log().Error(err, "forgetting a PolicyException failed", "name", name)
+		return
+	}
 	s.enqueuePolicies(policies)
 }

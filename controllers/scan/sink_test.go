@@ -1,0 +1,94 @@
+package scan
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tally-dev/tally/engine"
+)
+
+var gvrConfigMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+func exception(policy string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kyverno.io/v2", "kind": "PolicyException",
+		"metadata": map[string]any{"name": "ex", "namespace": "ns"},
+		"spec": map[string]any{
+			"match":      map[string]any{"any": []any{map[string]any{"resources": map[string]any{"kinds": []any{"Pod", "ConfigMap"}}}}},
+			"exceptions": []any{map[string]any{"policyName": policy, "ruleNames": []any{"r"}}},
+		},
+	}}
+}
+
+// drain empties the queue and returns what it held.
+func drain(s *Scanner) map[string]bool {
+	out := map[string]bool{}
+	for s.queue.Len() > 0 {
+		k, _ := s.queue.Get()
+		out[k] = true
+		s.queue.Done(k)
+		s.queue.Forget(k)
+	}
+	return out
+}
+
+func TestAnExceptionChangeRescansThePoliciesOfItsOldAndNewVersions(t *testing.T) {
+	policy := func(name, kind string) *engine.Policy {
+		return compiledPolicy(t, `
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: `+name+`}
+spec:
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [`+kind+`]}}]}
+    validate: {pattern: {metadata: {name: "?*"}}}
+`)
+	}
+	s := testScanner(t, Options{}, policy("pods", "Pod"))
+	cms := policy("configmaps", "ConfigMap")
+	s.rememberKind(gvrConfigMaps, "", "ConfigMap")
+	s.policies["configmaps"] = &trackedPolicy{name: "configmaps", compiled: cms, ruleHashes: ruleHashes(cms), background: true,
+		ruleKinds: map[string][]schema.GroupVersionResource{"r": {gvrConfigMaps}}}
+	pod := benchPod(t, 1)
+	s.upsertResource(gvrPods, pod)
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "cm", "namespace": "ns", "uid": "cm-uid", "resourceVersion": "1"}}}
+	s.upsertResource(gvrConfigMaps, cm)
+	drain(s)
+
+	podUID, cmUID := string(pod.GetUID()), "cm-uid"
+	steps := []struct {
+		name string
+		do   func()
+		want []string
+	}{
+		{"created for pods", func() { s.Upsert(GVRPolicyException, exception("pods")) }, []string{podUID}},
+		{"edited from pods to configmaps", func() { s.Upsert(GVRPolicyException, exception("configmaps")) }, []string{podUID, cmUID}},
+		{"edited to an invalid version", func() {
+			bad := exception("configmaps")
+			bad.Object["spec"].(map[string]any)["match"] = "not a match"
+			s.Upsert(GVRPolicyException, bad)
+		}, []string{cmUID}},
+		{"created again for pods", func() { s.Upsert(GVRPolicyException, exception("pods")) }, []string{podUID}},
+		{"deleted", func() { s.Remove(GVRPolicyException, exception("pods")) }, []string{podUID}},
+	}
+	for _, step := range steps {
+		step.do()
+		got := drain(s)
+		if len(got) != len(step.want) {
+			t.Errorf("%s: rescanned %v, want %v", step.name, got, step.want)
+			continue
+		}
+		for _, uid := range step.want {
+			if !got[uid] {
+				t.Errorf("%s: rescanned %v, want %v", step.name, got, step.want)
+			}
+		}
+	}
+	if xs := s.Exceptions(); len(xs) != 0 {
+		t.Errorf("%d exceptions left after the delete", len(xs))
+	}
+}
