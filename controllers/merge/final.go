@@ -52,7 +52,7 @@ func finalBody(s report.Subject, results []wgv1alpha2.PolicyReportResult, manage
 		return "", nil, 0, err
 	}
 	h := fnv.New64a()
-	_, _ = h.Write(body)
+	_, _ = h.Write(body) // a hash.Hash's Write never returns an error
 	return r.Metadata.Name, body, h.Sum64(), nil
 }
 

@@ -120,6 +120,7 @@ func (m *Merger) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 	}
 	uid := u.GetLabels()[report.LabelResourceUID]
 	if uid == "" {
+		// Not a string (or absent): the report's name is the last resort.
 		uid, _, _ = unstructured.NestedString(u.Object, "spec", "owner", "uid")
 	}
 	if uid == "" {

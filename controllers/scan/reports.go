@@ -92,6 +92,7 @@ func reportGVR(namespace string) schema.GroupVersionResource {
 // hash label (the merger compares it with the admission report's).
 func digestOf(specJSON []byte, resourceHash string) uint64 {
 	h := fnv.New64a()
+	// A hash.Hash's Write never returns an error.
 	_, _ = h.Write(specJSON)
 	_, _ = h.Write([]byte{0})
 	_, _ = h.Write([]byte(resourceHash))

@@ -77,7 +77,7 @@ func jitter(name string, period time.Duration) time.Duration {
 		return 0
 	}
 	h := fnv.New64a()
-	_, _ = h.Write([]byte(name))
+	_, _ = h.Write([]byte(name)) // a hash.Hash's Write never returns an error
 	return time.Duration(h.Sum64() % uint64(period))
 }
 
@@ -211,7 +211,9 @@ func (s *Scanner) reconcileAll(ctx context.Context, uids []string) error {
 }
 
 func (s *Scanner) completeScan(ctx context.Context, policy string, at time.Time) {
-	_ = s.store.Write(func(w *memstore.WriteTxn) error { return w.SetLastScan(policy, at) })
+	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.SetLastScan(policy, at) }); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "recording the scan time failed", "policy", policy)
+	}
 	if err := s.state.save(ctx, policy, at); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "persisting the scan time failed", "policy", policy)
 	}
