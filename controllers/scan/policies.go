@@ -66,7 +66,7 @@ func ruleHashes(p *engine.Policy) map[string]uint64 {
 	out := make(map[string]uint64, len(p.Rules))
 	for _, r := range p.Rules {
 		data, _ := json.Marshal(r.Raw) // plain API types: cannot fail
-		h := fnv.New64a() // a hash.Hash's Write never returns an error
+		h := fnv.New64a()              // a hash.Hash's Write never returns an error
 		_, _ = h.Write(shared)
 		_, _ = h.Write(data)
 		out[r.Name] = h.Sum64()
