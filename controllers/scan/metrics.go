@@ -1,6 +1,8 @@
 package scan
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -25,7 +27,16 @@ const (
 )
 
 type metrics struct {
-	results       *prometheus.GaugeVec
+	results *prometheus.GaugeVec
+	// series counts the results behind each series of results (policy,
+	// rule, result): one at zero is deleted (countResults).
+	seriesMu sync.Mutex
+	series   map[[3]string]int
+	// sinceSeries are the policies with a sinceLastScan series, deleted
+	// when the policy is no longer scanned (runDueScans).
+	sinceSeries map[string]bool
+
+
 	scanDuration  prometheus.Histogram
 	resources     prometheus.Counter
 	queueDepth    prometheus.GaugeFunc
@@ -46,6 +57,7 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics func() float64) *metrics {
 	m := &metrics{
+		series: map[[3]string]int{}, sinceSeries: map[string]bool{},
 		results: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: metricResults, Help: "Current background-scan results by policy, rule and result.",
 		}, []string{labelPolicy, labelRule, labelResult}),

@@ -180,10 +180,23 @@ func (s *Scanner) seedResults(seeded map[string][]wgv1alpha2.PolicyReportResult)
 	})
 }
 
-// countResults moves the results gauge (R31) by delta for each result.
-func (s *Scanner) countResults(results []memstore.Result, delta float64) {
+// countResults moves the results gauge (R31) by delta for each result. A
+// series whose count falls to zero is deleted: a deleted policy or rule, or
+// a result value no resource has any more, leaves no series behind.
+func (s *Scanner) countResults(results []memstore.Result, delta int) {
+	m := s.metrics
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
 	for _, r := range results {
 		e := r.Value()
-		s.metrics.results.WithLabelValues(e.Policy, e.Rule, e.Result).Add(delta)
+		k := [3]string{e.Policy, e.Rule, string(e.Result)}
+		n := m.series[k] + delta
+		if n <= 0 {
+			delete(m.series, k)
+			m.results.DeleteLabelValues(k[0], k[1], k[2])
+			continue
+		}
+		m.series[k] = n
+		m.results.WithLabelValues(k[0], k[1], k[2]).Set(float64(n))
 	}
 }

@@ -103,7 +103,20 @@ func (s *Scanner) runDueScans(ctx context.Context) {
 		return
 	}
 	now := s.opts.Clock.Now()
-	for _, tp := range s.activePolicies() {
+	active := s.activePolicies()
+	// The series of policies no longer scanned (deleted, background off)
+	// go. Only this goroutine touches sinceSeries.
+	scanned := make(map[string]bool, len(active))
+	for _, tp := range active {
+		scanned[tp.name] = true
+	}
+	for name := range s.metrics.sinceSeries {
+		if !scanned[name] {
+			s.metrics.sinceLastScan.DeleteLabelValues(name)
+			delete(s.metrics.sinceSeries, name)
+		}
+	}
+	for _, tp := range active {
 		last, err := s.store.Read().LastScan(tp.name)
 		if err != nil {
 			continue
@@ -114,6 +127,7 @@ func (s *Scanner) runDueScans(ctx context.Context) {
 			continue
 		}
 		s.metrics.sinceLastScan.WithLabelValues(tp.name).Set(now.Sub(last).Seconds())
+		s.metrics.sinceSeries[tp.name] = true
 		if tp.schedule.next(last).After(now) {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -48,7 +49,10 @@ func (s *Scanner) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstru
 func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
 	case GVRClusterPolicy, GVRPolicy:
-		s.removePolicy(policyName(gvr, u.GetNamespace(), u.GetName()))
+		name := policyName(gvr, u.GetNamespace(), u.GetName())
+		s.removePolicy(name)
+		// A deleted policy keeps no series (its results' go with them).
+		s.metrics.policyErrors.DeletePartialMatch(prometheus.Labels{labelPolicy: name})
 		return
 	case GVRPolicyException:
 		s.removeException(u.GetNamespace() + "/" + u.GetName())
