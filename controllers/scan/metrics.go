@@ -36,7 +36,6 @@ type metrics struct {
 	// when the policy is no longer scanned (runDueScans).
 	sinceSeries map[string]bool
 
-
 	scanDuration  prometheus.Histogram
 	resources     prometheus.Counter
 	queueDepth    prometheus.GaugeFunc
