@@ -87,6 +87,9 @@ type Merger struct {
 	// strings and metas hold the one copy of repeated values (state.go).
 	strings map[string]string
 	metas   map[string]*resultMeta
+	// internLive is how many entries of strings and metas were live at
+	// their last rebuild (releaseInterned).
+	internLive int
 	// allListed is closed once every watched kind was listed: merging
 	// earlier would write reports of a partial view (after a restart, a
 	// resource whose policies are not listed yet would lose its entries).
@@ -137,7 +140,7 @@ func New(client dynamic.Interface, opts Options) *Merger {
 		policies:  map[string]PolicyInfo{},
 		written:   map[string]writtenReport{},
 	}
-	m.metrics = newMetrics(opts.Registry, func() float64 { return float64(m.queue.Len()) })
+	m.metrics = newMetrics(opts.Registry, func() float64 { return float64(m.queue.Len()) }, func() float64 { return float64(m.queue.Panics()) })
 	return m
 }
 

@@ -10,6 +10,7 @@ const (
 	metricChecks     = "tally_merge_orphan_checks_total"
 	metricUnusable   = "tally_merge_unusable_reports_total"
 	metricWithheld   = "tally_merge_admission_results_withheld_total"
+	metricPanics     = "tally_merge_worker_panics_total"
 )
 
 type metrics struct {
@@ -19,9 +20,10 @@ type metrics struct {
 	checks     *prometheus.CounterVec
 	unusable   prometheus.Counter
 	withheld   *prometheus.CounterVec
+	panics     prometheus.CounterFunc
 }
 
-func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, queueLen, panics func() float64) *metrics {
 	m := &metrics{
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricWrites, Help: "Final report writes by operation (create, update, delete).",
@@ -42,6 +44,9 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
 	m.withheld = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricWithheld, Help: "Merges that left out admission results because they were computed on other content than the resource has (a forged or failed request, or a change the scan has not caught up with), by reason.",
 	}, []string{"reason"})
-	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld)
+	m.panics = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: metricPanics, Help: "Merges that panicked, recovered; the resource is retried after 30 s or more and the merger goes on.",
+	}, panics)
+	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld, m.panics)
 	return m
 }

@@ -53,6 +53,54 @@ type reportRef struct {
 	owned           bool   // has an ownerReference to its resource
 }
 
+// internSlack is how far the intern tables may grow past twice what was
+// live at their last rebuild before they are rebuilt (releaseInterned).
+const internSlack = 4096
+
+// releaseInterned rebuilds the intern tables from what the states still
+// use once they have grown past twice what was live at the last rebuild
+// (plus internSlack): the strings and metadata of deleted policies, rules
+// and reports are then released. The cost, a walk of the states, is
+// amortised over the entries added since. Interning only shares memory:
+// a value still held elsewhere after a rebuild is merely not shared with
+// its next copy. Callers hold m.mu.
+func (m *Merger) releaseInterned() {
+	if len(m.strings)+len(m.metas) <= 2*m.internLive+internSlack {
+		return
+	}
+	strs := make(map[string]string, len(m.strings)/2)
+	metas := make(map[string]*resultMeta, len(m.metas)/2)
+	keep := func(s string) {
+		if s != "" {
+			strs[s] = s
+		}
+	}
+	keepResults := func(rs []compactResult) {
+		for _, r := range rs {
+			if _, ok := metas[r.meta.key]; !ok {
+				metas[r.meta.key] = r.meta
+				for _, s := range []string{r.meta.source, r.meta.policy, r.meta.rule, r.meta.category, string(r.meta.severity)} {
+					keep(s)
+				}
+			}
+			keep(r.message)
+			keep(string(r.result))
+		}
+	}
+	for _, st := range m.states {
+		keep(st.subject.APIVersion)
+		keep(st.subject.Kind)
+		keep(st.subject.Namespace)
+		for _, part := range []*reportPart{&st.admission, &st.background} {
+			keepResults(part.results)
+			keepResults(part.lastGood)
+			keep(part.ref.gvrLabel)
+		}
+	}
+	m.strings, m.metas = strs, metas
+	m.internLive = len(strs) + len(metas)
+}
+
 // intern returns the one copy of s the merger keeps. Callers hold m.mu.
 func (m *Merger) intern(s string) string {
 	if s == "" {
@@ -81,6 +129,7 @@ type compactResult struct {
 
 // resultMeta is what the entries of one rule share. Never modified.
 type resultMeta struct {
+	key                            string // in Merger.metas
 	source, policy, rule, category string
 	severity                       wgv1alpha2.Severity
 	scored                         bool
@@ -92,6 +141,7 @@ func (m *Merger) compact(results []wgv1alpha2.PolicyReportResult) []compactResul
 	if len(results) == 0 {
 		return nil
 	}
+	m.releaseInterned()
 	out := make([]compactResult, len(results))
 	var key strings.Builder
 	for i, r := range results {
@@ -109,10 +159,11 @@ func (m *Merger) compact(results []wgv1alpha2.PolicyReportResult) []compactResul
 		meta, ok := m.metas[key.String()]
 		if !ok {
 			meta = &resultMeta{
+				key:    key.String(),
 				source: m.intern(r.Source), policy: m.intern(r.Policy), rule: m.intern(r.Rule), category: m.intern(r.Category),
 				severity: wgv1alpha2.Severity(m.intern(string(r.Severity))), scored: r.Scored, properties: maps.Clone(r.Properties),
 			}
-			m.metas[key.String()] = meta
+			m.metas[meta.key] = meta
 		}
 		out[i] = compactResult{meta: meta, message: m.intern(r.Message), result: wgv1alpha2.Result(m.intern(string(r.Result))),
 			seconds: r.Timestamp.Seconds, nanos: r.Timestamp.Nanos}

@@ -1,6 +1,7 @@
 package merge
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -42,3 +43,31 @@ func TestCompactKeepsWhatTheMergeNeeds(t *testing.T) {
 }
 
 const skip = wgv1alpha2.ResultSkip
+
+func TestInternedValuesOfGoneReportsAreReleased(t *testing.T) {
+	m := New(dynfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{Registry: prometheus.NewRegistry()})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// 50,000 generations of one resource's report, each by a new policy with
+	// a new message: what a day of policy churn leaves behind.
+	for i := range 50000 {
+		st := &resourceState{}
+		st.background.present = true
+		st.background.results = m.compact([]wgv1alpha2.PolicyReportResult{{
+			Source: "kyverno", Policy: fmt.Sprintf("policy-%d", i), Rule: "r", Result: fail, Message: fmt.Sprintf("message %d", i),
+		}})
+		m.states["uid"] = st
+	}
+	if n := len(m.strings) + len(m.metas); n > 2*internSlack+100 {
+		t.Errorf("the intern tables hold %d entries for one live result: unused ones are never released", n)
+	}
+	got := expand(m.states["uid"].background.results)
+	if got[0].Policy != "policy-49999" || got[0].Message != "message 49999" {
+		t.Errorf("live result changed: %+v", got[0])
+	}
+	// What is live stays shared with new copies.
+	again := m.compact([]wgv1alpha2.PolicyReportResult{{Source: "kyverno", Policy: "policy-49999", Rule: "r", Result: fail, Message: "message 49999"}})
+	if again[0].meta != m.states["uid"].background.results[0].meta {
+		t.Error("the live metadata is no longer shared")
+	}
+}
