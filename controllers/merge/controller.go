@@ -231,7 +231,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 			}
 			m.log().Info("admission results cannot be tied to the resource's content; used as they are", "uid", uid, "error", err.Error())
 			m.mu.Lock()
-			if st := m.states[uid]; st != nil && st.admission.hash == v.hash {
+			if st := m.states[uid]; st != nil && st.admission.present && admissionKey(&st.admission) == v.hash {
 				st.admission.checkedHash, st.admission.unverifiable = v.hash, true
 			}
 			m.mu.Unlock()

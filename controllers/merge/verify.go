@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,7 +29,20 @@ import (
 // legitimate change, the results last verified for the content the
 // resource then still had are used. Admission results without a hash (a
 // Kyverno admission controller's, ingested beside Kyverno) cannot be bound
-// and are used as they are.
+// to content: they count while the resource exists (checked the same way
+// when it has no background report), so a report naming a resource that is
+// gone is never merged into a final report.
+
+// unhashed is the key an admission report without a hash is checked under.
+const unhashed = "(no hash)"
+
+// admissionKey is what an admission report's check is keyed by.
+func admissionKey(a *reportPart) string {
+	if a.hash == "" {
+		return unhashed
+	}
+	return a.hash
+}
 
 // Reasons admission results are withheld (the metric's label).
 const (
@@ -45,10 +59,10 @@ type verification struct {
 // admissionVerification returns the GET a state needs, if any. Callers hold m.mu.
 func admissionVerification(st *resourceState) *verification {
 	a := &st.admission
-	if !a.present || a.hash == "" || st.background.present || a.checkedHash == a.hash {
+	if !a.present || st.background.present || a.checkedHash == admissionKey(a) {
 		return nil
 	}
-	return &verification{hash: a.hash, owner: ownerRef{
+	return &verification{hash: admissionKey(a), owner: ownerRef{
 		gvrLabel: a.ref.gvrLabel, apiVersion: st.subject.APIVersion, kind: st.subject.Kind,
 		namespace: st.subject.Namespace, name: st.subject.Name,
 	}}
@@ -62,7 +76,7 @@ func (m *Merger) verify(ctx context.Context, uid string, v *verification) error 
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if st := m.states[uid]; st != nil && st.admission.hash == v.hash {
+	if st := m.states[uid]; st != nil && st.admission.present && admissionKey(&st.admission) == v.hash {
 		st.admission.checkedHash, st.admission.contentHash = v.hash, current
 	}
 	return nil
@@ -73,7 +87,7 @@ func (m *Merger) verify(ctx context.Context, uid string, v *verification) error 
 func (m *Merger) currentHash(ctx context.Context, uid string, o ownerRef) (string, error) {
 	gvr, namespaced, err := m.ownerGVR(o)
 	if err != nil {
-		return "", fmt.Errorf("verify admission results of %s: %w", uid, err)
+		return "", fmt.Errorf("verify admission results of %s: %w: %w", uid, errCannotLocate, err)
 	}
 	ns := ""
 	if namespaced {
@@ -95,11 +109,15 @@ func (m *Merger) currentHash(ctx context.Context, uid string, o ownerRef) (strin
 	return fmt.Sprintf("%x", h), nil
 }
 
+// errCannotLocate: the resource's type cannot be told from the report.
+var errCannotLocate = errors.New("the resource's type cannot be told")
+
 // unverifiable says whether a verification error means the content can
-// never be read (its kind is not served, or the merger may not read it):
-// the admission results are then used as they are, rather than never.
+// never be read (its type cannot be told or is not served, or the merger
+// may not read it): the admission results are then used as they are,
+// rather than never.
 func unverifiable(err error) bool {
-	return apierrors.IsForbidden(err) || meta.IsNoMatchError(err)
+	return apierrors.IsForbidden(err) || meta.IsNoMatchError(err) || errors.Is(err, errCannotLocate)
 }
 
 // admissionResults are the admission results that count now (see above),
@@ -109,8 +127,14 @@ func (m *Merger) admissionResults(st *resourceState) []compactResult {
 	if !a.present {
 		return nil
 	}
-	if a.hash == "" || a.unverifiable {
+	if a.unverifiable {
 		return a.results
+	}
+	if a.hash == "" { // counts while the resource exists
+		if st.background.present || (a.checkedHash == unhashed && a.contentHash != "") {
+			return a.results
+		}
+		return nil
 	}
 	current := a.contentHash
 	if st.background.present {

@@ -53,6 +53,7 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 		background  *unstructured.Unstructured
 		admission   *unstructured.Unstructured
 		earlier     *unstructured.Unstructured // an admission report that counted before
+		gone        bool                       // the resource no longer exists
 		wantResults string
 	}{
 		"a forged review (another content, newer) does not replace the background fail": {
@@ -77,10 +78,20 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 			background: intermediate("BackgroundScanReport", current, fail, 10),
 			admission:  intermediate("AdmissionReport", "", pass, 20), wantResults: "p/r=pass",
 		},
+		"an ingested Kyverno result of a resource that exists counts": {
+			admission: intermediate("AdmissionReport", "", pass, 20), wantResults: "p/r=pass",
+		},
+		"an ingested Kyverno result of a resource that is gone is never merged": {
+			admission: intermediate("AdmissionReport", "", pass, 20), gone: true, wantResults: "",
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			client := dynfake.NewSimpleDynamicClient(runtime.NewScheme(), stored.DeepCopy())
+			var objs []runtime.Object
+			if !tc.gone {
+				objs = append(objs, stored.DeepCopy())
+			}
+			client := dynfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
 			m := New(client, Options{Registry: prometheus.NewRegistry()})
 			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
 			if tc.background != nil {
