@@ -148,7 +148,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	b := &Bridge{pool: newEvalPool(), opts: opts, client: client, kube: kube, disc: disc, clock: opts.Clock, ctx: context.Background(), kick: make(chan struct{}, 1)}
+	b := &Bridge{pool: newEvalPool(poolWorkers, poolOverflow), opts: opts, client: client, kube: kube, disc: disc, clock: opts.Clock, ctx: context.Background(), kick: make(chan struct{}, 1)}
 	b.recorder = opts.Recorder
 	if b.recorder == nil {
 		b.recorder = NewRecorder(client, RecorderOptions{FlushInterval: opts.FlushInterval, Workers: opts.WriteWorkers, Registry: opts.Registry, Clock: opts.Clock})

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -152,10 +153,28 @@ func userInfoOf(u authenticationv1.UserInfo) *engine.UserInfo {
 // evaluation is what the evaluating goroutine hands over: the results of
 // the policies it finished, in snapshot order.
 type evaluation struct {
-	mu       sync.Mutex
-	results  [][]engine.RuleResult
-	done     int
-	panicked error
+	mu      sync.Mutex
+	results [][]engine.RuleResult
+	done    int
+	// panicked[i]: the evaluation of policy i panicked (results[i] is nil);
+	// the policies after it were evaluated.
+	panicked []bool
+	anyPanic bool
+}
+
+// evaluatePolicy is the engine's evaluation; tests replace it.
+var evaluatePolicy = (*engine.Policy).Evaluate
+
+// evaluateSafely evaluates one policy, turning a panic into an error that
+// carries the panic's type and stack, never its value (which may hold the
+// object's content).
+func evaluateSafely(ctx context.Context, p *engine.Policy, req *engine.Request) (rr []engine.RuleResult, err error) {
+	defer func() {
+		if v := recover(); v != nil { // the engine must never take the webhook down
+			rr, err = nil, fmt.Errorf("panic (%T) at\n%s", v, debug.Stack())
+		}
+	}()
+	return evaluatePolicy(p, ctx, req), nil
 }
 
 // Review evaluates one admission request and builds its answer. Results are
@@ -195,38 +214,44 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		Loader: b.opts.Loader,
 	}
 
-	ev := &evaluation{results: make([][]engine.RuleResult, len(snap.policies))}
+	ev := &evaluation{results: make([][]engine.RuleResult, len(snap.policies)), panicked: make([]bool, len(snap.policies))}
 	finished := make(chan struct{})
-	b.pool.run(func() {
+	accepted := b.pool.run(func() {
 		defer close(finished)
-		defer func() {
-			if p := recover(); p != nil { // the engine must never take the webhook down
-				ev.mu.Lock()
-				ev.panicked = fmt.Errorf("evaluation panicked: %v", p)
-				ev.mu.Unlock()
-			}
-		}()
 		for i, ap := range snap.policies {
 			if ctx.Err() != nil {
 				return
 			}
-			rr := ap.compiled.Evaluate(ctx, ereq)
+			rr, err := evaluateSafely(ctx, ap.compiled, ereq)
+			if err != nil {
+				b.metrics.evalPanics.Inc()
+				b.log().Error(err, "evaluation panicked; the policy is answered per its failurePolicy", "policy", ap.compiled.Name)
+			}
 			ev.mu.Lock()
 			ev.results[i], ev.done = rr, i+1
+			ev.panicked[i] = err != nil
+			ev.anyPanic = ev.anyPanic || err != nil
 			ev.mu.Unlock()
 		}
 	})
-	timedOut := false
-	select {
-	case <-finished:
-	case <-ctx.Done():
-		timedOut = true
+	timedOut, cause := false, fmt.Sprintf("evaluation did not finish within %s", b.opts.Timeout)
+	if accepted {
+		select {
+		case <-finished:
+		case <-ctx.Done():
+			timedOut = true
+		}
+	} else {
+		// Every worker and overflow goroutine is busy (pool.go): answered
+		// now, as a timeout would be.
+		b.metrics.evalRefused.Inc()
+		timedOut, cause = true, "evaluation refused: every evaluation slot of the webhook is busy"
 	}
 	ev.mu.Lock()
-	done, panicked := ev.done, ev.panicked
-	results := ev.results[:done]
+	done, anyPanic := ev.done, ev.anyPanic
+	results, panicked := ev.results[:done], ev.panicked[:done]
 	ev.mu.Unlock()
-	if !timedOut && panicked == nil && done < len(snap.policies) {
+	if !timedOut && done < len(snap.policies) {
 		timedOut = true // the goroutine saw the deadline first
 	}
 
@@ -236,6 +261,17 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	labels := map[string]string{}
 	for i, rrs := range results {
 		ap := snap.policies[i]
+		if panicked[i] {
+			// Not evaluated: answered as a policy whose evaluation did not
+			// finish, naming it and nothing of the object.
+			const why = "evaluation panicked"
+			if ap.failClosed && canEnforce(ap.compiled, namespace, nsLabels) {
+				denials = append(denials, fmt.Sprintf("%s:\n  %s (failurePolicy Fail)", ap.compiled.Name, why))
+			} else {
+				resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s: not evaluated: %s (failurePolicy Ignore or Audit)", ap.compiled.Name, why))
+			}
+			continue
+		}
 		var policyDenials []string
 		for _, rr := range rrs {
 			switch rr.Result {
@@ -261,11 +297,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 			denials = append(denials, ap.compiled.Name+":\n"+strings.Join(policyDenials, "\n"))
 		}
 	}
-	if timedOut || panicked != nil {
-		cause := fmt.Sprintf("evaluation did not finish within %s", b.opts.Timeout)
-		if panicked != nil {
-			cause = panicked.Error()
-		}
+	if timedOut {
 		for _, ap := range snap.policies[done:] {
 			if ap.failClosed && canEnforce(ap.compiled, namespace, nsLabels) {
 				denials = append(denials, fmt.Sprintf("%s:\n  %s (failurePolicy Fail)", ap.compiled.Name, cause))
@@ -283,7 +315,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		}
 		return resp, nil // R11: a denied request records nothing
 	}
-	if timedOut || panicked != nil || len(record) == 0 || req.SubResource != "" || (req.DryRun != nil && *req.DryRun) || subject.UID == "" {
+	if timedOut || anyPanic || len(record) == 0 || req.SubResource != "" || (req.DryRun != nil && *req.DryRun) || subject.UID == "" {
 		return resp, nil // R13: dry runs record nothing; partial evaluations neither
 	}
 	hash, err := report.ContentHash(obj)

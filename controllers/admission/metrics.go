@@ -13,6 +13,8 @@ const (
 	metricPolicyErrors   = "tally_admission_policy_errors_total"
 	metricPendingReports = "tally_admission_pending_reports"
 	metricDropped        = "tally_admission_report_batches_dropped_total"
+	metricEvalPanics     = "tally_admission_evaluation_panics_total"
+	metricEvalRefused    = "tally_admission_evaluations_refused_total"
 	labelReason          = "reason"
 	labelOperation       = "operation"
 	labelAllowed         = "allowed"
@@ -24,6 +26,10 @@ type metrics struct {
 	requests     *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
 	policyErrors prometheus.Counter
+	// evalPanics counts policy evaluations that panicked (recovered);
+	// evalRefused the requests answered unevaluated because the evaluation
+	// pool was full (pool.go).
+	evalPanics, evalRefused prometheus.Counter
 }
 
 // recorderMetrics are the report writer's, shared by the webhook and the
@@ -65,7 +71,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		policyErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricPolicyErrors, Help: "Policies the admission bridge skipped because they are invalid.",
 		}),
+		evalPanics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricEvalPanics, Help: "Policy evaluations of admission requests that panicked: answered per the policy's failurePolicy, the webhook went on.",
+		}),
+		evalRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricEvalRefused, Help: "Admission requests answered unevaluated, per failurePolicy, because every evaluation slot was busy.",
+		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.policyErrors)
+	reg.MustRegister(m.requests, m.latency, m.policyErrors, m.evalPanics, m.evalRefused)
 	return m
 }
