@@ -6,7 +6,7 @@ BIN := bin
 KIND_CLUSTER ?= tally
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: all build test test-unit generate verify-generate lint controlplane cluster-up cluster-down e2e-kind bench clean
+.PHONY: all build test test-unit fuzz fuzz-short generate verify-generate lint controlplane cluster-up cluster-down e2e-kind bench clean
 
 all: build
 
@@ -33,10 +33,42 @@ lint:
 controlplane:
 	@bash hack/controlplane/build.sh
 
-## test: everything CI runs: generated files fresh, lint, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in
-test: verify-generate lint
+## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in
+test: verify-generate lint fuzz-short
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 -timeout 60m ./...
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-beside-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
+
+# Fuzz targets, as package:Target. A crash fails the run and leaves the
+# input in the package's testdata/fuzz/<Target>/: fix it and commit the
+# input as a regression seed (plain `go test` runs it).
+FUZZ_TARGETS := \
+	./engine:FuzzCheckPolicy \
+	./engine:FuzzEvaluate \
+	./tester:FuzzLoadPolicies \
+	./engine/pattern:FuzzValidate \
+	./engine/pattern:FuzzMatchValue \
+	./engine/conditions:FuzzEvaluate \
+	./engine/variables:FuzzSubstitute \
+	./engine/variables:FuzzQuery
+FUZZTIME ?= 2m
+FUZZ_SHORT_TIME ?= 3s
+
+# run-fuzz runs every target of FUZZ_TARGETS for $(1), one after the other.
+define run-fuzz
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz: $$name ($$pkg) for $(1)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(1) -fuzzminimizetime 5s $$pkg || exit 1; \
+	done
+endef
+
+## fuzz-short: every fuzz target for FUZZ_SHORT_TIME (default 3s; part of make test)
+fuzz-short:
+	$(call run-fuzz,$(FUZZ_SHORT_TIME))
+
+## fuzz: every fuzz target for FUZZTIME (default 2m each)
+fuzz:
+	$(call run-fuzz,$(FUZZTIME))
 
 ## test-unit: the tests that need no control plane
 test-unit:

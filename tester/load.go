@@ -68,6 +68,12 @@ func ReadDocuments(file string) ([]Document, error) {
 	if err != nil {
 		return nil, err
 	}
+	return DecodeDocuments(file, data)
+}
+
+// DecodeDocuments is ReadDocuments on the content of a file: file only
+// names it in Documents and errors.
+func DecodeDocuments(file string, data []byte) ([]Document, error) {
 	reader := yaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var docs []Document
 	for i := 0; ; i++ {
