@@ -123,7 +123,7 @@ func StartLocal(ctx context.Context, dir string, mode LocalMode) (_ *Local, err 
 		return nil, err
 	}
 	l.bin = filepath.Join(dir, "bin")
-	build := exec.CommandContext(ctx, "go", "build", "-o", l.bin+string(os.PathSeparator), "./cmd/tally-scanner", "./cmd/tally-merger", "./conformance/kyverno-standin")
+	build := exec.CommandContext(ctx, "go", "build", "-tags", "faultinject", "-o", l.bin+string(os.PathSeparator), "./cmd/tally-scanner", "./cmd/tally-merger", "./conformance/kyverno-standin")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build tally: %w\n%s", err, out)
