@@ -123,4 +123,3 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
-
