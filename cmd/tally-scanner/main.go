@@ -139,7 +139,9 @@ func run(ctx context.Context, o options) error {
 	// The admission results (of tally's webhook, and of Kyverno's admission
 	// controller when ingested) are written by one recorder. The webhook and
 	// the ingestion run on every replica, outside leader election.
-	recorder := admission.NewRecorder(dyn, admission.RecorderOptions{Registry: reg})
+	// Past its bound, the recorder hands a resource to a background rescan
+	// instead of growing.
+	recorder := admission.NewRecorder(dyn, admission.RecorderOptions{Registry: reg, OnOverflow: scanner.Rescan})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var parts []func(context.Context) error

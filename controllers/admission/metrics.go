@@ -49,7 +49,7 @@ func newRecorderMetrics(reg prometheus.Registerer, pending func() float64) *reco
 			Name: metricIngested, Help: "Kyverno admission reports folded into tally's reports and deleted, by kind.",
 		}, []string{labelKind}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricDropped, Help: "Batches of admission results given up, by reason (namespace-gone, invalid, forbidden, kind-not-served, attempts, no-resource).",
+			Name: metricDropped, Help: "Batches of admission results given up, by reason (namespace-gone, invalid, forbidden, kind-not-served, attempts, no-resource, overflow).",
 		}, []string{labelReason}),
 	}
 	reg.MustRegister(m.reportWrites, m.ingested, m.dropped,

@@ -156,6 +156,13 @@ type RecorderOptions struct {
 	RetryCap    time.Duration
 	Registry    prometheus.Registerer
 	Clock       clock.WithTicker
+	// MaxPending bounds the resources whose results wait to be written
+	// (default 10 x maxPending). Past it the results of one more resource
+	// are not kept (dropped, reason overflow) and OnOverflow, when set, is
+	// told its UID: tally-scanner rescans the resource instead, so that its
+	// background results stand in for what was lost.
+	MaxPending int
+	OnOverflow func(uid string)
 }
 
 // Recorder aggregates admission results per resource UID and writes them in
@@ -203,6 +210,9 @@ func NewRecorder(client dynamic.Interface, opts RecorderOptions) *Recorder {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = 10 * maxPending
+	}
 	r := &Recorder{client: client, clock: opts.Clock, opts: opts, pending: map[string]*entry{}, kick: make(chan struct{}, 1)}
 	r.metrics = newRecorderMetrics(opts.Registry, func() float64 { return float64(r.pendingCount()) })
 	return r
@@ -211,13 +221,22 @@ func NewRecorder(client dynamic.Interface, opts RecorderOptions) *Recorder {
 // add queues a batch of results for the next flush.
 func (r *Recorder) add(e *entry) {
 	r.mu.Lock()
-	if prev, ok := r.pending[e.uid]; ok {
+	prev, ok := r.pending[e.uid]
+	full := !ok && len(r.pending) >= r.opts.MaxPending
+	switch {
+	case ok:
 		prev.merge(e)
-	} else {
+	case !full:
 		r.pending[e.uid] = e
 	}
 	n := len(r.pending)
 	r.mu.Unlock()
+	if full {
+		r.metrics.dropped.WithLabelValues(dropOverflow).Inc()
+		if r.opts.OnOverflow != nil {
+			r.opts.OnOverflow(e.uid)
+		}
+	}
 	if n >= maxPending {
 		select {
 		case r.kick <- struct{}{}:
@@ -259,6 +278,7 @@ const (
 	dropNotServed     = watch.RefusedNotServed
 	dropAttempts      = "attempts"
 	dropNoResource    = "no-resource"
+	dropOverflow      = "overflow" // MaxPending resources wait already
 )
 
 // backoff is the delay before attempt n+1 of a write that failed n times.

@@ -143,3 +143,11 @@ spec:
 		t.Error("no default deadline")
 	}
 }
+
+func TestRescanQueuesTheResource(t *testing.T) {
+	s := testScanner(t, Options{})
+	s.Rescan("uid-1")
+	if got := drain(s); !got["uid-1"] || len(got) != 1 {
+		t.Errorf("queued %v, want uid-1", got)
+	}
+}

@@ -250,6 +250,11 @@ func (k *keyedMutex) lock(key string) func() {
 	return m.Unlock
 }
 
+// Rescan queues one resource (by UID) for evaluation, as a change would:
+// the admission recorder hands over the resources whose results it could
+// not keep (admission.RecorderOptions.OnOverflow).
+func (s *Scanner) Rescan(uid string) { s.queue.Add(uid) }
+
 // NamespaceLabels returns a namespace's labels as the scanner knows them.
 func (s *Scanner) NamespaceLabels(name string) map[string]string {
 	ns, err := s.store.Read().Namespace(name)
