@@ -140,7 +140,7 @@ func New(client dynamic.Interface, opts Options) *Merger {
 		policies:  map[string]PolicyInfo{},
 		written:   map[string]writtenReport{},
 	}
-	m.metrics = newMetrics(opts.Registry, func() float64 { return float64(m.queue.Len()) }, func() float64 { return float64(m.queue.Panics()) })
+	m.metrics = newMetrics(opts.Registry, func() float64 { return float64(m.queue.Len()) }, func() float64 { return float64(m.queue.Panics() + watch.SinkPanics()) })
 	return m
 }
 

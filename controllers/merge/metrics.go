@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer, queueLen, panics func() float64) *met
 		Name: metricWithheld, Help: "Merges that left out admission results because they were computed on other content than the resource has (a forged or failed request, or a change the scan has not caught up with), by reason.",
 	}, []string{"reason"})
 	m.panics = prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: metricPanics, Help: "Merges that panicked, recovered; the resource is retried after 30 s or more and the merger goes on.",
+		Name: metricPanics, Help: "Merges that panicked (the resource is retried after 30 s or more) and watch deliveries that panicked (the object is skipped), recovered; the merger goes on.",
 	}, panics)
 	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld, m.panics)
 	return m

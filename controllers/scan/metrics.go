@@ -95,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics fun
 			Name: metricEvalDeadlines, Help: "Resource evaluations cut by their deadline (--evaluation-timeout); the rules left gave error results.",
 		}),
 		workerPanics: prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: metricWorkerPanics, Help: "Reconciles that panicked outside evaluation, recovered; the resource is retried after 30 s or more.",
+			Name: metricWorkerPanics, Help: "Reconciles that panicked outside evaluation (the resource is retried after 30 s or more) and watch deliveries that panicked (the object is skipped), recovered.",
 		}, workerPanics),
 	}
 	reg.MustRegister(m.results, m.scanDuration, m.resources, m.queueDepth, m.sinceLastScan,

@@ -116,7 +116,7 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 	s.metrics = newMetrics(opts.Registry, func() float64 { return float64(s.queue.Len()) }, func() float64 {
 		n, _ := store.Read().CountResources()
 		return float64(n)
-	}, func() float64 { return float64(s.queue.Panics()) })
+	}, func() float64 { return float64(s.queue.Panics() + watch.SinkPanics()) })
 	// A refused report is tried again at the next periodic scan at the
 	// earliest (or when its content changes).
 	s.reports = newReportWriter(client, s.metrics, opts.Clock, opts.Interval)

@@ -202,7 +202,8 @@ func (s *Scanner) reconcileAll(ctx context.Context, uids []string) error {
 		go func() {
 			defer wg.Done()
 			for uid := range work {
-				if err := s.reconcile(ctx, uid); err != nil {
+				// A panic is recovered, counted and retried later by the queue.
+				if err, panicked := s.queue.Guard(ctx, "periodic scan", uid, s.reconcile); err != nil && !panicked {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err

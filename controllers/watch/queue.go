@@ -72,11 +72,8 @@ func (q *Queue) ProcessNext(ctx context.Context, what string, reconcile func(con
 	err, panicked := q.run(ctx, key, reconcile)
 	switch {
 	case panicked:
-		q.panics.Add(1)
-		delay := q.panicDelay.When(key)
-		logr.FromContextOrDiscard(ctx).Error(err, what+" panicked; retried later", "uid", key, "after", delay)
 		q.Forget(key)
-		q.AddAfter(key, delay)
+		q.afterPanic(ctx, what, key, err)
 	case err != nil:
 		logr.FromContextOrDiscard(ctx).Error(err, what+" failed; retrying", "uid", key)
 		q.AddRateLimited(key)
@@ -85,6 +82,26 @@ func (q *Queue) ProcessNext(ctx context.Context, what string, reconcile func(con
 		q.panicDelay.Forget(key)
 	}
 	return true
+}
+
+// Guard runs reconcile for key outside the queue's workers (a periodic
+// scan's own workers) with the same panic recovery as ProcessNext: a panic
+// is logged, counted, and the key queued again after the panic delay;
+// panicked then says so. Other errors are the caller's.
+func (q *Queue) Guard(ctx context.Context, what, key string, reconcile func(context.Context, string) error) (err error, panicked bool) {
+	if err, panicked = q.run(ctx, key, reconcile); panicked {
+		q.afterPanic(ctx, what, key, err)
+	}
+	return err, panicked
+}
+
+// afterPanic counts and logs a panic of key's reconcile and queues the key
+// again after the panic delay.
+func (q *Queue) afterPanic(ctx context.Context, what, key string, err error) {
+	q.panics.Add(1)
+	delay := q.panicDelay.When(key)
+	logr.FromContextOrDiscard(ctx).Error(err, what+" panicked; retried later", "uid", key, "after", delay)
+	q.AddAfter(key, delay)
 }
 
 // run calls reconcile, turning a panic into an error that carries the

@@ -68,3 +68,18 @@ func TestRetryBackoffIsCapped(t *testing.T) {
 		t.Errorf("after 100 failures the delay is %s, want the cap %s", last, RetryCap)
 	}
 }
+
+func TestGuardRecoversAPanicOutsideTheWorkers(t *testing.T) {
+	q := NewQueue("test")
+	defer q.ShutDown()
+	err, panicked := q.Guard(context.Background(), "test", "bad", func(context.Context, string) error { panic("boom") })
+	if !panicked || err == nil || q.Panics() != 1 {
+		t.Fatalf("err %v, panicked %v, panics %d: want the panic recovered and counted", err, panicked, q.Panics())
+	}
+	if q.Len() != 0 {
+		t.Error("the panicking key is queued again at once")
+	}
+	if err, panicked := q.Guard(context.Background(), "test", "ok", func(context.Context, string) error { return errors.New("e") }); panicked || err == nil {
+		t.Errorf("an error: got %v, panicked %v", err, panicked)
+	}
+}

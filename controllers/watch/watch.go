@@ -6,6 +6,10 @@ package watch
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +46,29 @@ type StreamingSink interface {
 	StreamsLists()
 }
 
+// sinkPanics counts the Sink calls that panicked (SinkPanics).
+var sinkPanics atomic.Int64
+
+// SinkPanics counts the Sink calls of this process that panicked and were
+// recovered: the object was skipped and its Source went on.
+func SinkPanics() int64 { return sinkPanics.Load() }
+
+// guard calls fn, recovering a panic: it is logged with its stack (never
+// its value, which may hold an object's content) and counted, and returned
+// as an error. A Sink's panic on one object must not take down the process
+// (which would then crash on the same object at every start).
+func guard(log logr.Logger, gvr schema.GroupVersionResource, what string, fn func()) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			sinkPanics.Add(1)
+			err = fmt.Errorf("%s panicked (%T) at\n%s", what, p, debug.Stack())
+			log.Error(err, "a sink call panicked; the object is skipped", "gvr", gvr.String())
+		}
+	}()
+	fn()
+	return nil
+}
+
 // Source lists then watches one kind through a client-go Reflector.
 type Source struct {
 	GVR    schema.GroupVersionResource
@@ -53,6 +80,7 @@ type Source struct {
 func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, s Sink) *Source {
 	ctx, cancel := context.WithCancel(ctx)
 	src := &Source{GVR: gvr, cancel: cancel, done: make(chan struct{})}
+	log := logr.FromContextOrDiscard(ctx)
 	_, streaming := s.(StreamingSink)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -61,8 +89,8 @@ func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersio
 				return list, err
 			}
 			for i := range list.Items {
-				u := list.Items[i] // the sink may keep it; the page keeps a stub
-				s.Upsert(gvr, &u)
+				u := list.Items[i]                                          // the sink may keep it; the page keeps a stub
+				_ = guard(log, gvr, "upsert", func() { s.Upsert(gvr, &u) }) // logged and counted; the list goes on
 				list.Items[i] = *stub(&u)
 			}
 			return list, nil
@@ -72,10 +100,10 @@ func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersio
 			if err != nil || !streaming || opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
 				return w, err
 			}
-			return streamInitialEvents(w, gvr, s), nil
+			return streamInitialEvents(w, gvr, &guardedSink{Sink: s, log: log, gvr: gvr}), nil
 		},
 	}
-	store := &storeAdapter{gvr: gvr, sink: s}
+	store := &storeAdapter{gvr: gvr, sink: s, log: log}
 	r := cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{}, store, cache.ReflectorOptions{
 		Name: "tally-scan " + gvr.String(),
 	})
@@ -134,10 +162,25 @@ func (s *Source) Cancel() { s.cancel() }
 // Done is closed once the Source has ended.
 func (s *Source) Done() <-chan struct{} { return s.done }
 
-// storeAdapter is the cache.Store a Reflector writes to; it forwards to a Sink.
+// guardedSink recovers the panics of a Sink's Upsert (guard).
+type guardedSink struct {
+	Sink
+	log logr.Logger
+	gvr schema.GroupVersionResource
+}
+
+func (g *guardedSink) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	_ = guard(g.log, g.gvr, "upsert", func() { g.Sink.Upsert(gvr, u) }) // logged and counted; the stream goes on
+}
+
+// storeAdapter is the cache.Store a Reflector writes to; it forwards to a
+// Sink, recovering its panics (guard): an object whose Upsert or Remove
+// panics is skipped, a Replace that panics fails the list, which the
+// Reflector retries with its backoff.
 type storeAdapter struct {
 	gvr      schema.GroupVersionResource
 	sink     Sink
+	log      logr.Logger
 	replaced bool
 }
 
@@ -159,7 +202,7 @@ func (a *storeAdapter) Add(obj any) error {
 	if err != nil {
 		return err
 	}
-	a.sink.Upsert(a.gvr, u)
+	_ = guard(a.log, a.gvr, "upsert", func() { a.sink.Upsert(a.gvr, u) }) // logged and counted; the watch goes on
 	return nil
 }
 
@@ -170,7 +213,7 @@ func (a *storeAdapter) Delete(obj any) error {
 	if err != nil {
 		return err
 	}
-	a.sink.Remove(a.gvr, u)
+	_ = guard(a.log, a.gvr, "remove", func() { a.sink.Remove(a.gvr, u) }) // logged and counted; the watch goes on
 	return nil
 }
 
@@ -183,10 +226,14 @@ func (a *storeAdapter) Replace(list []any, _ string) error {
 		}
 		objs = append(objs, u)
 	}
-	a.sink.Replace(a.gvr, objs)
+	if err := guard(a.log, a.gvr, "replace", func() { a.sink.Replace(a.gvr, objs) }); err != nil {
+		return err // the Reflector lists again, with backoff
+	}
 	if !a.replaced {
+		if err := guard(a.log, a.gvr, "listed", func() { a.sink.Listed(a.gvr) }); err != nil {
+			return err
+		}
 		a.replaced = true
-		a.sink.Listed(a.gvr)
 	}
 	return nil
 }

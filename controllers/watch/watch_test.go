@@ -155,3 +155,32 @@ func TestStreamInitialEvents(t *testing.T) {
 		t.Errorf("the sink got %d initial objects, want a and b whole", len(rec.upserted))
 	}
 }
+
+// panickySink panics on the Upsert of one object.
+type panickySink struct {
+	streamingRecorder
+	on string
+}
+
+func (p *panickySink) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	if u.GetName() == p.on {
+		var m map[string]int
+		m["boom"]++ // a real runtime panic
+	}
+	p.streamingRecorder.Upsert(gvr, u)
+}
+
+func TestASinkPanicSkipsTheObjectAndTheSourceGoesOn(t *testing.T) {
+	before := SinkPanics()
+	rec := listOnce(t, &panickySink{on: "b"})
+	var names []string
+	for _, u := range rec.upserted {
+		names = append(names, u.GetName())
+	}
+	if len(names) != 2 || names[0] != "a" || names[1] != "c" {
+		t.Errorf("upserted %v, want a and c: the list must go on past the panic", names)
+	}
+	if n := SinkPanics() - before; n != 1 {
+		t.Errorf("%d sink panics counted, want 1", n)
+	}
+}
