@@ -109,9 +109,11 @@ func (m *Merger) collectOrphans(ctx context.Context) {
 			if err := limiter.Wait(ctx); err != nil {
 				return
 			}
-			if err := m.checkOrphan(ctx, c); err != nil {
-				log.V(1).Info("orphan check inconclusive; reports kept", "uid", c.uid, "error", err.Error())
-			}
+			m.queue.Protect(ctx, "orphan check", func() {
+				if err := m.checkOrphan(ctx, c); err != nil {
+					log.V(1).Info("orphan check inconclusive; reports kept", "uid", c.uid, "error", err.Error())
+				}
+			})
 		}
 	}
 }

@@ -90,7 +90,7 @@ func (s *Scanner) schedule(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C():
-			s.runDueScans(ctx)
+			s.queue.Protect(ctx, "scheduling", func() { s.runDueScans(ctx) })
 		}
 	}
 }

@@ -95,6 +95,18 @@ func (q *Queue) Guard(ctx context.Context, what, key string, reconcile func(cont
 	return err, panicked
 }
 
+// Protect runs one pass of a controller's other loops (a scheduler tick,
+// an orphan check) with panic recovery: a panic is logged with its stack,
+// counted in Panics, and the loop goes on with its next pass.
+func (q *Queue) Protect(ctx context.Context, what string, fn func()) (panicked bool) {
+	err, panicked := q.run(ctx, "", func(context.Context, string) error { fn(); return nil })
+	if panicked {
+		q.panics.Add(1)
+		logr.FromContextOrDiscard(ctx).Error(err, what+" panicked; the loop goes on")
+	}
+	return panicked
+}
+
 // afterPanic counts and logs a panic of key's reconcile and queues the key
 // again after the panic delay.
 func (q *Queue) afterPanic(ctx context.Context, what, key string, err error) {

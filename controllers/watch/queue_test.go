@@ -83,3 +83,18 @@ func TestGuardRecoversAPanicOutsideTheWorkers(t *testing.T) {
 		t.Errorf("an error: got %v, panicked %v", err, panicked)
 	}
 }
+
+func TestProtectRecoversAPassOfAnotherLoop(t *testing.T) {
+	q := NewQueue("test")
+	defer q.ShutDown()
+	if !q.Protect(context.Background(), "test", func() { panic("boom") }) || q.Panics() != 1 {
+		t.Fatalf("panics %d: want the panic recovered and counted", q.Panics())
+	}
+	ran := false
+	if q.Protect(context.Background(), "test", func() { ran = true }) || !ran {
+		t.Error("a pass that does not panic")
+	}
+	if q.Len() != 0 {
+		t.Error("Protect queued something")
+	}
+}
