@@ -401,7 +401,7 @@ func (l *Local) Config() *rest.Config { return l.cluster.Config }
 func (l *Local) Kubeconfig() string   { return l.cluster.Kubeconfig }
 func (l *Local) Can(what string) bool {
 	switch what {
-	case CanRescan, CanRestartScanner, CanRestartMerger, CanFailoverMerger, CanMetrics, CanRestartAPIServer, CanTally:
+	case CanRescan, CanRestartScanner, CanRestartMerger, CanFailoverMerger, CanMetrics, CanRestartAPIServer, CanTally, CanFaultInject:
 		return true
 	case CanTallyWebhook:
 		return l.mode == Standalone

@@ -24,6 +24,9 @@ const (
 	// CanTally: the implementation under test is tally; a case marked as a
 	// tally extension counts as a failure only then.
 	CanTally = "tally"
+	// CanFaultInject: tally's daemons are built with the faultinject tag
+	// (internal/fault), so a case can make an evaluation panic.
+	CanFaultInject = "fault-inject"
 )
 
 // ManagedByLabeler is a provider that knows the app.kubernetes.io/managed-by

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -278,6 +279,7 @@ const (
 	dropNotServed     = watch.RefusedNotServed
 	dropAttempts      = "attempts"
 	dropNoResource    = "no-resource"
+	dropPanicked      = "panicked"
 	dropOverflow      = "overflow" // MaxPending resources wait already
 )
 
@@ -315,7 +317,7 @@ func (r *Recorder) flush(ctx context.Context, final bool) {
 		go func() {
 			defer wg.Done()
 			for e := range work {
-				r.settle(ctx, log, e, r.write(ctx, e))
+				r.settle(ctx, log, e, r.safeWrite(ctx, e))
 			}
 		}()
 	}
@@ -324,6 +326,22 @@ func (r *Recorder) flush(ctx context.Context, final bool) {
 	}
 	close(work)
 	wg.Wait()
+}
+
+// errWritePanicked: writing a batch panicked; it is dropped, not retried
+// (the same batch would panic again).
+var errWritePanicked = errors.New("writing the admission report panicked")
+
+// safeWrite is write, with a panic turned into errWritePanicked: one bad
+// batch never takes the webhook's process down.
+func (r *Recorder) safeWrite(ctx context.Context, e *entry) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			logr.FromContextOrDiscard(ctx).Error(errWritePanicked, "recovered", "uid", e.uid, "namespace", e.namespace)
+			err = errWritePanicked
+		}
+	}()
+	return r.write(ctx, e)
 }
 
 // settle acts on the outcome of one write.
@@ -337,6 +355,9 @@ func (r *Recorder) settle(ctx context.Context, log logr.Logger, e *entry, err er
 	}
 	r.metrics.reportWrites.WithLabelValues("error").Inc()
 	reason := watch.Refused(err)
+	if errors.Is(err, errWritePanicked) {
+		reason = dropPanicked
+	}
 	if reason == "" && e.attempts+1 >= r.opts.MaxAttempts {
 		reason = dropAttempts
 	}

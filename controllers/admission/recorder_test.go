@@ -374,3 +374,18 @@ func TestRecorderWritesOnceTheFailurePasses(t *testing.T) {
 		t.Errorf("results = %s", got)
 	}
 }
+
+func TestRecorderSurvivesAPanickingWrite(t *testing.T) {
+	rec, client := fakeRecorder()
+	client.PrependReactor("create", "admissionreports", func(k8stesting.Action) (bool, runtime.Object, error) {
+		panic("boom")
+	})
+	rec.add(podEntry(10, "h1", result("a", "r1", "fail", 10)))
+	rec.flush(context.Background(), false) // must not panic
+	if got := testutil.ToFloat64(rec.metrics.dropped.WithLabelValues(dropPanicked)); got != 1 {
+		t.Errorf("dropped{panicked} = %v, want 1", got)
+	}
+	if n := rec.pendingCount(); n != 0 {
+		t.Errorf("pending = %d: a batch that panicked is not retried", n)
+	}
+}
