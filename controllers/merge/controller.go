@@ -277,6 +277,14 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	}
 	gvr := finalGVR(subject.Namespace)
 	if err := m.applyFinal(ctx, gvr, subject.Namespace, name, body); err != nil {
+		if reason := watch.Refused(err); reason != "" {
+			// Refused for good (namespace gone or terminating, invalid,
+			// forbidden, kind not served): retrying the same write cannot
+			// succeed. It is tried again when the resource's reports change.
+			m.log().Error(err, "final report write refused; dropped", "namespace", subject.Namespace, "name", name, "reason", reason)
+			m.metrics.dropped.WithLabelValues(reason).Inc()
+			return nil
+		}
 		return fmt.Errorf("apply final report %s/%s: %w", subject.Namespace, name, err)
 	}
 	op := "update"

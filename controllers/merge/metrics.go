@@ -11,6 +11,7 @@ const (
 	metricUnusable   = "tally_merge_unusable_reports_total"
 	metricWithheld   = "tally_merge_admission_results_withheld_total"
 	metricPanics     = "tally_merge_worker_panics_total"
+	metricDropped    = "tally_merge_report_writes_dropped_total"
 )
 
 type metrics struct {
@@ -21,6 +22,7 @@ type metrics struct {
 	unusable   prometheus.Counter
 	withheld   *prometheus.CounterVec
 	panics     prometheus.CounterFunc
+	dropped    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen, panics func() float64) *metrics {
@@ -47,6 +49,9 @@ func newMetrics(reg prometheus.Registerer, queueLen, panics func() float64) *met
 	m.panics = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: metricPanics, Help: "Merges that panicked (the resource is retried after 30 s or more) and watch deliveries that panicked (the object is skipped), recovered; the merger goes on.",
 	}, panics)
-	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld, m.panics)
+	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricDropped, Help: "Final report writes the API server refused for good (namespace gone or terminating, invalid, forbidden, kind not served), dropped rather than retried, by reason.",
+	}, []string{"reason"})
+	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld, m.panics, m.dropped)
 	return m
 }

@@ -6,9 +6,15 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/report"
@@ -124,6 +130,43 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 			m.Upsert(GVRAdmissionReport, tc.admission)
 			if got := merge(); got != tc.wantResults {
 				t.Errorf("final results = %q, want %q", got, tc.wantResults)
+			}
+		})
+	}
+}
+
+// A final report write the API server refuses for good is dropped with a
+// metric, not returned for a hot retry; a transient failure is returned.
+func TestRefusedFinalReportWritesAreDropped(t *testing.T) {
+	tests := map[string]struct {
+		err     error
+		dropped bool
+	}{
+		"the namespace is terminating": {&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
+			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}}}}, true},
+		"the report is invalid":     {apierrors.NewInvalid(schema.GroupKind{Group: "wgpolicyk8s.io", Kind: "PolicyReport"}, "u1", nil), true},
+		"the API server is unready": {apierrors.NewServiceUnavailable("etcd"), false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := dynfake.NewSimpleDynamicClient(runtime.NewScheme())
+			client.PrependReactor("patch", "policyreports", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
+			m := New(client, Options{Registry: prometheus.NewRegistry()})
+			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
+			m.Upsert(GVRBackgroundScanReport, intermediate("BackgroundScanReport", "h", fail, 10))
+			err := m.reconcile(context.Background(), "u1")
+			if tc.dropped {
+				if err != nil {
+					t.Errorf("reconcile = %v: a refused write is not retried", err)
+				}
+				if got := testutil.ToFloat64(m.metrics.dropped); got != 1 {
+					t.Errorf("dropped = %v, want 1", got)
+				}
+			} else if err == nil {
+				t.Error("a transient failure was not returned for a retry")
+			}
+			if _, ok := m.written["u1"]; ok {
+				t.Error("a write that failed is remembered as written")
 			}
 		})
 	}
