@@ -8,9 +8,9 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
-	"github.com/tally-dev/tally/engine"
 )
 
 // A policy is checked when it is created or updated, as Kyverno's policy
@@ -28,41 +28,34 @@ func isPolicyWrite(req *admissionv1.AdmissionRequest) bool {
 	return req.Kind.Group == kyvernov1.GroupVersion.Group && (req.Kind.Kind == "ClusterPolicy" || req.Kind.Kind == "Policy") && req.SubResource == ""
 }
 
-// checkPolicy says why a policy cannot be evaluated (nil when it can): it
-// does not decode into the policy schema, a rule does not compile (a
-// pattern, JMESPath, match that cannot work), a background policy reads
-// admission-only data (R06), or both admission and background are off.
+// checkPolicy says why a policy cannot be evaluated (nil when it can): the
+// reasons the webhook's own policy set refuses it for (compilePolicy: it
+// does not decode into the policy types, a rule does not compile, a
+// background policy reads admission-only data, R06), or admission and
+// background both off.
 func checkPolicy(raw []byte, namespaced bool) error {
-	var spec *kyvernov1.Spec
-	var err error
-	if namespaced {
-		var p kyvernov1.Policy
-		if err := json.Unmarshal(raw, &p); err != nil {
-			return fmt.Errorf("not a valid Policy: %w", err)
-		}
-		spec = &p.Spec
-		var compiled *engine.Policy
-		if compiled, err = engine.CompilePolicy(&p); err == nil {
-			err = engine.Malformed(compiled)
-		}
-	} else {
-		var p kyvernov1.ClusterPolicy
-		if err := json.Unmarshal(raw, &p); err != nil {
-			return fmt.Errorf("not a valid ClusterPolicy: %w", err)
-		}
-		spec = &p.Spec
-		var compiled *engine.Policy
-		if compiled, err = engine.CompileClusterPolicy(&p); err == nil {
-			err = engine.Malformed(compiled)
-		}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return fmt.Errorf("not a JSON object: %w", err)
 	}
-	if err != nil {
+	u := &unstructured.Unstructured{Object: obj}
+	gvr := GVRClusterPolicy
+	if namespaced {
+		gvr = GVRPolicy
+	}
+	if _, err := compilePolicy(gvr, u); err != nil {
 		return err
 	}
-	if !spec.AdmissionEnabled() && !spec.BackgroundEnabled() {
+	if !enabled(u, "admission") && !enabled(u, "background") {
 		return errors.New("spec.admission and spec.background are both false: the policy would never be evaluated")
 	}
-	return engine.ValidateBackground(spec)
+	return nil
+}
+
+// enabled reads spec.<field> of a policy, true unless set false.
+func enabled(u *unstructured.Unstructured, field string) bool {
+	v, found, err := unstructured.NestedBool(u.Object, "spec", field)
+	return !found || err != nil || v
 }
 
 // policyRefused is the answer to a policy write that checkPolicy refused.
