@@ -403,25 +403,15 @@ func (b *Bridge) ensureCABundle(ctx context.Context) error {
 // may have just been installed).
 func (b *Bridge) desiredRules() ([]admissionregistrationv1.RuleWithOperations, error) {
 	kinds := kindsOf(b.policies.current().policies)
-	rules, err := webhookRules(kinds, b.disc)
+	rules, missing, err := webhookRules(kinds, b.disc)
 	if err != nil {
 		return nil, err
 	}
-	if c, ok := b.disc.(discovery.CachedDiscoveryInterface); ok && !covers(rules, kinds) {
+	if c, ok := b.disc.(discovery.CachedDiscoveryInterface); ok && len(missing) > 0 {
 		c.Invalidate()
-		return webhookRules(kinds, b.disc)
+		rules, _, err = webhookRules(kinds, b.disc)
 	}
-	return rules, nil
-}
-
-// covers reports whether rules were found for at least as many kinds as
-// were asked (an approximation: each kind gives at least one resource).
-func covers(rules []admissionregistrationv1.RuleWithOperations, kinds []string) bool {
-	n := 0
-	for _, r := range rules {
-		n += len(r.Resources)
-	}
-	return n-len(policyRule.Resources) >= len(kinds)
+	return rules, err
 }
 
 // configWatch kicks certificate maintenance when the webhook configuration

@@ -50,29 +50,32 @@ func kindsOf(policies []*admissionPolicy) []string {
 }
 
 // webhookRules maps kinds to the webhook's rules through discovery. A kind
-// not served (yet) is left out; it is looked for again at the next pass.
-func webhookRules(kinds []string, disc discovery.DiscoveryInterface) ([]admissionregistrationv1.RuleWithOperations, error) {
+// not served (yet) is left out and returned in missing; it is looked for
+// again at the next pass.
+func webhookRules(kinds []string, disc discovery.DiscoveryInterface) (rules []admissionregistrationv1.RuleWithOperations, missing []string, err error) {
 	ops := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
 	all := func() []admissionregistrationv1.RuleWithOperations {
 		return []admissionregistrationv1.RuleWithOperations{{Operations: ops, Rule: admissionregistrationv1.Rule{
 			APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*", "*/*"}, Scope: ptr.To(admissionregistrationv1.AllScopes)}}}
 	}
 	var selectors []match.KindSelector
+	var written []string // the kinds of selectors, as written
 	for _, k := range kinds {
 		sel, err := match.ParseKind(k)
 		if err != nil {
 			continue // the policy is refused for it; nothing to send
 		}
 		if sel.Kind == "*" && sel.Group == "*" {
-			return all(), nil
+			return all(), nil, nil
 		}
-		selectors = append(selectors, sel)
+		selectors, written = append(selectors, sel), append(written, k)
 	}
+	found := make([]bool, len(selectors))
 	byGroup := map[string]map[string]bool{}
 	if len(selectors) > 0 {
 		_, lists, err := disc.ServerGroupsAndResources()
 		if err != nil && len(lists) == 0 {
-			return nil, fmt.Errorf("discovery: %w", err)
+			return nil, nil, fmt.Errorf("discovery: %w", err)
 		}
 		for _, list := range lists {
 			gv, err := schema.ParseGroupVersion(list.GroupVersion)
@@ -87,7 +90,7 @@ func webhookRules(kinds []string, disc discovery.DiscoveryInterface) ([]admissio
 			}
 			for _, r := range list.APIResources {
 				parent, sub, isSub := strings.Cut(r.Name, "/")
-				for _, sel := range selectors {
+				for i, sel := range selectors {
 					if (sel.Group != "*" && sel.Group != gv.Group) || (sel.Version != "*" && sel.Version != gv.Version) {
 						continue
 					}
@@ -100,6 +103,7 @@ func webhookRules(kinds []string, disc discovery.DiscoveryInterface) ([]admissio
 					if !isSub && sel.Subresource != "" && sel.Subresource != "*" {
 						continue
 					}
+					found[i] = true
 					if byGroup[gv.Group] == nil {
 						byGroup[gv.Group] = map[string]bool{}
 					}
@@ -108,13 +112,17 @@ func webhookRules(kinds []string, disc discovery.DiscoveryInterface) ([]admissio
 			}
 		}
 	}
-	var out []admissionregistrationv1.RuleWithOperations
+	for i := range selectors {
+		if !found[i] {
+			missing = append(missing, written[i])
+		}
+	}
 	for _, group := range slices.Sorted(maps.Keys(byGroup)) {
-		out = append(out, admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
+		rules = append(rules, admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
 			APIGroups: []string{group}, APIVersions: []string{"*"}, Resources: slices.Sorted(maps.Keys(byGroup[group])),
 			Scope: ptr.To(admissionregistrationv1.AllScopes)}})
 	}
-	return append(out, policyRule), nil
+	return append(rules, policyRule), missing, nil
 }
 
 // wildcardMatch matches a kind written with * and ? wildcards.

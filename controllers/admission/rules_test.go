@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,21 +23,22 @@ func fakeDiscovery() *discoveryfake.FakeDiscovery {
 
 func TestWebhookRulesNameOnlyWhatPoliciesMatch(t *testing.T) {
 	tests := map[string]struct {
-		kinds []string
-		want  string
+		kinds   []string
+		want    string
+		missing string
 	}{
-		"no policy: only policy writes":       {nil, "[[kyverno.io] [clusterpolicies policies]]"},
-		"Pods: the pods resource only":        {[]string{"Pod"}, "[[] [pods]] [[kyverno.io] [clusterpolicies policies]]"},
-		"a subresource is named":              {[]string{"Pod/exec"}, "[[] [pods/exec]] [[kyverno.io] [clusterpolicies policies]]"},
-		"kinds of several groups":             {[]string{"Deployment", "ConfigMap", "Pod"}, "[[] [configmaps pods]] [[apps] [deployments]] [[kyverno.io] [clusterpolicies policies]]"},
-		"a group-qualified kind":              {[]string{"apps/v1/Deployment"}, "[[apps] [deployments]] [[kyverno.io] [clusterpolicies policies]]"},
-		"a kind not served is left out":       {[]string{"Widget"}, "[[kyverno.io] [clusterpolicies policies]]"},
-		"every kind: everything":              {[]string{"Pod", "*"}, "[[*] [* */*]]"},
-		"a kind wildcard matches by its name": {[]string{"Config*"}, "[[] [configmaps]] [[kyverno.io] [clusterpolicies policies]]"},
+		"no policy: only policy writes":       {kinds: nil, want: "[[kyverno.io] [clusterpolicies policies]]"},
+		"Pods: the pods resource only":        {kinds: []string{"Pod"}, want: "[[] [pods]] [[kyverno.io] [clusterpolicies policies]]"},
+		"a subresource is named":              {kinds: []string{"Pod/exec"}, want: "[[] [pods/exec]] [[kyverno.io] [clusterpolicies policies]]"},
+		"kinds of several groups":             {kinds: []string{"Deployment", "ConfigMap", "Pod"}, want: "[[] [configmaps pods]] [[apps] [deployments]] [[kyverno.io] [clusterpolicies policies]]"},
+		"a group-qualified kind":              {kinds: []string{"apps/v1/Deployment"}, want: "[[apps] [deployments]] [[kyverno.io] [clusterpolicies policies]]"},
+		"a kind not served is left out":       {kinds: []string{"Widget"}, want: "[[kyverno.io] [clusterpolicies policies]]", missing: "Widget"},
+		"every kind: everything":              {kinds: []string{"Pod", "*"}, want: "[[*] [* */*]]"},
+		"a kind wildcard matches by its name": {kinds: []string{"Config*"}, want: "[[] [configmaps]] [[kyverno.io] [clusterpolicies policies]]"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			rules, err := webhookRules(tc.kinds, fakeDiscovery())
+			rules, missing, err := webhookRules(tc.kinds, fakeDiscovery())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,6 +54,9 @@ func TestWebhookRulesNameOnlyWhatPoliciesMatch(t *testing.T) {
 			}
 			if got != tc.want {
 				t.Errorf("rules = %s, want %s", got, tc.want)
+			}
+			if got := strings.Join(missing, ","); got != tc.missing {
+				t.Errorf("missing = %q, want %q", got, tc.missing)
 			}
 		})
 	}
