@@ -101,7 +101,7 @@ func (in *Ingester) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unst
 	in.rec.metrics.dropped.WithLabelValues(dropNoResource).Inc()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	in.rec.deleteSources(ctx, e.sources)
+	in.rec.deleteSources(ctx, e.sources, false)
 }
 
 // Remove: a deleted report has nothing left to fold.
@@ -180,8 +180,10 @@ func served(disc discovery.DiscoveryInterface, gvrs ...schema.GroupVersionResour
 	return out
 }
 
-// deleteSources deletes ingested reports once their results are written.
-func (r *Recorder) deleteSources(ctx context.Context, sources []sourceRef) {
+// deleteSources deletes ingested reports: once their results are written
+// (folded, counted as ingested), or when they can never be (no resource,
+// namespace gone).
+func (r *Recorder) deleteSources(ctx context.Context, sources []sourceRef, folded bool) {
 	log := logr.FromContextOrDiscard(ctx)
 	for _, s := range sources {
 		opts := metav1.DeleteOptions{}
@@ -194,6 +196,8 @@ func (r *Recorder) deleteSources(ctx context.Context, sources []sourceRef) {
 			log.Error(err, "deleting an ingested Kyverno report failed", "name", s.namespace+"/"+s.name)
 			continue
 		}
-		r.metrics.ingested.WithLabelValues(s.gvr.Resource).Inc()
+		if folded {
+			r.metrics.ingested.WithLabelValues(s.gvr.Resource).Inc()
+		}
 	}
 }

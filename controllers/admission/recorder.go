@@ -347,7 +347,7 @@ func (r *Recorder) safeWrite(ctx context.Context, e *entry) (err error) {
 // settle acts on the outcome of one write.
 func (r *Recorder) settle(ctx context.Context, log logr.Logger, e *entry, err error) {
 	if err == nil {
-		r.deleteSources(ctx, e.sources)
+		r.deleteSources(ctx, e.sources, true)
 		return
 	}
 	if ctx.Err() != nil {
@@ -366,7 +366,7 @@ func (r *Recorder) settle(ctx context.Context, log logr.Logger, e *entry, err er
 		r.metrics.dropped.WithLabelValues(reason).Inc()
 		if reason == dropNamespaceGone {
 			// The ingested reports went with their namespace, or will.
-			r.deleteSources(ctx, e.sources)
+			r.deleteSources(ctx, e.sources, false)
 		}
 		return
 	}

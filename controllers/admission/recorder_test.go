@@ -389,3 +389,12 @@ func TestRecorderSurvivesAPanickingWrite(t *testing.T) {
 		t.Errorf("pending = %d: a batch that panicked is not retried", n)
 	}
 }
+
+func TestAReportDeletedUnfoldedIsNotCountedAsIngested(t *testing.T) {
+	eph := kyverno119Report("e3", "")
+	rec, client := fakeRecorder(eph)
+	NewIngester(client, nil, rec).Upsert(GVREphemeralReport, eph)
+	if got := testutil.ToFloat64(rec.metrics.ingested.WithLabelValues("ephemeralreports")); got != 0 {
+		t.Errorf("ingested = %v, want 0: nothing of it was folded", got)
+	}
+}
