@@ -37,7 +37,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -146,17 +145,11 @@ func (s *standin) policyLoaded(gvr schema.GroupVersionResource, u *unstructured.
 	s.mu.Lock()
 	s.background[name] = background || !found
 	s.mu.Unlock()
-	patch, changed := scan.ReadyPatch(u, rejected, "Ready")
-	if !changed {
-		return
-	}
-	ns, n := u.GetNamespace(), u.GetName()
 	go func() {
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 		defer cancel()
-		_, err := s.client.Resource(gvr).Namespace(ns).Patch(ctx, n, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kyverno"}, "status")
-		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
-			logr.FromContextOrDiscard(ctx).Error(err, "policy status", "policy", ns+"/"+n)
+		if err := scan.WriteReady(ctx, s.client, gvr, u, rejected, "Ready", "kyverno"); err != nil && ctx.Err() == nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "policy status", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 )
 
 // Values of the Ready condition tally keeps on the policies it reads, as
@@ -28,19 +29,30 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 	if s.opts.NoPolicyStatus || s.ctx == nil {
 		return
 	}
-	patch, changed := ReadyPatch(u, rejected, "the policy is evaluated by tally")
-	if !changed {
-		return
-	}
-	ns, name := u.GetNamespace(), u.GetName()
 	go func() {
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 		defer cancel()
-		_, err := s.client.Resource(gvr).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}, "status")
-		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
-			s.log().Error(err, "recording the policy's Ready condition failed", "policy", ns+"/"+name)
+		if err := WriteReady(ctx, s.client, gvr, u, rejected, "the policy is evaluated by tally", fieldManager); err != nil && ctx.Err() == nil {
+			s.log().Error(err, "recording the policy's Ready condition failed", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()
+}
+
+// WriteReady records a policy's Ready condition (ReadyPatch) on its status
+// subresource, unless the status already says so. A newer version of the
+// policy (conflict) or a deleted one is not an error: the newer version
+// gets its own write.
+func WriteReady(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, u *unstructured.Unstructured,
+	rejected error, loaded, manager string) error {
+	patch, changed := ReadyPatch(u, rejected, loaded)
+	if !changed {
+		return nil
+	}
+	_, err := client.Resource(gvr).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manager}, "status")
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // ReadyPatch is the merge patch of a policy's status that records whether
