@@ -3,7 +3,6 @@ package merge
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	dynfake "k8s.io/client-go/dynamic/fake"
 
+	"github.com/tally-dev/tally/internal/churn"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -53,14 +53,6 @@ func scanReport(i int, policies []string, minute int) *unstructured.Unstructured
 	}}
 }
 
-func heap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 // TestPolicyChurnLeavesMemoryFlat simulates policy churn against the
 // merger: every simulated minute a policy is created, one is edited, one is
 // deleted (ten live), and every resource's BackgroundScanReport is
@@ -69,13 +61,7 @@ func heap() uint64 {
 // TALLY_CHURN_HOURS sets the simulated hours (default 1; docs/reliability.md
 // reports 24).
 func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
-	hours := 1
-	if v := os.Getenv("TALLY_CHURN_HOURS"); v != "" {
-		var err error
-		if hours, err = strconv.Atoi(v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	hours := churn.Hours(t)
 	const resources, live = 100, 10
 	client := dynfake.NewSimpleDynamicClient(k8sruntime.NewScheme())
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -112,7 +98,7 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	for range 2 * live {
 		step()
 	}
-	before := heap()
+	before := churn.LiveHeap()
 	m.mu.Lock()
 	tablesBefore := len(m.strings) + len(m.metas)
 	m.mu.Unlock()
@@ -120,7 +106,7 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	for range hours * 60 {
 		step()
 	}
-	after := heap()
+	after := churn.LiveHeap()
 	m.mu.Lock()
 	tables, states := len(m.strings)+len(m.metas), len(m.states)
 	m.mu.Unlock()

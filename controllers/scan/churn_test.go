@@ -3,9 +3,7 @@ package scan
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,6 +13,8 @@ import (
 	"k8s.io/client-go/discovery"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tally-dev/tally/internal/churn"
 )
 
 // listDiscovery serves a fixed list of resources.
@@ -39,29 +39,14 @@ func churnPolicy(name, message string) *unstructured.Unstructured {
 	}}
 }
 
-// heap is the live heap after a full collection.
-func heap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 // TestPolicyChurnLeavesMemoryFlat simulates policy churn against the
 // scanner: every simulated minute a policy is created, one is edited and
 // one deleted (about ten live at any time, each with results on every
 // resource), and the queue is worked off. The live heap after the churn
 // must stay near what it was before. TALLY_CHURN_HOURS sets the simulated
-// hours (default 2; docs/reliability.md reports 24).
+// hours (default 1; docs/reliability.md reports 24).
 func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
-	hours := 1
-	if v := os.Getenv("TALLY_CHURN_HOURS"); v != "" {
-		var err error
-		if hours, err = strconv.Atoi(v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	hours := churn.Hours(t)
 	const resources, live = 100, 10
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := testScanner(t, Options{Clock: clk, NoPolicyStatus: true})
@@ -100,13 +85,13 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	for range 2 * live { // warm up to the steady state
 		step()
 	}
-	before := heap()
+	before := churn.LiveHeap()
 	series := testutil.CollectAndCount(s.metrics.results)
 	start := time.Now()
 	for range hours * 60 {
 		step()
 	}
-	after := heap()
+	after := churn.LiveHeap()
 	runtime.KeepAlive(s)
 	n, _ := s.store.Read().CountResults("fail")
 	t.Logf("%d simulated hours: %d policies created, edited and deleted in %s; live heap %.1f MiB before, %.1f MiB after (%+.1f%%); %d fail results, %d result series",
