@@ -15,10 +15,13 @@ import (
 	"k8s.io/client-go/rest"
 )
 
+// gvrEphemeralReports are the reports Kyverno's admission controller writes.
+var gvrEphemeralReports = schema.GroupVersionResource{Group: "reports.kyverno.io", Version: "v1", Resource: "ephemeralreports"}
+
 // reportKinds are the report kinds whose objects are counted at the end of
 // a run, by resource name.
 var reportKinds = []schema.GroupVersionResource{
-	{Group: "reports.kyverno.io", Version: "v1", Resource: "ephemeralreports"},
+	gvrEphemeralReports,
 	{Group: "reports.kyverno.io", Version: "v1", Resource: "clusterephemeralreports"},
 	{Group: "kyverno.io", Version: "v2", Resource: "admissionreports"},
 	{Group: "kyverno.io", Version: "v2", Resource: "clusteradmissionreports"},

@@ -586,7 +586,7 @@ func (x *run) checkEphemeralFolded(ctx context.Context) error {
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		left = nil
 		for _, ns := range x.c.Given.Namespaces {
-			list, err := x.dyn.Resource(reportKinds[0]).Namespace(ns.Name).List(ctx, metav1.ListOptions{})
+			list, err := x.dyn.Resource(gvrEphemeralReports).Namespace(ns.Name).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, nil
 			}

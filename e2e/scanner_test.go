@@ -162,7 +162,14 @@ func (rs *runningScanner) stop() {
 // counter reads a counter metric's value (summed over its labels).
 func (rs *runningScanner) counter(t *testing.T, name string) float64 {
 	t.Helper()
-	families, err := rs.reg.Gather()
+	return sumMetric(t, rs.reg, name, nil)
+}
+
+// sumMetric sums the samples (counters or gauges) of a metric of reg whose
+// labels include the given ones.
+func sumMetric(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +178,17 @@ func (rs *runningScanner) counter(t *testing.T, name string) float64 {
 		if f.GetName() != name {
 			continue
 		}
+	next:
 		for _, m := range f.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || (lp.GetName() == k && lp.GetValue() == v)
+				}
+				if !found {
+					continue next
+				}
+			}
 			sum += counterValue(m)
 		}
 	}

@@ -22,19 +22,7 @@ import (
 // requests is the number of admission reviews the bridge answered.
 func (rb *runningBridge) requests(t *testing.T) float64 {
 	t.Helper()
-	mfs, err := rb.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == "tally_admission_requests_total" {
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
+	return sumMetric(t, rb.reg, "tally_admission_requests_total", nil)
 }
 
 // The webhook configuration's rules follow the policies: with one policy
