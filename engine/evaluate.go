@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/conditions"
 	"github.com/tally-dev/tally/engine/match"
 	"github.com/tally-dev/tally/engine/pattern"
@@ -33,11 +36,19 @@ type Request struct {
 	UserInfo *UserInfo
 	// NamespaceLabels are the labels of the resource's namespace (for namespaceSelector).
 	NamespaceLabels map[string]string
+	// Namespace is the resource's Namespace object, when the caller has it
+	// (CEL's namespaceObject; else one is made of NamespaceLabels).
+	Namespace map[string]any
+	// Resource is the resource's group, version and resource (plural), when
+	// the caller knows it from discovery; offline it is guessed from the kind.
+	Resource schema.GroupVersionResource
 	// Background is true in background scans: exceptions with background: false do not apply.
 	Background bool
 	Exceptions []*Exception
-	Values     ValueSource
-	Loader     ContextLoader
+	// CELExceptions are the policies.kyverno.io PolicyExceptions (for ValidatingPolicies).
+	CELExceptions []*CELException
+	Values        ValueSource
+	Loader        ContextLoader
 
 	// cache holds what every policy evaluated on this request shares. A
 	// Request must not be evaluated by two goroutines at once.
@@ -50,6 +61,7 @@ type requestCache struct {
 	res    match.Resource
 	pod    *podsecurity.Pod
 	podErr error
+	cel    *cel.Input
 }
 
 // shared fills the cache once per request.
@@ -110,6 +122,9 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
 	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
 		return nil
+	}
+	if p.vpol != nil {
+		return p.vpol.evaluate(e)
 	}
 	if req.UserInfo != nil {
 		e.adm = &match.Admission{
@@ -285,6 +300,8 @@ func (e *evaluation) evaluateRule(rule *Rule, data map[string]any) (RuleResult, 
 		return e.checkForEach(rule, data)
 	case rule.podSecurity != nil:
 		return e.checkPodSecurity(rule, data), true
+	case rule.cel != nil:
+		return e.checkCEL(rule), true
 	}
 	return e.result(rule, Error, "rule has no validation"), true
 }

@@ -118,8 +118,37 @@ func TestRuleResults(t *testing.T) {
 			want: engine.RuleResult{Result: engine.Fail},
 		},
 		"an unsupported construct is an error that names it": {
-			rule: `    validate: {cel: {expressions: [{expression: "true"}]}}`,
-			want: engine.RuleResult{Result: engine.Error, Message: "rule r: validate.cel is not supported"},
+			rule: `    validate: {manifests: {attestors: []}}`,
+			want: engine.RuleResult{Result: engine.Error, Message: "rule r: validate.manifests is not supported"},
+		},
+		"R35 validate.cel that holds passes, in Kubernetes' words": {
+			rule: `    validate: {cel: {expressions: [{expression: "object.metadata.name == 'web'"}]}}`,
+			want: engine.RuleResult{Result: engine.Pass, Message: "Validation rule 'r' passed."},
+		},
+		"R35 validate.cel that is false fails with its message, trimmed": {
+			rule: `    validate: {cel: {expressions: [{expression: "true"}, {expression: "object.metadata.name == 'x'", message: " name must be x "}]}}`,
+			want: engine.RuleResult{Result: engine.Fail, Message: "name must be x"},
+		},
+		"R35 validate.cel without a message fails naming the expression": {
+			rule: `    validate: {cel: {expressions: [{expression: "object.metadata.name == 'x'"}]}}`,
+			want: engine.RuleResult{Result: engine.Fail, Message: "failed expression: object.metadata.name == 'x'"},
+		},
+		"R35 validate.cel falls back to the rule's message": {
+			rule: `    validate: {message: "from the rule", cel: {expressions: [{expression: "false", messageExpression: "''"}]}}`,
+			want: engine.RuleResult{Result: engine.Fail, Message: "from the rule"},
+		},
+		"R35 validate.cel whose expression errs fails with the error, as Kyverno does": {
+			rule: `    validate: {cel: {expressions: [{expression: "object.spec.nothere == 1"}]}}`,
+			want: engine.RuleResult{Result: engine.Fail, Message: "expression 'object.spec.nothere == 1' resulted in error: no such key: nothere"},
+		},
+		"R35 validate.cel preconditions not met skip the rule": {
+			rule: `    celPreconditions: [{name: c, expression: "object.metadata.name == 'other'"}]
+    validate: {cel: {expressions: [{expression: "false"}]}}`,
+			want: engine.RuleResult{Result: engine.Skip, Message: "cel preconditions not met"},
+		},
+		"R38 validate.cel that does not compile fails with the compiler's message": {
+			rule: `    validate: {cel: {expressions: [{expression: "'x'"}]}}`,
+			want: engine.RuleResult{Result: engine.Fail, Message: "compilation error: must evaluate to bool but got string"},
 		},
 		"R05 a rule whose match does not select the resource yields nothing": {
 			rule: `    exclude: {any: [{resources: {namespaces: [shop]}}]}

@@ -36,6 +36,13 @@ type Policy struct {
 	Scored   bool
 	Category string
 	Severity string
+	// Kind is ClusterPolicy, Policy, ValidatingPolicy or NamespacedValidatingPolicy.
+	Kind string
+	// Source is the results' source: kyverno, or KyvernoValidatingPolicy.
+	Source string
+
+	// vpol is set for ValidatingPolicies, which have no rules of their own.
+	vpol *validatingPolicy
 }
 
 // Rule is a compiled validate rule. A rule that could not be compiled keeps
@@ -58,6 +65,7 @@ type Rule struct {
 	hasDeny     bool
 	foreach     []*forEach
 	podSecurity *podsecurity.Compiled
+	cel         *celRule
 	// propertyVars says whether reportProperties values hold variables.
 	propertyVars bool
 }
@@ -77,16 +85,18 @@ type forEach struct {
 
 // CompileClusterPolicy compiles a ClusterPolicy.
 func CompileClusterPolicy(p *kyvernov1.ClusterPolicy) (*Policy, error) {
-	return compile(p.Name, "", p.Annotations, p.Spec)
+	return compile("ClusterPolicy", p.Name, "", p.Annotations, p.Spec)
 }
 
 // CompilePolicy compiles a namespaced Policy.
 func CompilePolicy(p *kyvernov1.Policy) (*Policy, error) {
-	return compile(p.Namespace+"/"+p.Name, p.Namespace, p.Annotations, p.Spec)
+	return compile("Policy", p.Namespace+"/"+p.Name, p.Namespace, p.Annotations, p.Spec)
 }
 
-func compile(name, namespace string, annotations map[string]string, spec kyvernov1.Spec) (*Policy, error) {
+func compile(kind, name, namespace string, annotations map[string]string, spec kyvernov1.Spec) (*Policy, error) {
 	p := &Policy{
+		Kind:        kind,
+		Source:      SourceKyverno,
 		Name:        name,
 		Namespace:   namespace,
 		Annotations: annotations,
@@ -130,7 +140,7 @@ func (r *Rule) compile() error {
 	}
 	switch {
 	case v.CEL != nil:
-		return fmt.Errorf("validate.cel is not supported")
+		return r.compileCEL()
 	case v.Manifests != nil:
 		return fmt.Errorf("validate.manifests is not supported")
 	case v.Assert != nil:
@@ -260,6 +270,9 @@ func decodeList(j *apiextv1.JSON, what string) ([]any, error) {
 // HasRule reports whether the policy has a validate rule of that name, or
 // one autogen derived from it.
 func (p *Policy) HasRule(name string) bool {
+	if p.vpol != nil {
+		return true // results of a ValidatingPolicy have no rule to tell apart
+	}
 	for _, r := range p.Rules {
 		if r.Name == name || r.Name == "autogen-"+name || r.Name == "autogen-cronjob-"+name {
 			return true

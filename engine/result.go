@@ -24,8 +24,15 @@ type RuleResult struct {
 	// Exceptions names the PolicyExceptions (metadata.name only, as
 	// Kyverno's reports list them) that turned the rule into a skip.
 	Exceptions []string
-	// Properties are the rule's reportProperties.
+	// Properties are the rule's reportProperties (a ValidatingPolicy's:
+	// audit annotations, cel.validationIndex, exceptions).
 	Properties map[string]string
+	// Source is the report source of a ValidatingPolicy's result
+	// (KyvernoValidatingPolicy); empty for classic policies (kyverno).
+	Source string
+	// ConditionsNotMet marks the skip of a ValidatingPolicy whose match
+	// conditions did not hold: Kyverno's CLI shows it, its reports drop it.
+	ConditionsNotMet bool
 }
 
 func passMessage(rule string) string { return "validation rule '" + rule + "' passed." }

@@ -18,6 +18,7 @@ import (
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine"
 )
 
@@ -181,6 +182,9 @@ func loadPolicy(d Document) *LoadedPolicy {
 		}
 		lp.Name = ns + "/" + name
 	}
+	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindValidatingPolicy || kind == policiesv1.KindNamespacedValidatingPolicy) {
+		return loadValidatingPolicy(d, lp)
+	}
 	if !strings.HasPrefix(apiVersion, "kyverno.io/") || (kind != "ClusterPolicy" && kind != "Policy") {
 		lp.Unsupported = fmt.Errorf("%s: %s %s (%s) is not supported by tally yet", d.File, kind, name, apiVersion)
 		return lp
@@ -226,6 +230,27 @@ func loadPolicy(d Document) *LoadedPolicy {
 	return lp
 }
 
+// loadValidatingPolicy reads a ValidatingPolicy or NamespacedValidatingPolicy
+// (every served version has the same spec) and compiles it; one whose
+// expressions do not compile is refused with the compiler's messages.
+func loadValidatingPolicy(d Document, lp *LoadedPolicy) *LoadedPolicy {
+	data, err := sigsyaml.Marshal(d.Object)
+	if err == nil {
+		var vp policiesv1.ValidatingPolicy
+		if err = sigsyaml.UnmarshalStrict(data, &vp); err == nil {
+			if lp.Kind == policiesv1.KindNamespacedValidatingPolicy && vp.Namespace == "" {
+				vp.Namespace = "default"
+				lp.Name = "default/" + vp.Name
+			}
+			lp.Policy, err = engine.CompileValidatingPolicy(&vp)
+		}
+	}
+	if err != nil {
+		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: lp.Kind, Name: lp.Name, Err: err}
+	}
+	return lp
+}
+
 // InvalidPolicyError is why a policy read from a file is refused: it names
 // the file, the policy and, in Err, the field paths at fault.
 type InvalidPolicyError struct {
@@ -247,9 +272,22 @@ func (e *InvalidPolicyError) Error() string {
 
 func (e *InvalidPolicyError) Unwrap() error { return e.Err }
 
+// Exceptions are the PolicyExceptions read from files: kyverno.io ones
+// (for ClusterPolicies and Policies) and policies.kyverno.io ones (for
+// ValidatingPolicies).
+type Exceptions struct {
+	Classic []*engine.Exception
+	CEL     []*engine.CELException
+}
+
+// Request returns an engine request for an object with these exceptions.
+func (x Exceptions) Request(obj map[string]any) *engine.Request {
+	return &engine.Request{Object: obj, Exceptions: x.Classic, CELExceptions: x.CEL}
+}
+
 // LoadExceptions reads PolicyExceptions from files.
-func LoadExceptions(paths []string) ([]*engine.Exception, error) {
-	var out []*engine.Exception
+func LoadExceptions(paths []string) (Exceptions, error) {
+	var out Exceptions
 	var errs []error
 	for _, p := range paths {
 		docs, err := ReadDocuments(p)
@@ -266,6 +304,20 @@ func LoadExceptions(paths []string) ([]*engine.Exception, error) {
 				errs = append(errs, fmt.Errorf("%s: %w", p, err))
 				continue
 			}
+			if apiVersion, _ := d.Object["apiVersion"].(string); strings.HasPrefix(apiVersion, policiesv1.Group+"/") {
+				var pe policiesv1.PolicyException
+				if err := sigsyaml.Unmarshal(data, &pe); err != nil {
+					errs = append(errs, fmt.Errorf("%s: PolicyException: %w", p, err))
+					continue
+				}
+				x, err := engine.CompileCELException(&pe)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", p, err))
+					continue
+				}
+				out.CEL = append(out.CEL, x)
+				continue
+			}
 			var pe kyvernov2.PolicyException
 			if err := sigsyaml.Unmarshal(data, &pe); err != nil {
 				errs = append(errs, fmt.Errorf("%s: PolicyException: %w", p, err))
@@ -276,7 +328,7 @@ func LoadExceptions(paths []string) ([]*engine.Exception, error) {
 				errs = append(errs, fmt.Errorf("%s: %w", p, err))
 				continue
 			}
-			out = append(out, ex)
+			out.Classic = append(out.Classic, ex)
 		}
 	}
 	return out, errors.Join(errs...)

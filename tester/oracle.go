@@ -39,9 +39,12 @@ type OracleDiff struct {
 // OracleCounts compares tally's results with Kyverno's over a set of keys: the
 // union of the (policy, rule, resource) triples either of them reported.
 type OracleCounts struct {
-	Keys     int // results of either side
-	Results  int // same result on both sides
-	Messages int // same result and same message
+	Keys      int // results of either side
+	Results   int // same result on both sides
+	Messages  int // same result and same message
+	Different int // a result on both sides, not the same
+	Missing   int // Kyverno's results tally did not give
+	Extra     int // tally's results Kyverno did not give
 }
 
 // ResultRate is the share of keys with the same result.
@@ -58,8 +61,8 @@ func rate(n, of int) float64 {
 }
 
 func (c OracleCounts) String() string {
-	return fmt.Sprintf("%d results: %d same result (%.2f%%), %d same message (%.2f%%)",
-		c.Keys, c.Results, 100*c.ResultRate(), c.Messages, 100*c.MessageRate())
+	return fmt.Sprintf("%d same result, %d different, %d missing, %d extra; %d same message (of %d: %.2f%% same result, %.2f%% same message)",
+		c.Results, c.Different, c.Missing, c.Extra, c.Messages, c.Keys, 100*c.ResultRate(), 100*c.MessageRate())
 }
 
 // OracleReport is tally's agreement with ORACLE.jsonl, per tier.
@@ -121,7 +124,11 @@ func CompareOracle(ctx context.Context, corpus string, tiers ...string) (*Oracle
 			d := OracleDiff{Test: f.suite + "/" + f.test, Policy: e.Policy, Rule: e.Rule, Resource: e.Resource,
 				WantResult: e.Result, WantMessage: e.Message, GotResult: g.Result, GotMessage: g.Message}
 			switch {
+			case g.Result == "":
+				counts.Missing++
+				rep.Diffs = append(rep.Diffs, d)
 			case g.Result != e.Result:
+				counts.Different++
 				rep.Diffs = append(rep.Diffs, d)
 			case g.Message != e.Message:
 				counts.Results++
@@ -141,6 +148,7 @@ func CompareOracle(ctx context.Context, corpus string, tiers ...string) (*Oracle
 		for _, key := range extra {
 			g := got[key]
 			counts.Keys++
+			counts.Extra++
 			rep.Diffs = append(rep.Diffs, OracleDiff{Test: f.suite + "/" + f.test, Policy: g.Policy, Rule: g.Rule,
 				Resource: g.Resource, GotResult: g.Result, GotMessage: g.Message})
 		}

@@ -42,7 +42,7 @@ type loaded struct {
 	test       *Test
 	policies   []*LoadedPolicy
 	resources  []resource
-	exceptions []*engine.Exception
+	exceptions Exceptions
 	userInfo   *engine.UserInfo
 	nsLabels   map[string]map[string]string
 }
@@ -185,7 +185,7 @@ func (l *loaded) check(o *Outcome, tr TestResult, evaluate func(pi, ri int) []en
 		responded = true
 		got := ""
 		for _, rr := range results {
-			if rr.Rule == tr.Rule || rr.Rule == "autogen-"+tr.Rule || rr.Rule == "autogen-cronjob-"+tr.Rule || tr.Rule == "" {
+			if rr.Source == engine.SourceValidatingPolicy || rr.Rule == tr.Rule || rr.Rule == "autogen-"+tr.Rule || rr.Rule == "autogen-cronjob-"+tr.Rule || tr.Rule == "" {
 				got = string(rr.Result)
 				if got != expected {
 					o.Reason = rr.Message
@@ -265,7 +265,8 @@ func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op 
 		Operation:       op,
 		UserInfo:        l.userInfo,
 		NamespaceLabels: l.namespaceLabels(r),
-		Exceptions:      l.exceptions,
+		Exceptions:      l.exceptions.Classic,
+		CELExceptions:   l.exceptions.CEL,
 		Values:          vs,
 	}
 	switch op {
@@ -321,7 +322,7 @@ func load(file string, t *Test) (*loaded, error) {
 			md, _ := d.Object["metadata"].(map[string]any)
 			name, _ := md["name"].(string)
 			ns, _ := md["namespace"].(string)
-			l.resources = append(l.resources, resource{obj: d.Object, name: name, namespace: ns})
+			l.resources = append(l.resources, resource{obj: defaultNamespace(d.Object), name: name, namespace: ns})
 		}
 	}
 	if l.exceptions, err = LoadExceptions(rel(t.Exceptions)); err != nil {

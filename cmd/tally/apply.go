@@ -89,7 +89,8 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 	}
 	var out []applied
 	for _, res := range resources {
-		req := &engine.Request{Object: res, Background: true, Exceptions: exceptions}
+		req := exceptions.Request(res)
+		req.Background = true
 		for _, p := range policies {
 			if rs := p.Evaluate(cmd.Context(), req); len(rs) > 0 {
 				out = append(out, applied{resource: res, policy: p, results: rs})

@@ -40,7 +40,7 @@ PolicyReports and ClusterPolicyReports: a table by default, or -o yaml|json.`,
 type scanInput struct {
 	policies   []*engine.Policy
 	infos      map[string]merge.PolicyInfo
-	exceptions []*engine.Exception
+	exceptions tester.Exceptions
 	resources  []map[string]any
 	// invalid counts the policies refused (reported on stderr).
 	invalid int
@@ -142,7 +142,8 @@ func scan(cmd *cobra.Command, in *scanInput, output string) error {
 	var objs []any
 	var rows [][]string
 	for _, res := range in.resources {
-		req := &engine.Request{Object: res, Background: true, Exceptions: in.exceptions}
+		req := in.exceptions.Request(res)
+		req.Background = true
 		var background []wgv1alpha2.PolicyReportResult
 		for _, p := range in.policies {
 			if !p.Spec.BackgroundEnabled() {

@@ -1,0 +1,93 @@
+package cel
+
+import (
+	"fmt"
+	"sync"
+
+	celgo "github.com/google/cel-go/cel"
+	"k8s.io/apimachinery/pkg/util/version"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+)
+
+// Mode is the environment an expression is compiled in.
+type Mode int
+
+const (
+	// ModeKubernetes is the ValidatingAdmissionPolicy environment, used by
+	// validate.cel rules and ValidatingAdmissionPolicies: the API server's
+	// libraries and variables, nothing of Kyverno's.
+	ModeKubernetes Mode = iota
+	// ModeKyverno is the environment of Kyverno's ValidatingPolicies: the
+	// Kubernetes one without params, plus `exceptions` and Kyverno's libraries.
+	ModeKyverno
+)
+
+func (m Mode) String() string {
+	if m == ModeKyverno {
+		return "kyverno"
+	}
+	return "kubernetes"
+}
+
+// Names of the variables an expression may read.
+const (
+	varObject     = plugincel.ObjectVarName
+	varOldObject  = plugincel.OldObjectVarName
+	varRequest    = plugincel.RequestVarName
+	varNamespace  = plugincel.NamespaceVarName
+	varParams     = plugincel.ParamsVarName
+	varVariables  = plugincel.VariableVarName
+	varExceptions = "exceptions"
+)
+
+type envKey struct {
+	mode      Mode
+	hasParams bool
+}
+
+var (
+	envMu   sync.Mutex
+	envSets = map[envKey]*environment.EnvSet{}
+)
+
+// envSet returns the environment of a mode, built once: the API server's
+// base environment at its default compatibility version, with the
+// admission variables declared as the API server declares them.
+func envSet(key envKey) (*environment.EnvSet, error) {
+	envMu.Lock()
+	defer envMu.Unlock()
+	if e, ok := envSets[key]; ok {
+		return e, nil
+	}
+	requestType := plugincel.BuildRequestType()
+	namespaceType := plugincel.BuildNamespaceType()
+	opts := []celgo.EnvOption{
+		celgo.Variable(varObject, celgo.DynType),
+		celgo.Variable(varOldObject, celgo.DynType),
+		celgo.Variable(varNamespace, namespaceType.CelType()),
+		celgo.Variable(varRequest, requestType.CelType()),
+	}
+	if key.hasParams && key.mode == ModeKubernetes {
+		opts = append(opts, celgo.Variable(varParams, celgo.DynType))
+	}
+	if key.mode == ModeKyverno {
+		opts = append(opts, celgo.Variable(varExceptions, celgo.MapType(celgo.StringType, celgo.ListType(celgo.StringType))))
+		opts = append(opts, kyvernoLibraries()...)
+	}
+	e, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Extend(
+		environment.VersionedOptions{
+			// Present in every version, as the API server's own admission variables.
+			IntroducedVersion: version.MajorMinor(1, 0),
+			EnvOptions:        opts,
+			DeclTypes:         []*apiservercel.DeclType{namespaceType, requestType},
+		},
+		environment.StrictCostOpt,
+	)
+	if err != nil {
+		return nil, fmt.Errorf("cel environment (%s): %w", key.mode, err)
+	}
+	envSets[key] = e
+	return e, nil
+}

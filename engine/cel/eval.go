@@ -1,0 +1,227 @@
+package cel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/interpreter"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/cel/lazy"
+)
+
+// Input is what one evaluation reads. Object, OldObject, Request, Namespace
+// and Params are JSON-shaped values (maps, slices, strings, bools, int64,
+// float64); nil reads as null.
+type Input struct {
+	Object, OldObject any
+	// Request is the admission request (a background scan's is synthetic:
+	// a CREATE with no user).
+	Request map[string]any
+	// Namespace is namespaceObject: nil for cluster-scoped resources.
+	Namespace map[string]any
+	Params    any
+	// AllowedImages and AllowedValues are `exceptions.allowedImages` and
+	// `exceptions.allowedValues` (ModeKyverno).
+	AllowedImages, AllowedValues []string
+}
+
+// Outcome is what an evaluation found; the policy kind turns it into a
+// result and a message.
+type Outcome struct {
+	// NotMet is set when a match condition was false: nothing else ran.
+	NotMet bool
+	// ConditionErr joins the errors of match conditions (none false).
+	ConditionErr error
+	// Failed is the index of the first validation that did not hold, or
+	// -1 when every one held. Evaluation stops there.
+	Failed int
+	// Err is that validation's error; nil when it evaluated to false.
+	Err error
+	// HasMessageExpression says the failed validation has one; then
+	// Message is its value when MessageErr is nil (MessageErr says why not:
+	// an evaluation error, or a value that is not a string).
+	HasMessageExpression bool
+	Message              string
+	MessageErr           error
+	// Annotations are the audit annotations with a non-null value;
+	// AnnotationErr names the first that could not be evaluated.
+	Annotations   map[string]string
+	AnnotationErr error
+}
+
+// ErrNotString is the MessageErr of a messageExpression whose value is not a string.
+var ErrNotString = errors.New("not a string")
+
+// compileFailure is the evaluation error of an expression that did not compile.
+type compileFailure struct{ err error }
+
+func (c *compileFailure) Error() string { return "compilation error: " + c.err.Error() }
+func (c *compileFailure) Unwrap() error { return c.err }
+
+// IsCompileError reports whether an evaluation error is that of an
+// expression that did not compile.
+func IsCompileError(err error) bool {
+	var c *compileFailure
+	return errors.As(err, &c)
+}
+
+// errOutOfBudget is the error of an evaluation past the runtime cost budget.
+var errOutOfBudget = errors.New("validation failed due to running out of cost budget, no further validation rules will be run")
+
+// Evaluate runs the program on one input: match conditions, then the
+// validations in order up to the first that does not hold, then the audit
+// annotations. The context's deadline stops long comprehensions.
+func (p *Program) Evaluate(ctx context.Context, in *Input) Outcome {
+	a := p.activation(ctx, in)
+	out := Outcome{Failed: -1}
+	var condErrs []error
+	for _, c := range p.conditions {
+		v, err := a.eval(c)
+		switch {
+		case err != nil:
+			condErrs = append(condErrs, err)
+		case v != types.True:
+			out.NotMet = true
+			return out
+		}
+	}
+	if len(condErrs) > 0 {
+		out.ConditionErr = errors.Join(condErrs...)
+		return out
+	}
+	for i, val := range p.validations {
+		v, err := a.eval(val.check)
+		if err == nil && v == types.True {
+			continue
+		}
+		out.Failed, out.Err = i, err
+		if err == nil && val.messageExp != nil {
+			out.HasMessageExpression = true
+			m, err := a.eval(val.messageExp)
+			switch {
+			case err != nil:
+				out.MessageErr = err
+			default:
+				s, ok := m.Value().(string)
+				if !ok {
+					out.MessageErr = fmt.Errorf("%w: %v", ErrNotString, m.Type())
+				}
+				out.Message = s
+			}
+		}
+		break
+	}
+	if out.Err != nil || len(p.annotations) == 0 {
+		return out
+	}
+	for _, an := range p.annotations {
+		v, err := a.eval(an.value)
+		if err != nil {
+			out.AnnotationErr = fmt.Errorf("failed to evaluate auditAnnotation '%s': %w", an.key, err)
+			return out
+		}
+		if s, ok := v.Value().(string); ok && s != "" {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[an.key] = s
+		}
+	}
+	return out
+}
+
+// activation is the variables of one evaluation, with the cost spent so far.
+type activation struct {
+	ctx                                           context.Context
+	object, oldObject, request, namespace, params any
+	exceptions                                    any
+	variables                                     *lazy.MapValue
+	budget                                        int64
+}
+
+func (p *Program) activation(ctx context.Context, in *Input) *activation {
+	a := &activation{
+		ctx:       ctx,
+		object:    in.Object,
+		oldObject: in.OldObject,
+		request:   in.Request,
+		params:    in.Params,
+		budget:    celconfig.RuntimeCELCostBudget,
+	}
+	if in.Namespace != nil {
+		a.namespace = in.Namespace
+	}
+	if p.mode == ModeKyverno {
+		a.exceptions = map[string][]string{"allowedImages": nonNil(in.AllowedImages), "allowedValues": nonNil(in.AllowedValues)}
+	}
+	a.variables = lazy.NewMapValue(p.composeEnv.MapType)
+	for _, v := range p.variables {
+		a.variables.Append(v.name, func(*lazy.MapValue) ref.Val {
+			val, err := a.eval(v)
+			if err != nil {
+				return types.NewErr("composited variable %q fails to evaluate: %v", v.name, err)
+			}
+			return val
+		})
+	}
+	return a
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// eval runs one expression, charging its cost to the evaluation's budget.
+func (a *activation) eval(e *expression) (ref.Val, error) {
+	if e.err != nil {
+		return nil, &compileFailure{e.err}
+	}
+	if a.budget < 0 {
+		return nil, errOutOfBudget
+	}
+	v, details, err := e.prog.ContextEval(a.ctx, a)
+	if details != nil {
+		if cost := details.ActualCost(); cost != nil {
+			if *cost > math.MaxInt64 || int64(*cost) > a.budget {
+				a.budget = -1
+				return nil, errOutOfBudget
+			}
+			a.budget -= int64(*cost)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// ResolveName implements interpreter.Activation.
+func (a *activation) ResolveName(name string) (any, bool) {
+	switch name {
+	case varObject:
+		return a.object, true
+	case varOldObject:
+		return a.oldObject, true
+	case varRequest:
+		return a.request, true
+	case varNamespace:
+		return a.namespace, true
+	case varParams:
+		return a.params, true
+	case varVariables:
+		return a.variables, true
+	case varExceptions:
+		return a.exceptions, a.exceptions != nil
+	}
+	return nil, false
+}
+
+// Parent implements interpreter.Activation.
+func (a *activation) Parent() interpreter.Activation { return nil }

@@ -1,0 +1,150 @@
+package cel
+
+import (
+	"crypto/md5"  //nolint:gosec // a library function of Kyverno's, not used for security here
+	"crypto/sha1" //nolint:gosec // idem
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"strings"
+
+	celgo "github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// kyvernoLibraries are the functions Kyverno adds to a ValidatingPolicy's
+// environment that need no cluster: json, yaml, hashes and service account
+// names. Kyverno's library version 1.18 spells every member both ways
+// (json.unmarshal and json.Unmarshal), and so does tally.
+//
+// The calls that read a cluster (resource.*, http.*, globalContext.*,
+// image.GetMetadata) are declared so that policies using them compile; until
+// tally loads cluster data they fail with an error naming the call, which
+// the policy's result reports.
+func kyvernoLibraries() []celgo.EnvOption {
+	var opts []celgo.EnvOption
+	// both declares ns.name and ns.Name, each with its own overload ids.
+	both := func(ns, name string, overloads func(id string) []celgo.FunctionOpt) {
+		for _, n := range []string{name, strings.ToUpper(name[:1]) + name[1:]} {
+			opts = append(opts, celgo.Function(ns+"."+n, overloads(ns+"_"+n)...))
+		}
+	}
+	unary := func(arg, result *celgo.Type, fn func(ref.Val) ref.Val) func(string) []celgo.FunctionOpt {
+		return func(id string) []celgo.FunctionOpt {
+			return []celgo.FunctionOpt{celgo.Overload(id+"_"+arg.String(), []*celgo.Type{arg}, result, celgo.UnaryBinding(fn))}
+		}
+	}
+	both("json", "unmarshal", unary(celgo.StringType, celgo.DynType, jsonUnmarshal))
+	both("json", "marshal", unary(celgo.DynType, celgo.StringType, jsonMarshal))
+	both("yaml", "parse", unary(celgo.StringType, celgo.DynType, yamlParse))
+	for _, h := range []struct {
+		name string
+		new  func() hash.Hash
+	}{{"sha1", sha1.New}, {"sha256", sha256.New}, {"md5", md5.New}} {
+		fn := hashOf(h.new)
+		opts = append(opts, celgo.Function(h.name, celgo.Overload(h.name+"_string", []*celgo.Type{celgo.StringType}, celgo.StringType, celgo.UnaryBinding(fn))))
+		both("hash", h.name, unary(celgo.StringType, celgo.StringType, fn))
+	}
+	opts = append(opts, celgo.Function("parseServiceAccount", celgo.Overload("parseServiceAccount_string", []*celgo.Type{celgo.StringType}, celgo.DynType, celgo.UnaryBinding(parseServiceAccount))))
+	both("user", "parseServiceAccount", unary(celgo.StringType, celgo.DynType, parseServiceAccount))
+	for _, call := range []struct {
+		ns, name string
+		arities  []int
+	}{
+		{"resource", "get", []int{2, 3, 4}},
+		{"resource", "list", []int{1, 2, 3, 4}},
+		{"resource", "post", []int{3, 4}},
+		{"http", "get", []int{1, 2}},
+		{"http", "post", []int{2, 3}},
+		{"globalContext", "get", []int{1, 2}},
+		{"image", "getMetadata", []int{1}},
+	} {
+		both(call.ns, call.name, func(id string) []celgo.FunctionOpt {
+			var overloads []celgo.FunctionOpt
+			for _, n := range call.arities {
+				args := make([]*celgo.Type, n)
+				for i := range args {
+					args[i] = celgo.DynType
+				}
+				overloads = append(overloads, celgo.Overload(fmt.Sprintf("%s_%d", id, n), args, celgo.DynType,
+					celgo.FunctionBinding(noClusterData(call.ns+"."+call.name))))
+			}
+			return overloads
+		})
+	}
+	return opts
+}
+
+func jsonUnmarshal(v ref.Val) ref.Val {
+	s, ok := v.Value().(string)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(v)
+	}
+	var out any
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return types.NewErr("json.unmarshal: %v", err)
+	}
+	return types.DefaultTypeAdapter.NativeToValue(Normalize(out))
+}
+
+func jsonMarshal(v ref.Val) ref.Val {
+	native, err := Native(v)
+	if err != nil {
+		return types.NewErr("json.marshal: %v", err)
+	}
+	data, err := json.Marshal(native)
+	if err != nil {
+		return types.NewErr("json.marshal: %v", err)
+	}
+	return types.String(data)
+}
+
+func yamlParse(v ref.Val) ref.Val {
+	s, ok := v.Value().(string)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(v)
+	}
+	var out any
+	if err := sigsyaml.Unmarshal([]byte(s), &out); err != nil {
+		return types.NewErr("yaml.parse: %v", err)
+	}
+	return types.DefaultTypeAdapter.NativeToValue(Normalize(out))
+}
+
+func hashOf(newHash func() hash.Hash) func(ref.Val) ref.Val {
+	return func(v ref.Val) ref.Val {
+		s, ok := v.Value().(string)
+		if !ok {
+			return types.MaybeNoSuchOverloadErr(v)
+		}
+		h := newHash()
+		h.Write([]byte(s))
+		return types.String(hex.EncodeToString(h.Sum(nil)))
+	}
+}
+
+// parseServiceAccount splits "system:serviceaccount:<namespace>:<name>".
+func parseServiceAccount(v ref.Val) ref.Val {
+	s, ok := v.Value().(string)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(v)
+	}
+	// Kyverno's value is a Go struct: its fields read as Name and Namespace;
+	// the lower-case spellings of its documentation work too.
+	var ns, name string
+	if rest, ok := strings.CutPrefix(s, "system:serviceaccount:"); ok {
+		ns, name, _ = strings.Cut(rest, ":")
+	}
+	out := map[string]any{"name": name, "namespace": ns, "Name": name, "Namespace": ns}
+	return types.DefaultTypeAdapter.NativeToValue(out)
+}
+
+func noClusterData(call string) func(...ref.Val) ref.Val {
+	return func(...ref.Val) ref.Val {
+		return types.NewErr("%s: tally does not load cluster data for CEL policies yet", call)
+	}
+}

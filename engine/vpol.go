@@ -1,0 +1,300 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/engine/cel"
+)
+
+// Sources of results, as reports spell them.
+const (
+	SourceKyverno          = "kyverno"
+	SourceValidatingPolicy = "KyvernoValidatingPolicy"
+)
+
+// Rules of ValidatingPolicy results that are not the policy's own outcome.
+const (
+	RuleException  = "exception"
+	RuleEvaluation = "evaluation"
+	RuleMatch      = "match"
+)
+
+// PropertyValidationIndex is the result property naming the validation
+// that failed or erred.
+const PropertyValidationIndex = "cel.validationIndex"
+
+// validatingPolicy is a compiled ValidatingPolicy or
+// NamespacedValidatingPolicy: the policy and its autogen variants, each a
+// program of its own with the same name.
+type validatingPolicy struct {
+	kind     string
+	spec     policiesv1.ValidatingPolicySpec
+	variants []*vpolVariant
+	// ignore is failurePolicy Ignore: match conditions that err do not apply.
+	ignore bool
+}
+
+type vpolVariant struct {
+	match *constraints
+	spec  cel.Spec
+	prog  *cel.Program
+}
+
+// CompileValidatingPolicy compiles a ValidatingPolicy or (with its
+// namespace set) a NamespacedValidatingPolicy. A policy with an expression
+// that does not compile is refused, naming every such expression: Kyverno
+// does not evaluate it.
+func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
+	kind := vp.Kind
+	if kind == "" {
+		kind = policiesv1.KindValidatingPolicy
+	}
+	name := vp.Name
+	if kind == policiesv1.KindNamespacedValidatingPolicy {
+		name = vp.Namespace + "/" + vp.Name
+	}
+	p := &Policy{
+		Name:        name,
+		Kind:        kind,
+		Source:      SourceValidatingPolicy,
+		Annotations: vp.Annotations,
+		Scored:      vp.Annotations[AnnotationScored] != "false",
+		Category:    vp.Annotations[AnnotationCategory],
+		Severity:    vp.Annotations[AnnotationSeverity],
+	}
+	if kind == policiesv1.KindNamespacedValidatingPolicy {
+		p.Namespace = vp.Namespace
+	}
+	spec := vp.Spec
+	v := &validatingPolicy{kind: kind, spec: spec}
+	v.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
+	base := cel.Spec{
+		Mode:             cel.ModeKyverno,
+		Variables:        spec.Variables,
+		MatchConditions:  spec.MatchConditions,
+		Validations:      spec.Validations,
+		AuditAnnotations: spec.AuditAnnotations,
+	}
+	if len(spec.Validations) == 0 {
+		return nil, fmt.Errorf("%s %s: spec.validations: at least one validation is required", kind, name)
+	}
+	if spec.Evaluation != nil && strings.EqualFold(spec.Evaluation.Mode, "JSON") {
+		// JSON payload policies never match a resource.
+		p.vpol = v
+		return p, nil
+	}
+	variant := func(m *admissionregistrationv1.MatchResources, s cel.Spec) error {
+		c, err := compileConstraints(m)
+		if err != nil {
+			return err
+		}
+		prog, err := cel.Compile(s)
+		if err != nil {
+			return err
+		}
+		v.variants = append(v.variants, &vpolVariant{match: c, spec: s, prog: prog})
+		return nil
+	}
+	if err := variant(spec.MatchConstraints, base); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+	}
+	var controllers []string
+	listed := false
+	if a := spec.Autogen; a != nil && a.PodControllers != nil && a.PodControllers.Controllers != nil {
+		controllers, listed = a.PodControllers.Controllers, true
+	}
+	targets := autogenTargets(spec.MatchConstraints, controllers, listed)
+	for _, config := range []string{"defaults", "cronjobs"} {
+		rules, ok := targets[config]
+		if !ok {
+			continue
+		}
+		prefix := "spec.template."
+		if config == "cronjobs" {
+			prefix = "spec.jobTemplate.spec.template."
+		}
+		m := &admissionregistrationv1.MatchResources{
+			NamespaceSelector: spec.MatchConstraints.NamespaceSelector,
+			ResourceRules:     rules,
+		}
+		if err := variant(m, shiftSpec(base, prefix)); err != nil {
+			return nil, fmt.Errorf("%s %s: autogen %s: %w", kind, name, config, err)
+		}
+	}
+	p.vpol = v
+	return p, nil
+}
+
+// shiftSpec is a spec with every expression moved to a Pod template.
+func shiftSpec(s cel.Spec, prefix string) cel.Spec {
+	out := s
+	out.Variables = make([]admissionregistrationv1.Variable, len(s.Variables))
+	for i, v := range s.Variables {
+		out.Variables[i] = admissionregistrationv1.Variable{Name: v.Name, Expression: shiftObjectPaths(v.Expression, prefix)}
+	}
+	out.MatchConditions = make([]admissionregistrationv1.MatchCondition, len(s.MatchConditions))
+	for i, c := range s.MatchConditions {
+		out.MatchConditions[i] = admissionregistrationv1.MatchCondition{Name: c.Name, Expression: shiftObjectPaths(c.Expression, prefix)}
+	}
+	out.Validations = make([]admissionregistrationv1.Validation, len(s.Validations))
+	for i, v := range s.Validations {
+		v.Expression = shiftObjectPaths(v.Expression, prefix)
+		v.MessageExpression = shiftObjectPaths(v.MessageExpression, prefix)
+		out.Validations[i] = v
+	}
+	out.AuditAnnotations = make([]admissionregistrationv1.AuditAnnotation, len(s.AuditAnnotations))
+	for i, a := range s.AuditAnnotations {
+		out.AuditAnnotations[i] = admissionregistrationv1.AuditAnnotation{Key: a.Key, ValueExpression: shiftObjectPaths(a.ValueExpression, prefix)}
+	}
+	return out
+}
+
+// evaluate applies the policy (and its variants) to a request, per
+// Kyverno's decision procedure: constraints, exceptions, match conditions,
+// validations in order, audit annotations.
+func (v *validatingPolicy) evaluate(e *evaluation) []RuleResult {
+	res := e.res
+	gvr := e.req.Resource
+	if gvr.Resource == "" {
+		gvr, _ = meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: res.Group, Version: res.Version, Kind: res.Kind})
+	}
+	var out []RuleResult
+	for _, variant := range v.variants {
+		if !variant.match.matches(&res, gvr, e.req.operation(), e.req.NamespaceLabels) {
+			continue
+		}
+		if err := e.ctx.Err(); err != nil {
+			out = append(out, e.vpolResult(Error, RuleEvaluation, stoppedMessage(err), nil))
+			continue
+		}
+		out = append(out, v.evaluateVariant(e, variant))
+	}
+	return out
+}
+
+func (v *validatingPolicy) evaluateVariant(e *evaluation, variant *vpolVariant) RuleResult {
+	in := e.req.celInput()
+	var full []*CELException
+	var matched []*CELException
+	var images, values []string
+	for _, x := range e.req.CELExceptions {
+		if !x.Refers(e.policy, v.kind) {
+			continue
+		}
+		ok, err := x.applies(e, in)
+		if err != nil {
+			if v.ignore || len(full) > 0 {
+				continue
+			}
+			return e.vpolResult(Error, RuleEvaluation, "failed to load context: "+err.Error(), nil)
+		}
+		if !ok {
+			continue
+		}
+		matched = append(matched, x)
+		if x.partial() {
+			images = append(images, x.Spec.Images...)
+			values = append(values, x.Spec.AllowedValues...)
+		} else {
+			full = append(full, x)
+		}
+	}
+	if len(full) > 0 {
+		return e.exceptionResult(full, matched)
+	}
+	if len(images) > 0 || len(values) > 0 {
+		copied := *in
+		copied.AllowedImages, copied.AllowedValues = images, values
+		in = &copied
+	}
+	o := variant.prog.Evaluate(e.ctx, in)
+	switch {
+	case o.NotMet || (o.ConditionErr != nil && v.ignore):
+		r := e.vpolResult(Skip, "", "skip", nil)
+		r.ConditionsNotMet = true
+		return r
+	case o.ConditionErr != nil:
+		return e.vpolResult(Error, RuleEvaluation, "failed to load context: "+o.ConditionErr.Error(), nil)
+	case o.Err != nil:
+		return e.vpolResult(Error, "", "error: "+o.Err.Error(), map[string]string{PropertyValidationIndex: strconv.Itoa(o.Failed)})
+	case o.AnnotationErr != nil && o.Failed >= 0:
+		return e.vpolResult(Error, "", "error: "+o.AnnotationErr.Error(), nil)
+	case o.AnnotationErr != nil:
+		return e.vpolResult(Error, RuleEvaluation, "failed to load context: "+o.AnnotationErr.Error(), nil)
+	case o.Failed < 0:
+		return e.vpolResult(Pass, "", "success", o.Annotations)
+	}
+	props := map[string]string{PropertyValidationIndex: strconv.Itoa(o.Failed)}
+	for k, val := range o.Annotations {
+		props[k] = val
+	}
+	return e.vpolResult(Fail, "", vpolFailMessage(variant.prog, o), props)
+}
+
+// vpolFailMessage is Kyverno's message of a false validation: the
+// messageExpression's value (an empty one is kept), else the message, else
+// a default naming the validation.
+func vpolFailMessage(p *cel.Program, o cel.Outcome) string {
+	var m string
+	switch {
+	case o.HasMessageExpression && o.MessageErr != nil && strings.HasPrefix(o.MessageErr.Error(), cel.ErrNotString.Error()):
+		m = "failed to convert message expression to string: " + o.MessageErr.Error()
+	case o.HasMessageExpression && o.MessageErr != nil:
+		m = "failed to evaluate message expression: " + o.MessageErr.Error()
+	case o.HasMessageExpression:
+		m = o.Message
+	default:
+		m = p.Message(o.Failed)
+	}
+	if m == "" {
+		m = fmt.Sprintf("CEL expression validation failed at index %d", o.Failed)
+	}
+	return m
+}
+
+// exceptionResult is the result of a policy fully exempted by exceptions:
+// skip, or pass when the exception of highest priority says so.
+func (e *evaluation) exceptionResult(full, matched []*CELException) RuleResult {
+	chosen := full[0]
+	for _, x := range full[1:] {
+		if x.Priority > chosen.Priority {
+			chosen = x
+		}
+	}
+	result, verb := Skip, "skipped"
+	if chosen.Spec.ReportResult == "pass" {
+		result, verb = Pass, "passed"
+	}
+	keys := make([]string, len(matched))
+	names := make([]string, len(matched))
+	for i, x := range matched {
+		keys[i], names[i] = x.Key, x.ObjectName
+	}
+	r := e.vpolResult(result, RuleException, "rule is "+verb+" due to policy exception: "+strings.Join(keys, ", "), map[string]string{"exceptions": strings.Join(names, ",")})
+	r.Exceptions = names
+	return r
+}
+
+// vpolResult builds a ValidatingPolicy result: properties named message
+// or <result>Message replace the message (as Kyverno's post-processing
+// does), and an unscored fail is a warn.
+func (e *evaluation) vpolResult(result wgv1alpha2.Result, rule, msg string, props map[string]string) RuleResult {
+	if m := props[string(result)+"Message"]; m != "" {
+		msg = m
+	}
+	if m := props["message"]; m != "" {
+		msg = m
+	}
+	if result == Fail && !e.policy.Scored {
+		result = Warn
+	}
+	return RuleResult{Policy: e.policy.Name, Rule: rule, Result: result, Message: msg, Properties: props, Source: SourceValidatingPolicy}
+}
