@@ -60,8 +60,20 @@ func realisticPods(tb testing.TB) []map[string]any {
 // BenchmarkPodSecurityPolicies evaluates every rule of the Pod Security
 // Standards policies against realistic Pods. It reports rule evaluations
 // per second (on one core with -cpu 1) and allocations per rule evaluation.
-func BenchmarkPodSecurityPolicies(b *testing.B) {
-	policies := pss.Load(b, filepath.Join("..", "..", "shared", "corpus", "policy-library", "pod-security"))
+// Its CEL twins are BenchmarkPodSecurityCEL (validate.cel rules) and
+// BenchmarkPodSecurityValidatingPolicies.
+func BenchmarkPodSecurityPolicies(b *testing.B) { benchmarkPolicySet(b, "pod-security") }
+
+// BenchmarkPodSecurityCEL is BenchmarkPodSecurityPolicies with the
+// validate.cel twins of the policies.
+func BenchmarkPodSecurityCEL(b *testing.B) { benchmarkPolicySet(b, "pod-security-cel") }
+
+// BenchmarkPodSecurityValidatingPolicies is BenchmarkPodSecurityPolicies
+// with the ValidatingPolicy twins of the policies.
+func BenchmarkPodSecurityValidatingPolicies(b *testing.B) { benchmarkPolicySet(b, "pod-security-vpol") }
+
+func benchmarkPolicySet(b *testing.B, set string) {
+	policies := pss.Load(b, filepath.Join("..", "..", "shared", "corpus", "policy-library", set))
 	pods := realisticPods(b)
 	ctx := context.Background()
 	reqs := make([]*engine.Request, len(pods))

@@ -1,6 +1,7 @@
-// Package pss reads the Pod Security Standards ClusterPolicies of the corpus
-// (policy-library/pod-security, its test folders left out): the policy set of
-// tally's benchmarks and bench commands.
+// Package pss reads the Pod Security Standards policies of the corpus
+// (policy-library/pod-security, and their CEL twins pod-security-cel and
+// pod-security-vpol, test folders left out): the policy sets of tally's
+// benchmarks and bench commands.
 package pss
 
 import (
@@ -14,11 +15,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine"
 )
 
-// Read returns every ClusterPolicy under dir as a JSON object; none found is
-// an error naming dir.
+// Read returns every ClusterPolicy and ValidatingPolicy under dir as a JSON
+// object; none found is an error naming dir.
 func Read(dir string) ([]map[string]any, error) {
 	var out []map[string]any
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
@@ -30,20 +32,27 @@ func Read(dir string) ([]map[string]any, error) {
 			return err
 		}
 		var obj map[string]any
-		if yaml.Unmarshal(data, &obj) != nil || obj["kind"] != "ClusterPolicy" {
+		if yaml.Unmarshal(data, &obj) != nil || (obj["kind"] != "ClusterPolicy" && obj["kind"] != policiesv1.KindValidatingPolicy) {
 			return nil
 		}
 		out = append(out, obj)
 		return nil
 	})
 	if err == nil && len(out) == 0 {
-		err = fmt.Errorf("no ClusterPolicy under %s", dir)
+		err = fmt.Errorf("no ClusterPolicy or ValidatingPolicy under %s", dir)
 	}
 	return out, err
 }
 
 // Compile compiles one policy read by Read.
 func Compile(obj map[string]any) (*engine.Policy, error) {
+	if obj["kind"] == policiesv1.KindValidatingPolicy {
+		var vp policiesv1.ValidatingPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &vp); err != nil {
+			return nil, fmt.Errorf("ValidatingPolicy %v: %w", obj["metadata"], err)
+		}
+		return engine.CompileValidatingPolicy(&vp)
+	}
 	var cp kyvernov1.ClusterPolicy
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &cp); err != nil {
 		return nil, fmt.Errorf("ClusterPolicy %v: %w", obj["metadata"], err)
