@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -88,7 +89,7 @@ func TestVerdict(t *testing.T) {
 		{Name: "R19-b", Rules: []string{"R19"}, Err: os.ErrClosed},
 		{Name: "R29-c", Rules: []string{"R29"}, Skipped: true},
 	})
-	for _, want := range []string{"R01   pass", "R19   FAIL", "R29   skip", "R02   skip     (no case run)", "1 of 31 rules failed"} {
+	for _, want := range []string{"R01   pass", "R19   FAIL", "R29   skip", "R02   skip     (no case run)", fmt.Sprintf("1 of %d rules failed", len(Rules))} {
 		if !strings.Contains(out, want) {
 			t.Errorf("verdict lacks %q:\n%s", want, out)
 		}

@@ -34,4 +34,5 @@ var Rules = []struct{ ID, Title string }{
 	{"R29", "high availability: one writer, failover loses and duplicates nothing"},
 	{"R30", "per-policy schedules survive restarts"},
 	{"R31", "metrics"},
+	{"R35", "a classic rule with validate.cel reports like any validate rule"},
 }

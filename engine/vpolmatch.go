@@ -58,10 +58,10 @@ func (c *constraints) matches(res *match.Resource, gvr schema.GroupVersionResour
 		if !c.namespaceSelector.Matches(labels.Set(res.Labels)) {
 			return false
 		}
-	case namespaced:
-		set := labels.Set(nsLabels)
+	case namespaced && !c.namespaceSelector.Empty():
+		var set labels.Labels = labels.Set(nsLabels)
 		if nsLabels == nil {
-			set = labels.Set{"kubernetes.io/metadata.name": res.Namespace}
+			set = nameOnly(res.Namespace)
 		}
 		if !c.namespaceSelector.Matches(set) {
 			return false
@@ -95,11 +95,9 @@ func ruleMatches(r *admissionregistrationv1.NamedRuleWithOperations, res *match.
 	if !resourceListed(r.Resources, gvr.Resource, res.Subresource) {
 		return false
 	}
-	ops := make([]string, len(r.Operations))
-	for i, o := range r.Operations {
-		ops[i] = string(o)
-	}
-	if !listHas(ops, op) {
+	if !slices.ContainsFunc(r.Operations, func(o admissionregistrationv1.OperationType) bool {
+		return o == admissionregistrationv1.OperationAll || string(o) == op
+	}) {
 		return false
 	}
 	if r.Scope != nil {
@@ -123,6 +121,19 @@ func ruleMatches(r *admissionregistrationv1.NamedRuleWithOperations, res *match.
 	}
 	return true
 }
+
+// nameOnly is the labels of a namespace known by name alone: the one label
+// every namespace has.
+type nameOnly string
+
+func (n nameOnly) Has(label string) bool { return label == "kubernetes.io/metadata.name" }
+func (n nameOnly) Get(label string) string {
+	if label == "kubernetes.io/metadata.name" {
+		return string(n)
+	}
+	return ""
+}
+func (n nameOnly) Lookup(label string) (string, bool) { return n.Get(label), n.Has(label) }
 
 func listHas(list []string, v string) bool {
 	return slices.Contains(list, v) || slices.Contains(list, "*")

@@ -9,6 +9,7 @@ import (
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/apiserver/pkg/cel/lazy"
 )
 
 // Spec is what a policy gives to compile: its variables, match conditions,
@@ -34,6 +35,8 @@ type Program struct {
 	conditions  []*expression
 	validations []validation
 	annotations []annotation
+	// noVariables is `variables` of a program that declares none.
+	noVariables *lazy.MapValue
 }
 
 // expression is one compiled expression; prog is nil when err is set.
@@ -114,6 +117,7 @@ func Compile(spec Spec) (*Program, error) {
 			value: add(fmt.Sprintf("auditAnnotations[%d].valueExpression", i), p.compile(a.Key, a.ValueExpression, celgo.StringType, celgo.NullType)),
 		})
 	}
+	p.noVariables = lazy.NewMapValue(compose.MapType)
 	return p, errors.Join(errs...)
 }
 

@@ -156,7 +156,14 @@ func (p *Program) activation(ctx context.Context, in *Input) *activation {
 		a.namespace = in.Namespace
 	}
 	if p.mode == ModeKyverno {
-		a.exceptions = map[string][]string{"allowedImages": nonNil(in.AllowedImages), "allowedValues": nonNil(in.AllowedValues)}
+		a.exceptions = noExceptions
+		if in.AllowedImages != nil || in.AllowedValues != nil {
+			a.exceptions = map[string][]string{"allowedImages": nonNil(in.AllowedImages), "allowedValues": nonNil(in.AllowedValues)}
+		}
+	}
+	if len(p.variables) == 0 {
+		a.variables = p.noVariables // never written: nothing to evaluate lazily
+		return a
 	}
 	a.variables = lazy.NewMapValue(p.composeEnv.MapType)
 	for _, v := range p.variables {
@@ -170,6 +177,9 @@ func (p *Program) activation(ctx context.Context, in *Input) *activation {
 	}
 	return a
 }
+
+// noExceptions is `exceptions` when no partial exception applies.
+var noExceptions = map[string][]string{"allowedImages": {}, "allowedValues": {}}
 
 func nonNil(s []string) []string {
 	if s == nil {
