@@ -44,6 +44,7 @@ test: verify-generate lint fuzz-short
 FUZZ_TARGETS := \
 	./engine:FuzzCheckPolicy \
 	./engine:FuzzEvaluate \
+	./engine/cel:FuzzCompileEvaluate \
 	./tester:FuzzLoadPolicies \
 	./engine/pattern:FuzzValidate \
 	./engine/pattern:FuzzMatchValue \
