@@ -24,10 +24,11 @@ verify-generate: generate
 	@git diff --exit-code -- api config/crd || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
 	@test -z "$$(git status --porcelain -- api config/crd)" || { echo "untracked generated files: run 'make generate' and commit" >&2; git status --porcelain -- api config/crd >&2; exit 1; }
 
-## lint: gofmt and go vet
+## lint: gofmt, go vet, and go.mod tidy
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit" >&2; exit 1; }
 
 ## controlplane: build (or reuse from the cache) kube-apiserver, etcd, kube-controller-manager
 controlplane:

@@ -3,11 +3,12 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/internal/pss"
+
+	"github.com/tally-dev/tally/internal/corpus"
 )
 
 // realisticPods are Pods as clusters hold them: an app with a sidecar and an
@@ -73,7 +74,7 @@ func BenchmarkPodSecurityCEL(b *testing.B) { benchmarkPolicySet(b, "pod-security
 func BenchmarkPodSecurityValidatingPolicies(b *testing.B) { benchmarkPolicySet(b, "pod-security-vpol") }
 
 func benchmarkPolicySet(b *testing.B, set string) {
-	policies := pss.Load(b, filepath.Join("..", "..", "shared", "corpus", "policy-library", set))
+	policies := pss.Load(b, corpus.Path(b, "policy-library", set))
 	pods := realisticPods(b)
 	ctx := context.Background()
 	reqs := make([]*engine.Request, len(pods))

@@ -7,9 +7,9 @@ import (
 )
 
 // TestCorpus runs Kyverno's own CLI test suites (../shared/corpus) and
-// holds the engine to at least 98% of the expectations of every tier:
-// classic rules, with context entries, validate.cel rules and
-// ValidatingPolicies.
+// holds every tier (classic rules, with context entries, validate.cel
+// rules, ValidatingPolicies) to the expectations passed on 2026-11-24: no
+// fewer passes, no failure. Raise the counts when the corpus grows.
 func TestCorpus(t *testing.T) {
 	corpus := corpusDir(t)
 	rep, err := Run(context.Background(), []string{corpus})
@@ -20,7 +20,7 @@ func TestCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := false
-	for _, tier := range []string{"classic", "classic-ctx", "classic-cel", "vpol"} {
+	for tier, minPassed := range map[string]int{"classic": 1227, "classic-ctx": 28, "classic-cel": 1057, "vpol": 908} {
 		c := rep.Tiers[tier]
 		if c == nil {
 			t.Fatalf("tier %s missing from the index", tier)
@@ -31,9 +31,9 @@ func TestCorpus(t *testing.T) {
 		}
 		rate := float64(c.Passed) / float64(total)
 		t.Logf("tier %s: %s (%.2f%%)", tier, c, 100*rate)
-		if rate < 0.98 {
+		if c.Passed < minPassed || c.Failed > 0 {
 			failed = true
-			t.Errorf("tier %s: pass rate %.2f%% is below 98%%", tier, 100*rate)
+			t.Errorf("tier %s: %d passed and %d failed, where %d passed and none failed", tier, c.Passed, c.Failed, minPassed)
 		}
 	}
 	if failed {

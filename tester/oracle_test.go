@@ -5,27 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/tally-dev/tally/internal/corpus"
 )
 
-// corpusDir finds the shared corpus: TALLY_CORPUS, or ../shared/corpus from
-// the repository root. Without it the test is skipped, saying why, except in
-// CI (env CI set), where a missing corpus is a failure.
-func corpusDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("TALLY_CORPUS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "corpus")
-	}
-	if _, err := os.Stat(filepath.Join(dir, OracleFileName)); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("corpus not found at %s (set TALLY_CORPUS): %v", dir, err)
-		}
-		t.Skipf("corpus not found at %s (set TALLY_CORPUS, or clone tally beside the shared folder): %v", dir, err)
-	}
-	return dir
-}
+// corpusDir is the shared corpus (internal/corpus: TALLY_CORPUS, or
+// ../shared/corpus beside the repository; required in CI).
+func corpusDir(t *testing.T) string { return corpus.Dir(t) }
 
 // TestOracle holds tally to the share of Kyverno's own answers (ORACLE.jsonl:
 // results and messages of `kyverno apply` on every test folder) it matches
@@ -33,7 +20,7 @@ func corpusDir(t *testing.T) string {
 // them when the engine gets closer, never lower them to let a change pass.
 // TALLY_ORACLE_DIFFS=<file> writes every difference there as JSON lines.
 func TestOracle(t *testing.T) {
-	corpus := corpusDir(t)
+	dir := corpusDir(t)
 	// Reached on 2026-11-23: classic 1553 of 1557 results and messages
 	// (99.74%), classic-ctx 21 of 29 (72.41%); on 2026-11-24 classic-cel
 	// 1333 of 1334 (99.93%), vpol 1012 of 1013 (99.90%). What is left is listed in
@@ -46,7 +33,7 @@ func TestOracle(t *testing.T) {
 		"classic-cel": {results: 0.999, messages: 0.999},
 		"vpol":        {results: 0.998, messages: 0.998},
 	}
-	rep, err := CompareOracle(context.Background(), corpus, "classic", "classic-ctx", "classic-cel", "vpol")
+	rep, err := CompareOracle(context.Background(), dir, "classic", "classic-ctx", "classic-cel", "vpol")
 	if err != nil {
 		t.Fatal(err)
 	}

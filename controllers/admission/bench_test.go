@@ -4,28 +4,21 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tally-dev/tally/hack/admissionbench/workload"
 	"github.com/tally-dev/tally/internal/pss"
+
+	"github.com/tally-dev/tally/internal/corpus"
 )
 
 // pssBridge is a bridge holding the corpus's Pod Security Standards policies
-// (TALLY_CORPUS or ../../../shared/corpus); the benchmark skips without them.
+// (internal/corpus); the benchmark skips without them.
 func pssBridge(b *testing.B) *Bridge {
 	b.Helper()
-	corpus := os.Getenv("TALLY_CORPUS")
-	if corpus == "" {
-		corpus = filepath.Join("..", "..", "..", "shared", "corpus")
-	}
-	dir := filepath.Join(corpus, "policy-library", "pod-security")
-	if _, err := os.Stat(dir); err != nil {
-		b.Skipf("corpus not found at %s (set TALLY_CORPUS): %v", dir, err)
-	}
+	dir := corpus.Path(b, "policy-library", "pod-security")
 	policies, err := pss.Read(dir)
 	if err != nil {
 		b.Fatal(err)

@@ -3,7 +3,6 @@ package scan
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,6 +17,8 @@ import (
 
 	"github.com/tally-dev/tally/internal/pss"
 	"github.com/tally-dev/tally/memstore"
+
+	"github.com/tally-dev/tally/internal/corpus"
 )
 
 var gvrPods = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -65,7 +66,7 @@ func benchPod(tb testing.TB, i int) *unstructured.Unstructured {
 // It measures the engine and the store together, without the API server.
 func BenchmarkRescan(b *testing.B) {
 	const pods = 1000
-	policies := pss.Load(b, filepath.Join("..", "..", "..", "shared", "corpus", "policy-library", "pod-security"))
+	policies := pss.Load(b, corpus.Path(b, "policy-library", "pod-security"))
 	client := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
 	store, err := memstore.New()
 	if err != nil {

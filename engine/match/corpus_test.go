@@ -11,9 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+
+	"github.com/tally-dev/tally/internal/corpus"
 )
 
 // corpusDir is Kyverno's own CLI test suites, in the shared workspace.
@@ -73,9 +76,7 @@ type corpusPolicy struct {
 // rows (an invalid policy is skipped too). Autogen must also accept every
 // corpus policy.
 func TestCorpus(t *testing.T) {
-	if _, err := os.Stat(corpusDir); err != nil {
-		t.Skipf("Kyverno test corpus not found at %s (it lives in the shared workspace): %v", corpusDir, err)
-	}
+	corpusDir := corpus.Dir(t)
 	var files []string
 	err := filepath.WalkDir(corpusDir, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && d.Name() == "kyverno-test.yaml" {

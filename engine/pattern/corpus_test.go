@@ -10,10 +10,9 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-)
 
-// corpusDir is Kyverno's own CLI test suites, shared by the project.
-const corpusDir = "../../../shared/corpus"
+	"github.com/tally-dev/tally/internal/corpus"
+)
 
 // corpusCase is one expectation of a kyverno-test.yaml that this package can
 // decide alone: a pattern or anyPattern rule whose match is only a list of
@@ -41,7 +40,7 @@ func (c corpusCase) run() Result {
 // Kyverno's policy library against the Pods of their own tests. Deployments
 // and CronJobs are left out: their expectations come from autogen.
 func TestPodSecurityCorpus(t *testing.T) {
-	cases := loadCorpus(t, filepath.Join(corpusDir, "policy-library", "pod-security"), "Pod")
+	cases := loadCorpus(t, corpus.Path(t, "policy-library", "pod-security"), "Pod")
 	if len(cases) < 50 {
 		t.Fatalf("found only %d cases in the Pod Security corpus; the loader is probably broken", len(cases))
 	}
@@ -51,7 +50,7 @@ func TestPodSecurityCorpus(t *testing.T) {
 // TestCorpus checks every pattern rule of the corpus whose match is a plain
 // list of kinds, against resources of those kinds.
 func TestCorpus(t *testing.T) {
-	cases := loadCorpus(t, corpusDir, "")
+	cases := loadCorpus(t, corpus.Dir(t), "")
 	if len(cases) < 100 {
 		t.Fatalf("found only %d cases in the corpus; the loader is probably broken", len(cases))
 	}

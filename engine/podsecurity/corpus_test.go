@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+
+	"github.com/tally-dev/tally/internal/corpus"
 )
 
 // corpusDir holds Kyverno's own CLI test suites, shared by the tally repo's
@@ -54,9 +56,7 @@ var autogenKinds = map[string]bool{
 // Every Pod is also evaluated wrapped in a Deployment and a CronJob, which
 // must give the same verdict.
 func TestCorpus(t *testing.T) {
-	if _, err := os.Stat(corpusDir); err != nil {
-		t.Skipf("corpus not found at %s (%v): Kyverno's CLI tests are not checked", corpusDir, err)
-	}
+	corpusDir := corpus.Dir(t)
 	var files []string
 	err := filepath.WalkDir(corpusDir, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && d.Name() == "kyverno-test.yaml" {
