@@ -47,8 +47,10 @@ type Request struct {
 	Exceptions []*Exception
 	// CELExceptions are the policies.kyverno.io PolicyExceptions (for ValidatingPolicies).
 	CELExceptions []*CELException
-	Values        ValueSource
-	Loader        ContextLoader
+	// Params serves the params of ValidatingAdmissionPolicy bindings.
+	Params ParamSource
+	Values ValueSource
+	Loader ContextLoader
 
 	// cache holds what every policy evaluated on this request shares. A
 	// Request must not be evaluated by two goroutines at once.
@@ -125,6 +127,9 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 	}
 	if p.vpol != nil {
 		return p.vpol.evaluate(e)
+	}
+	if p.vap != nil {
+		return p.vap.evaluate(e)
 	}
 	if req.UserInfo != nil {
 		e.adm = &match.Admission{

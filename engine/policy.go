@@ -41,8 +41,10 @@ type Policy struct {
 	// Source is the results' source: kyverno, or KyvernoValidatingPolicy.
 	Source string
 
-	// vpol is set for ValidatingPolicies, which have no rules of their own.
+	// vpol is set for ValidatingPolicies, vap for ValidatingAdmissionPolicies:
+	// neither has rules of its own.
 	vpol *validatingPolicy
+	vap  *vap
 }
 
 // Rule is a compiled validate rule. A rule that could not be compiled keeps
@@ -270,8 +272,8 @@ func decodeList(j *apiextv1.JSON, what string) ([]any, error) {
 // HasRule reports whether the policy has a validate rule of that name, or
 // one autogen derived from it.
 func (p *Policy) HasRule(name string) bool {
-	if p.vpol != nil {
-		return true // results of a ValidatingPolicy have no rule to tell apart
+	if p.vpol != nil || p.vap != nil {
+		return true // results of CEL policies have no rule to tell apart
 	}
 	for _, r := range p.Rules {
 		if r.Name == name || r.Name == "autogen-"+name || r.Name == "autogen-cronjob-"+name {

@@ -27,8 +27,9 @@ type RuleResult struct {
 	// Properties are the rule's reportProperties (a ValidatingPolicy's:
 	// audit annotations, cel.validationIndex, exceptions).
 	Properties map[string]string
-	// Source is the report source of a ValidatingPolicy's result
-	// (KyvernoValidatingPolicy); empty for classic policies (kyverno).
+	// Source is the report source of a CEL policy's result
+	// (KyvernoValidatingPolicy, ValidatingAdmissionPolicy); empty for
+	// classic policies (kyverno), whose results are told apart by rule.
 	Source string
 	// ConditionsNotMet marks the skip of a ValidatingPolicy whose match
 	// conditions did not hold: Kyverno's CLI shows it, its reports drop it.

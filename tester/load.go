@@ -13,6 +13,9 @@ import (
 	"sort"
 	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
 	"k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -144,10 +147,13 @@ type LoadedPolicy struct {
 	Unsupported error
 }
 
-// LoadPolicies reads ClusterPolicies and Policies from files or folders.
+// LoadPolicies reads the policies of files or folders: ClusterPolicies and
+// Policies, ValidatingPolicies and NamespacedValidatingPolicies, Kubernetes
+// ValidatingAdmissionPolicies (with their bindings).
 // Problems with one policy are recorded on it; the error is for unreadable input.
 func LoadPolicies(paths []string) ([]*LoadedPolicy, error) {
 	var out []*LoadedPolicy
+	var all []Document
 	var errs []error
 	for _, p := range paths {
 		files, err := yamlFiles(p)
@@ -161,15 +167,59 @@ func LoadPolicies(paths []string) ([]*LoadedPolicy, error) {
 				errs = append(errs, err)
 				continue
 			}
-			for _, d := range docs {
-				out = append(out, loadPolicy(d))
-			}
+			all = append(all, docs...)
 		}
+	}
+	// ValidatingAdmissionPolicyBindings are read first: each policy is
+	// compiled with the bindings that name it.
+	var bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	for _, d := range all {
+		if !isVAPKind(d, kindVAPBinding) {
+			continue
+		}
+		var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object, &b); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %s: %w", d.File, kindVAPBinding, err))
+			continue
+		}
+		bindings = append(bindings, &b)
+	}
+	for _, d := range all {
+		if isVAPKind(d, kindVAPBinding) {
+			continue
+		}
+		out = append(out, loadPolicy(d, bindings))
 	}
 	return out, errors.Join(errs...)
 }
 
-func loadPolicy(d Document) *LoadedPolicy {
+const (
+	kindVAP        = "ValidatingAdmissionPolicy"
+	kindVAPBinding = "ValidatingAdmissionPolicyBinding"
+)
+
+// isVAPKind reports whether a document is an admissionregistration.k8s.io kind.
+func isVAPKind(d Document, kind string) bool {
+	apiVersion, _ := d.Object["apiVersion"].(string)
+	k, _ := d.Object["kind"].(string)
+	return k == kind && strings.HasPrefix(apiVersion, admissionregistrationv1.GroupName+"/")
+}
+
+// loadValidatingAdmissionPolicy reads a Kubernetes ValidatingAdmissionPolicy
+// and compiles it with its bindings.
+func loadValidatingAdmissionPolicy(d Document, lp *LoadedPolicy, bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) *LoadedPolicy {
+	var vap admissionregistrationv1.ValidatingAdmissionPolicy
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object, &vap)
+	if err == nil {
+		lp.Policy, err = engine.CompileValidatingAdmissionPolicy(&vap, bindings)
+	}
+	if err != nil {
+		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: lp.Kind, Name: lp.Name, Err: err}
+	}
+	return lp
+}
+
+func loadPolicy(d Document, bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) *LoadedPolicy {
 	kind, _ := d.Object["kind"].(string)
 	apiVersion, _ := d.Object["apiVersion"].(string)
 	md, _ := d.Object["metadata"].(map[string]any)
@@ -184,6 +234,9 @@ func loadPolicy(d Document) *LoadedPolicy {
 	}
 	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindValidatingPolicy || kind == policiesv1.KindNamespacedValidatingPolicy) {
 		return loadValidatingPolicy(d, lp)
+	}
+	if isVAPKind(d, kindVAP) {
+		return loadValidatingAdmissionPolicy(d, lp, bindings)
 	}
 	if !strings.HasPrefix(apiVersion, "kyverno.io/") || (kind != "ClusterPolicy" && kind != "Policy") {
 		lp.Unsupported = fmt.Errorf("%s: %s %s (%s) is not supported by tally yet", d.File, kind, name, apiVersion)

@@ -43,6 +43,7 @@ type loaded struct {
 	policies   []*LoadedPolicy
 	resources  []resource
 	exceptions Exceptions
+	params     paramObjects
 	userInfo   *engine.UserInfo
 	nsLabels   map[string]map[string]string
 }
@@ -185,7 +186,7 @@ func (l *loaded) check(o *Outcome, tr TestResult, evaluate func(pi, ri int) []en
 		responded = true
 		got := ""
 		for _, rr := range results {
-			if rr.Source == engine.SourceValidatingPolicy || rr.Rule == tr.Rule || rr.Rule == "autogen-"+tr.Rule || rr.Rule == "autogen-cronjob-"+tr.Rule || tr.Rule == "" {
+			if rr.Source != "" || rr.Rule == tr.Rule || rr.Rule == "autogen-"+tr.Rule || rr.Rule == "autogen-cronjob-"+tr.Rule || tr.Rule == "" {
 				got = string(rr.Result)
 				if got != expected {
 					o.Reason = rr.Message
@@ -267,6 +268,7 @@ func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op 
 		NamespaceLabels: l.namespaceLabels(r),
 		Exceptions:      l.exceptions.Classic,
 		CELExceptions:   l.exceptions.CEL,
+		Params:          l.params,
 		Values:          vs,
 	}
 	switch op {
@@ -327,6 +329,15 @@ func load(file string, t *Test) (*loaded, error) {
 	}
 	if l.exceptions, err = LoadExceptions(rel(t.Exceptions)); err != nil {
 		errs = append(errs, err)
+	}
+	for _, p := range rel(t.ParamResources) {
+		docs, err := ReadManifests(p)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, d := range docs {
+			l.params = append(l.params, d.Object)
+		}
 	}
 	if t.Variables != "" {
 		var v ValuesSpec

@@ -11,14 +11,16 @@ type Test struct {
 	Metadata   struct {
 		Name string `json:"name"`
 	} `json:"metadata"`
-	Policies   []string       `json:"policies"`
-	Resources  []string       `json:"resources"`
-	Variables  string         `json:"variables,omitempty"`
-	Values     *ValuesSpec    `json:"values,omitempty"`
-	UserInfo   string         `json:"userinfo,omitempty"`
-	Exceptions []string       `json:"exceptions,omitempty"`
-	Results    []TestResult   `json:"results"`
-	Extra      map[string]any `json:"-"`
+	Policies   []string    `json:"policies"`
+	Resources  []string    `json:"resources"`
+	Variables  string      `json:"variables,omitempty"`
+	Values     *ValuesSpec `json:"values,omitempty"`
+	UserInfo   string      `json:"userinfo,omitempty"`
+	Exceptions []string    `json:"exceptions,omitempty"`
+	// ParamResources are the params objects of ValidatingAdmissionPolicy bindings.
+	ParamResources []string       `json:"paramResources,omitempty"`
+	Results        []TestResult   `json:"results"`
+	Extra          map[string]any `json:"-"`
 }
 
 // TestResult is one expected result: a policy's rule on some resources.
