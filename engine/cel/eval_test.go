@@ -135,6 +135,11 @@ func TestEvaluate(t *testing.T) {
 				"json.unmarshal('{\"a\": 2}').a == 2",
 				"sha256('x') == '2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881'",
 				"user.parseServiceAccount('system:serviceaccount:ns:sa').name == 'sa'",
+				"image('nginx:1.2').registry() == 'docker.io' && image('nginx:1.2').repository() == 'library/nginx' && image('nginx:1.2').tag() == '1.2'",
+				"parseImageReference('ghcr.io/a/b@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa').containsDigest() && !isImage('not an image')",
+				"image('reg.example.com:5000/app:v1').identifier() == 'v1' && image('reg.example.com:5000/app:v1').registry() == 'reg.example.com:5000'",
+				"math.round(2.345, 2) == 2.35 && time.toCron(timestamp('2026-11-24T10:30:00Z')) == '30 10 24 11 2'",
+				"time.truncate(timestamp('2026-11-24T10:30:45Z'), duration('1h')) == timestamp('2026-11-24T10:00:00Z') && time.now() > timestamp('2026-01-01T00:00:00Z')",
 			)},
 			in: Input{Object: Normalize(pod(1, nil)), AllowedImages: []string{"nginx:1.2"}},
 			check: func(t *testing.T, o Outcome) {

@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash"
+	"math"
 	"strings"
+	"time"
 
 	celgo "github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -17,8 +19,8 @@ import (
 )
 
 // kyvernoLibraries are the functions Kyverno adds to a ValidatingPolicy's
-// environment that need no cluster: json, yaml, hashes and service account
-// names. Kyverno's library version 1.18 spells every member both ways
+// environment that need no cluster: json, yaml, hashes, service account
+// names, image references, time and math.round. Kyverno's library version 1.18 spells every member both ways
 // (json.unmarshal and json.Unmarshal), and so does tally.
 //
 // The calls that read a cluster (resource.*, http.*, globalContext.*,
@@ -49,6 +51,10 @@ func kyvernoLibraries() []celgo.EnvOption {
 		opts = append(opts, celgo.Function(h.name, celgo.Overload(h.name+"_string", []*celgo.Type{celgo.StringType}, celgo.StringType, celgo.UnaryBinding(fn))))
 		both("hash", h.name, unary(celgo.StringType, celgo.StringType, fn))
 	}
+	opts = append(opts, imageLibrary()...)
+	opts = append(opts, timeLibrary()...)
+	opts = append(opts, celgo.Function("math.round", celgo.Overload("math_round_double_int", []*celgo.Type{celgo.DoubleType, celgo.IntType}, celgo.DoubleType,
+		celgo.BinaryBinding(roundTo))))
 	opts = append(opts, celgo.Function("parseServiceAccount", celgo.Overload("parseServiceAccount_string", []*celgo.Type{celgo.StringType}, celgo.DynType, celgo.UnaryBinding(parseServiceAccount))))
 	both("user", "parseServiceAccount", unary(celgo.StringType, celgo.DynType, parseServiceAccount))
 	for _, call := range []struct {
@@ -141,6 +147,47 @@ func parseServiceAccount(v ref.Val) ref.Val {
 	}
 	out := map[string]any{"name": name, "namespace": ns, "Name": name, "Namespace": ns}
 	return types.DefaultTypeAdapter.NativeToValue(out)
+}
+
+// roundTo rounds a double to a number of decimal places (half away from zero).
+func roundTo(v, places ref.Val) ref.Val {
+	f, ok1 := v.Value().(float64)
+	n, ok2 := places.Value().(int64)
+	if !ok1 || !ok2 {
+		return types.MaybeNoSuchOverloadErr(v)
+	}
+	if n < 0 || n > 15 {
+		return types.NewErr("math.round: %d decimal places: want 0 to 15", n)
+	}
+	scale := math.Pow(10, float64(n))
+	return types.Double(math.Round(f*scale) / scale)
+}
+
+// timeLibrary is time.now(), time.truncate(timestamp, duration) and
+// time.toCron(timestamp) ("minute hour day-of-month month day-of-week").
+func timeLibrary() []celgo.EnvOption {
+	return []celgo.EnvOption{
+		celgo.Function("time.now", celgo.Overload("time_now", nil, celgo.TimestampType,
+			celgo.FunctionBinding(func(...ref.Val) ref.Val { return types.Timestamp{Time: time.Now().UTC()} }))),
+		celgo.Function("time.truncate", celgo.Overload("time_truncate_timestamp_duration", []*celgo.Type{celgo.TimestampType, celgo.DurationType}, celgo.TimestampType,
+			celgo.BinaryBinding(func(t, d ref.Val) ref.Val {
+				ts, ok1 := t.(types.Timestamp)
+				dur, ok2 := d.(types.Duration)
+				if !ok1 || !ok2 {
+					return types.MaybeNoSuchOverloadErr(t)
+				}
+				return types.Timestamp{Time: ts.Truncate(dur.Duration)}
+			}))),
+		celgo.Function("time.toCron", celgo.Overload("time_toCron_timestamp", []*celgo.Type{celgo.TimestampType}, celgo.StringType,
+			celgo.UnaryBinding(func(t ref.Val) ref.Val {
+				ts, ok := t.(types.Timestamp)
+				if !ok {
+					return types.MaybeNoSuchOverloadErr(t)
+				}
+				u := ts.UTC()
+				return types.String(fmt.Sprintf("%d %d %d %d %d", u.Minute(), u.Hour(), u.Day(), int(u.Month()), int(u.Weekday())))
+			}))),
+	}
 }
 
 func noClusterData(call string) func(...ref.Val) ref.Val {
