@@ -9,10 +9,11 @@ import (
 	"testing"
 )
 
-// TestCorpusPoliciesAreAccepted loads every ClusterPolicy and Policy that
-// the tests of the supported tiers (classic, classic-ctx) name: Kyverno
-// accepts them all, so none may be refused by tally's checks (schema,
-// semantic rules, Malformed).
+// TestCorpusPoliciesAreAccepted loads every policy that the tests of the
+// corpus name (ClusterPolicies and Policies, with and without validate.cel;
+// ValidatingPolicies): Kyverno accepts them all, so none may be refused by
+// tally's checks (schema, semantic rules, Malformed, CEL compilation) and
+// none may be unsupported.
 func TestCorpusPoliciesAreAccepted(t *testing.T) {
 	corpus := corpusDir(t)
 	f, err := os.Open(filepath.Join(corpus, "INDEX.tsv"))
@@ -24,7 +25,7 @@ func TestCorpusPoliciesAreAccepted(t *testing.T) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		cols := strings.Split(sc.Text(), "\t")
-		if len(cols) >= 3 && (cols[2] == "classic" || cols[2] == "classic-ctx") {
+		if len(cols) >= 3 && cols[0] != "suite" {
 			dirs = append(dirs, filepath.Join(corpus, cols[0], cols[1]))
 		}
 	}
@@ -57,6 +58,7 @@ func TestCorpusPoliciesAreAccepted(t *testing.T) {
 				}
 				for _, lp := range loaded {
 					if lp.Unsupported != nil {
+						t.Errorf("unsupported: %v", lp.Unsupported)
 						continue
 					}
 					checked++
@@ -71,8 +73,57 @@ func TestCorpusPoliciesAreAccepted(t *testing.T) {
 			}
 		}
 	}
-	if checked < 100 {
+	if checked < 250 {
 		t.Fatalf("only %d policies checked: the corpus was not read", checked)
 	}
-	t.Logf("%d policies of the classic tiers accepted", checked)
+	t.Logf("%d policies of the corpus accepted", checked)
+}
+
+// A ValidatingPolicy that cannot be evaluated is refused with the reason,
+// naming the file, the policy and the field: an unknown field, an
+// expression that does not compile (the compiler's message), one of the
+// wrong type.
+func TestBadValidatingPoliciesAreRefused(t *testing.T) {
+	tests := map[string]struct{ spec, want string }{
+		"an unknown field": {
+			spec: "validationz: []\n  validations: [{expression: 'true'}]",
+			want: `unknown field "validationz"`,
+		},
+		"an expression that does not compile": {
+			spec: "validations: [{expression: 'object.('}]",
+			want: "validations[0].expression: compilation failed: ERROR: <input>:1:8: Syntax error",
+		},
+		"a validation that is not a bool": {
+			spec: "validations: [{expression: \"'x'\"}]",
+			want: "validations[0].expression: must evaluate to bool but got string",
+		},
+		"a messageExpression that is not a string": {
+			spec: "validations: [{expression: 'true', messageExpression: '1'}]",
+			want: "validations[0].messageExpression: must evaluate to string but got int",
+		},
+		"no validation": {
+			spec: "validations: []",
+			want: "spec.validations: at least one validation is required",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "vpol.yaml")
+			doc := "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: bad}\nspec:\n  matchConstraints: {resourceRules: [{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}]}\n  " + tc.spec + "\n"
+			if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			loaded, err := LoadPolicies([]string{file})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(loaded) != 1 || loaded[0].Invalid == nil {
+				t.Fatalf("not refused: %+v", loaded)
+			}
+			msg := loaded[0].Invalid.Error()
+			if !strings.Contains(msg, tc.want) || !strings.Contains(msg, file) || !strings.Contains(msg, "ValidatingPolicy bad") {
+				t.Errorf("got %q, want the file, the policy and %q", msg, tc.want)
+			}
+		})
+	}
 }
