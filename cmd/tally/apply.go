@@ -19,28 +19,46 @@ import (
 
 type applyOptions struct {
 	policies, resources, exceptions []string
-	policyReport                    bool
+	policyReport, auditWarn         bool
+	detailed                        bool
 	output                          string
+	warnExitCode                    int
 }
 
 func newApplyCommand() *cobra.Command {
 	var o applyOptions
 	cmd := &cobra.Command{
-		Use:   "apply -p POLICIES -r RESOURCES",
+		Use:   "apply [POLICY...] -r RESOURCE...",
 		Short: "Evaluate policies against manifests and print the results or the PolicyReports",
-		Long: `Evaluate the validate rules of ClusterPolicies and Policies against resource
-manifests (files or folders), as a background scan would, and print one line
-per (resource, policy, rule) result, or with --policy-report the
-PolicyReport/ClusterPolicyReport objects a cluster would get.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runApply(cmd, o) },
+		Long: `Evaluate policies (files or folders given as arguments or with --policy) against
+resource manifests (-r: files, folders, or - for standard input), as a background
+scan would. Flags and exit codes are the Kyverno CLI's:
+
+  exit 0  every result passed (or was skipped)
+  exit 1  a result failed or erred, or some input could not be read, or a policy
+          was refused
+  --warn-exit-code N: exit N when there are warnings and nothing else is wrong
+
+Without --detailed-results the table lists the results that did not pass and a
+summary; -p/--policy-report prints the PolicyReports and ClusterPolicyReports a
+cluster would get instead.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.policies = append(args, o.policies...)
+			return runApply(cmd, o)
+		},
 	}
-	cmd.Flags().StringSliceVarP(&o.policies, "policy", "p", nil, "policy files or folders (repeatable)")
-	cmd.Flags().StringSliceVarP(&o.resources, "resource", "r", nil, "resource files or folders (repeatable)")
-	cmd.Flags().StringSliceVarP(&o.exceptions, "exception", "e", nil, "PolicyException files (repeatable)")
-	cmd.Flags().BoolVar(&o.policyReport, "policy-report", false, "print PolicyReports instead of results")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, yaml or json")
-	_ = cmd.MarkFlagRequired("policy")
+	f := cmd.Flags()
+	f.StringSliceVar(&o.policies, "policy", nil, "policy files or folders (repeatable; also as arguments)")
+	f.StringSliceVarP(&o.resources, "resource", "r", nil, "resource files or folders, - for standard input (repeatable)")
+	f.StringSliceVarP(&o.exceptions, "exception", "e", nil, "PolicyException files (repeatable)")
+	f.BoolVarP(&o.policyReport, "policy-report", "p", false, "print PolicyReports instead of results")
+	f.StringVarP(&o.output, "output-format", "o", "table", "output format: table, yaml or json")
+	f.StringVar(&o.output, "output", "table", "alias of --output-format")
+	_ = f.MarkHidden("output")
+	f.BoolVar(&o.auditWarn, "audit-warn", false, "report failures of Audit rules as warnings")
+	f.IntVar(&o.warnExitCode, "warn-exit-code", 0, "exit code when there are warnings and no failure or error")
+	f.BoolVar(&o.detailed, "detailed-results", false, "list every result, passes included")
 	_ = cmd.MarkFlagRequired("resource")
 	return cmd
 }
@@ -53,8 +71,13 @@ type applied struct {
 
 func runApply(cmd *cobra.Command, o applyOptions) error {
 	stderr := cmd.ErrOrStderr()
+	if len(o.policies) == 0 {
+		return exitError{code: exitCouldNotRun, msg: "no policy given: name policy files or folders as arguments or with --policy"}
+	}
+	unreadable := 0
 	loaded, err := tester.LoadPolicies(o.policies)
 	if err != nil {
+		unreadable++
 		fmt.Fprintln(stderr, "error:", err)
 	}
 	var policies []*engine.Policy
@@ -72,12 +95,20 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 	}
 	exceptions, err := tester.LoadExceptions(o.exceptions)
 	if err != nil {
+		unreadable++
 		fmt.Fprintln(stderr, "error:", err)
 	}
 	var resources []map[string]any
 	for _, path := range o.resources {
-		docs, err := tester.ReadManifests(path)
+		var docs []tester.Document
+		var err error
+		if path == "-" {
+			docs, err = readStdin(cmd.InOrStdin())
+		} else {
+			docs, err = tester.ReadManifests(path)
+		}
 		if err != nil {
+			unreadable++
 			fmt.Fprintln(stderr, "error:", err)
 		}
 		for _, d := range docs {
@@ -88,31 +119,59 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("nothing to apply: %d valid policies, %d resources", len(policies), len(resources))}
 	}
 	var out []applied
+	var summary wgv1alpha2.PolicyReportSummary
 	for _, res := range resources {
 		req := exceptions.Request(res)
 		req.Background = true
+		ns := report.SubjectOf(res).Namespace
 		for _, p := range policies {
-			if rs := p.Evaluate(cmd.Context(), req); len(rs) > 0 {
+			rs := p.Evaluate(cmd.Context(), req)
+			for i := range rs {
+				if o.auditWarn && rs[i].Result == engine.Fail && rs[i].Source == "" && !p.Enforced(rs[i].Rule, ns, nil) {
+					rs[i].Result = engine.Warn
+				}
+				summary.Add(rs[i].Result)
+			}
+			if len(rs) > 0 {
 				out = append(out, applied{resource: res, policy: p, results: rs})
 			}
 		}
 	}
-	write := printResults
 	if o.policyReport {
-		write = printReports
+		err = printReports(cmd.OutOrStdout(), o.output, out)
+	} else {
+		err = printResults(cmd.OutOrStdout(), o.output, out, o.detailed)
 	}
-	if err := write(cmd.OutOrStdout(), o.output, out); err != nil {
+	if err != nil {
 		return err
 	}
-	if invalid > 0 {
+	switch {
+	case invalid > 0:
 		// The valid policies were applied and printed; the refused ones
 		// make the run fail.
 		return exitError{code: exitCouldNotRun, msg: refused(invalid)}
+	case unreadable > 0:
+		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("%d input(s) could not be read", unreadable)}
+	case summary.Fail > 0 || summary.Error > 0:
+		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("%d failed, %d erred", summary.Fail, summary.Error)}
+	case summary.Warn > 0 && o.warnExitCode != 0:
+		return exitError{code: o.warnExitCode}
 	}
 	return nil
 }
 
-func printResults(w io.Writer, format string, out []applied) error {
+// readStdin reads the resource manifests of standard input.
+func readStdin(r io.Reader) ([]tester.Document, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("standard input: %w", err)
+	}
+	return tester.DecodeDocuments("-", data)
+}
+
+// printResults prints the results (without detailed, only those that did
+// not pass or skip) and a summary line.
+func printResults(w io.Writer, format string, out []applied, detailed bool) error {
 	type row struct {
 		Resource string `json:"resource"`
 		engine.RuleResult
@@ -126,8 +185,10 @@ func printResults(w io.Writer, format string, out []applied) error {
 			name = s.Kind + "/" + s.Namespace + "/" + s.Name
 		}
 		for _, r := range a.results {
-			rows = append(rows, row{Resource: name, RuleResult: r})
 			summary.Add(r.Result)
+			if detailed || format == "json" || format == "yaml" || (r.Result != engine.Pass && r.Result != engine.Skip) {
+				rows = append(rows, row{Resource: name, RuleResult: r})
+			}
 		}
 	}
 	switch format {

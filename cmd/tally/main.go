@@ -26,7 +26,13 @@ const (
 )
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runIO(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// runIO is run with its standard input given.
+func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCommand(stdout, stderr)
+	root.SetIn(stdin)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		var exit exitError

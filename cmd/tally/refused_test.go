@@ -63,7 +63,7 @@ func TestRefusedPolicyExitsOneNamingFilePolicyAndField(t *testing.T) {
 		stderrs []string
 	}{
 		"apply": {
-			args:   []string{"apply", "-p", filepath.Join(dir, "good.yaml"), "-p", typo, "-r", filepath.Join(dir, "pod.yaml")},
+			args:   []string{"apply", filepath.Join(dir, "good.yaml"), typo, "-r", filepath.Join(dir, "pod.yaml"), "--detailed-results"},
 			stdout: "require-team",
 		},
 		"scan": {

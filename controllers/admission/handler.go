@@ -265,7 +265,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 			// Not evaluated: answered as a policy whose evaluation did not
 			// finish, naming it and nothing of the object.
 			const why = "evaluation panicked"
-			if ap.failClosed && canEnforce(ap.compiled, namespace, nsLabels) {
+			if ap.failClosed && ap.compiled.CanEnforce(namespace, nsLabels) {
 				denials = append(denials, fmt.Sprintf("%s:\n  %s (failurePolicy Fail)", ap.compiled.Name, why))
 			} else {
 				resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s: not evaluated: %s (failurePolicy Ignore or Audit)", ap.compiled.Name, why))
@@ -276,13 +276,13 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		for _, rr := range rrs {
 			switch rr.Result {
 			case engine.Fail, engine.Warn:
-				if enforced(ap.compiled, rr.Rule, namespace, nsLabels) {
+				if ap.compiled.Enforced(rr.Rule, namespace, nsLabels) {
 					policyDenials = append(policyDenials, fmt.Sprintf("  %s: %s", rr.Rule, rr.Message))
 				} else if ap.emitWarning {
 					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s.%s: %s", rr.Policy, rr.Rule, rr.Message))
 				}
 			case engine.Error:
-				if ap.failClosed && enforced(ap.compiled, rr.Rule, namespace, nsLabels) {
+				if ap.failClosed && ap.compiled.Enforced(rr.Rule, namespace, nsLabels) {
 					policyDenials = append(policyDenials, fmt.Sprintf("  %s: evaluation error (failurePolicy Fail): %s", rr.Rule, rr.Message))
 				} else if ap.emitWarning {
 					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s.%s: evaluation error: %s", rr.Policy, rr.Rule, rr.Message))
@@ -299,7 +299,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	}
 	if timedOut {
 		for _, ap := range snap.policies[done:] {
-			if ap.failClosed && canEnforce(ap.compiled, namespace, nsLabels) {
+			if ap.failClosed && ap.compiled.CanEnforce(namespace, nsLabels) {
 				denials = append(denials, fmt.Sprintf("%s:\n  %s (failurePolicy Fail)", ap.compiled.Name, cause))
 			} else {
 				resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s: not evaluated: %s (failurePolicy Ignore or Audit)", ap.compiled.Name, cause))

@@ -1,16 +1,16 @@
-package admission
+package engine
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
-	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/wildcard"
 )
 
-// enforced reports whether a failure of the rule blocks a request in the
-// namespace (R12). In order of precedence:
+// Enforced reports whether a failure of the rule blocks a request in the
+// namespace (R12): Enforce, where Audit would only report it. In order of
+// precedence:
 //
 //  1. the rule's validate.failureActionOverrides entry that selects the
 //     namespace (ClusterPolicy only);
@@ -20,7 +20,7 @@ import (
 //  4. the policy's validationFailureAction (Audit when unset).
 //
 // Overrides never apply to cluster-scoped resources (no namespace).
-func enforced(p *engine.Policy, ruleName, namespace string, nsLabels map[string]string) bool {
+func (p *Policy) Enforced(ruleName, namespace string, nsLabels map[string]string) bool {
 	overridable := p.Namespace == "" && namespace != ""
 	if r := p.Rule(ruleName); r != nil && r.Raw.Validate != nil {
 		v := r.Raw.Validate
@@ -71,12 +71,12 @@ func selects(sel *metav1.LabelSelector, nsLabels map[string]string) bool {
 	return s.Matches(labels.Set(nsLabels))
 }
 
-// canEnforce reports whether any rule of the policy may block a request in
+// CanEnforce reports whether any rule of the policy may block a request in
 // the namespace: a timed-out evaluation of such a policy is answered per its
 // failurePolicy.
-func canEnforce(p *engine.Policy, namespace string, nsLabels map[string]string) bool {
+func (p *Policy) CanEnforce(namespace string, nsLabels map[string]string) bool {
 	for _, r := range p.Rules {
-		if enforced(p, r.Name, namespace, nsLabels) {
+		if p.Enforced(r.Name, namespace, nsLabels) {
 			return true
 		}
 	}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const auditPolicy = `apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: audit-team}
+spec:
+  validationFailureAction: Audit
+  rules:
+  - name: team
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate: {message: need a team, pattern: {metadata: {labels: {team: "?*"}}}}
+`
+
+const enforcePolicy = `apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: enforce-team}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: team
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate: {message: need a team, pattern: {metadata: {labels: {team: "?*"}}}}
+`
+
+const errorPolicy = `apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: erring}
+spec:
+  rules:
+  - name: missing-key
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    preconditions: {all: [{key: "{{ request.object.metadata.labels.nothere }}", operator: Equals, value: x}]}
+    validate: {pattern: {metadata: {name: "?*"}}}
+`
+
+const podWithoutTeam = `apiVersion: v1
+kind: Pod
+metadata: {name: lone, namespace: shop}
+spec: {containers: [{name: c, image: nginx}]}
+`
+
+// tally apply takes the Kyverno CLI's flags and gives its exit codes: 0
+// when nothing failed, 1 on a fail or error result or unreadable input,
+// --warn-exit-code for warnings alone; bad input is named on stderr.
+func TestApplyFlagsAndExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"good.yaml": goodPolicy, "audit.yaml": auditPolicy, "enforce.yaml": enforcePolicy, "erring.yaml": errorPolicy,
+		"pod.yaml": pod, "lone.yaml": podWithoutTeam, "broken.yaml": "kind: Pod\nmetadata: [\n", "empty.yaml": "",
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := func(name string) string { return filepath.Join(dir, name) }
+	tests := map[string]struct {
+		args   []string
+		stdin  string
+		code   int
+		stdout []string
+		stderr []string
+	}{
+		"a pass exits 0 and lists nothing but the summary": {
+			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml")}, code: 0,
+			stdout: []string{"pass: 1, fail: 0, warn: 0, error: 0, skip: 0"},
+		},
+		"--detailed-results lists the passes": {
+			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "--detailed-results"}, code: 0,
+			stdout: []string{"Pod/shop/web", "require-team", "pass"},
+		},
+		"--policy works as the arguments do": {
+			args: []string{"apply", "--policy", in("good.yaml"), "-r", in("pod.yaml")}, code: 0,
+			stdout: []string{"pass: 1"},
+		},
+		"a fail exits 1 and is listed": {
+			args: []string{"apply", in("good.yaml"), "-r", in("lone.yaml")}, code: 1,
+			stdout: []string{"Pod/shop/lone", "require-team", "fail", "pass: 0, fail: 1"},
+			stderr: []string{"1 failed, 0 erred"},
+		},
+		"--audit-warn turns an Audit failure into a warning: exit 0": {
+			args: []string{"apply", in("audit.yaml"), "-r", in("lone.yaml"), "--audit-warn"}, code: 0,
+			stdout: []string{"warn", "fail: 0, warn: 1"},
+		},
+		"--warn-exit-code gives warnings their exit code": {
+			args: []string{"apply", in("audit.yaml"), "-r", in("lone.yaml"), "--audit-warn", "--warn-exit-code", "3"}, code: 3,
+		},
+		"--audit-warn leaves Enforce failures failures": {
+			args: []string{"apply", in("enforce.yaml"), "-r", in("lone.yaml"), "--audit-warn", "--warn-exit-code", "3"}, code: 1,
+			stdout: []string{"fail: 1"},
+		},
+		"an error result exits 1": {
+			args: []string{"apply", in("erring.yaml"), "-r", in("pod.yaml")}, code: 1,
+			stdout: []string{"error"}, stderr: []string{"0 failed, 1 erred"},
+		},
+		"resources from standard input": {
+			args: []string{"apply", in("good.yaml"), "-r", "-"}, stdin: podWithoutTeam, code: 1,
+			stdout: []string{"Pod/shop/lone"},
+		},
+		"a missing resource file exits 1 naming it, the rest still applied": {
+			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-r", in("nothere.yaml")}, code: 1,
+			stdout: []string{"pass: 1"}, stderr: []string{"nothere.yaml", "could not be read"},
+		},
+		"broken YAML exits 1 naming the file": {
+			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-r", in("broken.yaml")}, code: 1,
+			stderr: []string{"broken.yaml"},
+		},
+		"an empty resource file leaves nothing to apply: exit 1": {
+			args: []string{"apply", in("good.yaml"), "-r", in("empty.yaml")}, code: 1,
+			stderr: []string{"nothing to apply: 1 valid policies, 0 resources"},
+		},
+		"no policy at all: exit 1 saying how to give one": {
+			args: []string{"apply", "-r", in("pod.yaml")}, code: 1,
+			stderr: []string{"no policy given"},
+		},
+		"a resource file as policy is no policy: exit 1": {
+			args: []string{"apply", in("pod.yaml"), "-r", in("pod.yaml")}, code: 1,
+			stderr: []string{"Pod web", "not supported"},
+		},
+		"-o json has the report's field names": {
+			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-o", "json"}, code: 0,
+			stdout: []string{`"policy": "require-team"`, `"rule": "team"`, `"result": "pass"`, `"resource": "Pod/shop/web"`},
+		},
+		"-p prints the PolicyReport": {
+			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-p"}, code: 0,
+			stdout: []string{"kind: PolicyReport", "policy: require-team"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := runIO(context.Background(), tc.args, strings.NewReader(tc.stdin), &out, &errOut)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errOut.String())
+			}
+			for _, want := range tc.stdout {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("stdout lacks %q:\n%s", want, out.String())
+				}
+			}
+			for _, want := range tc.stderr {
+				if !strings.Contains(errOut.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+				}
+			}
+			if strings.Contains(out.String(), `"Policy"`) {
+				t.Errorf("Go field names in the output:\n%s", out.String())
+			}
+		})
+	}
+}
