@@ -30,7 +30,11 @@ const TestFileName = "kyverno-test.yaml"
 
 // Discover returns every test file under the given paths (a path may also
 // name a test file), sorted.
-func Discover(paths []string) ([]string, error) {
+func Discover(paths []string) ([]string, error) { return DiscoverNamed(paths, "") }
+
+// DiscoverNamed is Discover for test files of another name (Kyverno's
+// --file-name); "" means kyverno-test.yaml (or .yml).
+func DiscoverNamed(paths []string, name string) ([]string, error) {
 	var files []string
 	for _, p := range paths {
 		info, err := os.Stat(p)
@@ -45,7 +49,10 @@ func Discover(paths []string) ([]string, error) {
 			if err != nil {
 				return err
 			}
-			if !d.IsDir() && (d.Name() == TestFileName || d.Name() == "kyverno-test.yml") {
+			if d.IsDir() {
+				return nil
+			}
+			if (name == "" && (d.Name() == TestFileName || d.Name() == "kyverno-test.yml")) || (name != "" && d.Name() == name) {
 				files = append(files, path)
 			}
 			return nil

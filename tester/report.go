@@ -16,9 +16,10 @@ import (
 
 // Counts tallies outcomes.
 type Counts struct {
-	Passed  int `json:"passed"`
-	Failed  int `json:"failed"`
-	Skipped int `json:"skipped"`
+	Passed      int `json:"passed"`
+	Failed      int `json:"failed"`
+	Skipped     int `json:"skipped"`
+	Unsupported int `json:"unsupported,omitempty"`
 }
 
 func (c *Counts) add(s Status) {
@@ -29,11 +30,17 @@ func (c *Counts) add(s Status) {
 		c.Failed++
 	case Skipped:
 		c.Skipped++
+	case Unsupported:
+		c.Unsupported++
 	}
 }
 
 func (c Counts) String() string {
-	return fmt.Sprintf("%d passed, %d failed, %d skipped", c.Passed, c.Failed, c.Skipped)
+	s := fmt.Sprintf("%d passed, %d failed, %d skipped", c.Passed, c.Failed, c.Skipped)
+	if c.Unsupported > 0 {
+		s += fmt.Sprintf(", %d unsupported", c.Unsupported)
+	}
+	return s
 }
 
 // Report is the result of a run.
@@ -51,15 +58,74 @@ type Report struct {
 	TierOrder []string           `json:"-"`
 }
 
+// Options choose what a run runs.
+type Options struct {
+	// FileName is the name of the test files (default kyverno-test.yaml).
+	FileName string
+	// Selector keeps the expectations it selects (Kyverno's --test-case-selector).
+	Selector Selector
+}
+
+// Selector selects expectations by policy, rule and resource name; an
+// empty or "*" field selects every value.
+type Selector struct{ Policy, Rule, Resource string }
+
+// ParseSelector reads Kyverno's selector syntax:
+// "policy=NAME, rule=NAME, resource=NAME" (any of the three).
+func ParseSelector(s string) (Selector, error) {
+	var sel Selector
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return sel, fmt.Errorf("test case selector %q: %q is not key=value", s, part)
+		}
+		switch strings.TrimSpace(k) {
+		case "policy":
+			sel.Policy = strings.TrimSpace(v)
+		case "rule":
+			sel.Rule = strings.TrimSpace(v)
+		case "resource":
+			sel.Resource = strings.TrimSpace(v)
+		default:
+			return sel, fmt.Errorf("test case selector %q: unknown key %q (want policy, rule or resource)", s, k)
+		}
+	}
+	return sel, nil
+}
+
+func (s Selector) selects(o Outcome) bool {
+	match := func(want, got string) bool {
+		if want == "" || want == "*" || want == got {
+			return true
+		}
+		_, plain, ok := strings.Cut(got, "/")
+		return ok && want == plain // a namespace/name resource or policy, named by its name
+	}
+	return match(s.Policy, o.Policy) && match(s.Rule, o.Rule) && match(s.Resource, o.Resource)
+}
+
 // Run runs every test file under paths. A file that cannot be read counts as
 // one failed expectation, and the others still run.
 func Run(ctx context.Context, paths []string) (*Report, error) {
-	files, err := Discover(paths)
+	return RunWith(ctx, paths, Options{})
+}
+
+// RunWith is Run with options.
+func RunWith(ctx context.Context, paths []string, opts Options) (*Report, error) {
+	files, err := DiscoverNamed(paths, opts.FileName)
 	if err != nil {
 		return nil, err
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("no %s found under %s", TestFileName, strings.Join(paths, ", "))
+		name := opts.FileName
+		if name == "" {
+			name = TestFileName
+		}
+		return nil, fmt.Errorf("no %s found under %s", name, strings.Join(paths, ", "))
 	}
 	rep := &Report{}
 	for _, f := range files {
@@ -67,7 +133,11 @@ func Run(ctx context.Context, paths []string) (*Report, error) {
 			return rep, err
 		}
 		outs, invalid, err := runFile(ctx, f)
-		rep.Outcomes = append(rep.Outcomes, outs...)
+		for _, o := range outs {
+			if opts.Selector.selects(o) {
+				rep.Outcomes = append(rep.Outcomes, o)
+			}
+		}
 		for _, inv := range invalid {
 			if !contains(rep.InvalidPolicies, inv) {
 				rep.InvalidPolicies = append(rep.InvalidPolicies, inv)
@@ -140,21 +210,102 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// WriteTable prints failures (all outcomes when verbose), then the tier and total lines.
-func (r *Report) WriteTable(w io.Writer, verbose bool) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STATUS\tTEST\tPOLICY\tRULE\tRESOURCE\tEXPECTED\tGOT\tREASON")
+// TableOptions choose what WriteTable prints.
+type TableOptions struct {
+	// FailOnly prints only the expectations that failed (or are unsupported).
+	FailOnly bool
+	// Detailed prints reasons whole, with the expected and actual results.
+	Detailed bool
+	// Roots are the paths the run was given: test files are named relative
+	// to the one they were found under.
+	Roots []string
+}
+
+// WriteTable prints one table per test file, as kyverno test does (its
+// expectations numbered, each with its result and reason), then the tier
+// and total lines.
+func (r *Report) WriteTable(w io.Writer, opts TableOptions) error {
+	var files []string
+	byFile := map[string][]Outcome{}
 	for _, o := range r.Outcomes {
-		if o.Status == Passed && !verbose {
+		if _, ok := byFile[o.File]; !ok {
+			files = append(files, o.File)
+		}
+		byFile[o.File] = append(byFile[o.File], o)
+	}
+	for _, f := range files {
+		outs := byFile[f]
+		var c Counts
+		for _, o := range outs {
+			c.add(o.Status)
+		}
+		if opts.FailOnly && c.Failed == 0 && c.Unsupported == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Status, o.File, o.Policy, o.Rule, o.Resource, o.Expected, o.Got, oneLine(o.Reason))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
+		fmt.Fprintf(w, "Test %s (%s): %s\n", relativeTo(f, opts.Roots), outs[0].Test, c)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		header := "  ID\tPOLICY\tRULE\tRESOURCE\tRESULT\tREASON"
+		if opts.Detailed {
+			header = "  ID\tPOLICY\tRULE\tRESOURCE\tRESULT\tEXPECTED\tGOT\tREASON"
+		}
+		fmt.Fprintln(tw, header)
+		for i, o := range outs {
+			if opts.FailOnly && o.Status != Failed && o.Status != Unsupported {
+				continue
+			}
+			reason := "Ok"
+			switch {
+			case o.Status != Passed && o.Reason != "":
+				reason = o.Reason
+			case o.Status == Failed:
+				reason = fmt.Sprintf("Want %s, got %s", o.Expected, o.Got)
+			case o.Reason != "" && opts.Detailed:
+				reason = o.Reason
+			}
+			if !opts.Detailed {
+				reason = oneLine(reason)
+			}
+			if opts.Detailed {
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, o.Policy, o.Rule, o.Resource, statusWord(o.Status), o.Expected, o.Got, reason)
+			} else {
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, o.Policy, o.Rule, o.Resource, statusWord(o.Status), reason)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
 	}
 	r.writeTotals(w)
 	return nil
+}
+
+// statusWord is a status as kyverno test prints it.
+func statusWord(s Status) string {
+	switch s {
+	case Passed:
+		return "Pass"
+	case Failed:
+		return "Fail"
+	case Skipped:
+		return "Skip"
+	}
+	return "Unsupported"
+}
+
+// relativeTo names a test file relative to the root it was found under.
+func relativeTo(file string, roots []string) string {
+	best := file
+	for _, root := range roots {
+		dir := root
+		if info, err := os.Stat(root); err == nil && !info.IsDir() {
+			dir = filepath.Dir(root)
+		}
+		if rel, err := filepath.Rel(dir, file); err == nil && !strings.HasPrefix(rel, "..") && len(rel) < len(best) {
+			best = rel
+		}
+	}
+	return filepath.ToSlash(best)
 }
 
 func (r *Report) writeTotals(w io.Writer) {
@@ -222,7 +373,7 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 		case Failed:
 			c.Failure = &junitMessage{Message: fmt.Sprintf("expected %s, got %s: %s", o.Expected, o.Got, o.Reason)}
 			s.Failures++
-		case Skipped:
+		case Skipped, Unsupported:
 			c.Skipped = &junitMessage{Message: o.Reason}
 			s.Skipped++
 		}
@@ -230,7 +381,7 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 		s.Cases = append(s.Cases, c)
 	}
 	sort.Strings(order)
-	out := junitSuites{Tests: len(r.Outcomes), Failures: r.Counts.Failed, Skipped: r.Counts.Skipped}
+	out := junitSuites{Tests: len(r.Outcomes), Failures: r.Counts.Failed, Skipped: r.Counts.Skipped + r.Counts.Unsupported}
 	for _, f := range order {
 		out.Suites = append(out.Suites, *byFile[f])
 	}

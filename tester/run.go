@@ -21,6 +21,9 @@ const (
 	Passed  Status = "pass"
 	Failed  Status = "fail"
 	Skipped Status = "skip"
+	// Unsupported expectations check what tally does not evaluate (mutate
+	// and generate results): counted apart, never as passes.
+	Unsupported Status = "unsupported"
 )
 
 // Outcome is the check of one expectation: one policy, rule and resource.
@@ -136,7 +139,7 @@ func runTest(ctx context.Context, file string, t *Test) ([]Outcome, []string) {
 			o := Outcome{File: file, Test: t.Metadata.Name, Policy: tr.Policy, Rule: tr.Rule, Resource: name, Expected: expected}
 			switch {
 			case tr.PatchedResources != "" || tr.GeneratedResource != "" || tr.CloneSource != "" || len(tr.GeneratedList) > 0:
-				o.Status, o.Reason = Failed, "mutate and generate results are not supported"
+				o.Status, o.Reason = Unsupported, "mutate and generate results are not supported"
 			case loadErr != nil:
 				o.Status, o.Reason = Failed, loadErr.Error()
 			default:

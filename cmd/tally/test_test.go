@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const twoResultsTest = `apiVersion: cli.kyverno.io/v1alpha1
+kind: Test
+metadata: {name: two}
+policies: [../good.yaml]
+resources: [../pods.yaml]
+results:
+- {policy: require-team, rule: team, resources: [web], kind: Pod, result: pass}
+- {policy: require-team, rule: team, resources: [lone], kind: Pod, result: pass}
+`
+
+const mutateTest = `apiVersion: cli.kyverno.io/v1alpha1
+kind: Test
+metadata: {name: mutating}
+policies: [../good.yaml]
+resources: [../pods.yaml]
+results:
+- {policy: require-team, rule: team, resources: [web], kind: Pod, result: pass, patchedResources: patched.yaml}
+`
+
+// tally test takes kyverno test's flags: a table per test file named
+// relative to the path given, --test-case-selector, --fail-only,
+// --detailed-results, --require-tests, --file-name; unsupported
+// expectations are counted apart and fail the run.
+func TestTestFlagsAndExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"good.yaml": goodPolicy, "pods.yaml": pod + "---\n" + podWithoutTeam,
+		"two/kyverno-test.yaml": twoResultsTest, "mutate/kyverno-test.yaml": mutateTest,
+		"other/my-test.yaml": strings.Replace(twoResultsTest, "name: two", "name: renamed", 1),
+	}
+	for name, data := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	two := filepath.Join(dir, "two")
+	tests := map[string]struct {
+		args      []string
+		code      int
+		stdout    []string
+		notStdout []string
+		stderr    []string
+	}{
+		"a table per test, named relative to the path given; a failure exits 2": {
+			args: []string{"test", two}, code: 2,
+			stdout:    []string{"Test kyverno-test.yaml (two): 1 passed, 1 failed, 0 skipped", "ID", "Pass    Ok", "Fail", "1 passed, 1 failed, 0 skipped"},
+			notStdout: []string{dir},
+		},
+		"--test-case-selector runs only what it selects": {
+			args: []string{"test", two, "-t", "policy=require-team, rule=team, resource=web"}, code: 0,
+			stdout: []string{"1 passed, 0 failed, 0 skipped"}, notStdout: []string{"lone"},
+		},
+		"a bad selector cannot run": {
+			args: []string{"test", two, "-t", "color=red"}, code: 1,
+			stderr: []string{`unknown key "color"`},
+		},
+		"--fail-only lists the failures alone": {
+			args: []string{"test", two, "--fail-only"}, code: 2,
+			stdout: []string{"lone", "Fail"}, notStdout: []string{"web"},
+		},
+		"--detailed-results shows expected and actual results": {
+			args: []string{"test", two, "--detailed-results"}, code: 2,
+			stdout: []string{"EXPECTED", "GOT", "validation error: need a team"},
+		},
+		"--require-tests fails a run that selected nothing": {
+			args: []string{"test", two, "-t", "policy=nothing", "--require-tests"}, code: 1,
+			stderr: []string{"no test was run"},
+		},
+		"--file-name finds tests of another name": {
+			args: []string{"test", dir, "--file-name", "my-test.yaml"}, code: 2,
+			stdout: []string{"Test other/my-test.yaml (renamed)"},
+		},
+		"unsupported expectations are counted apart, and fail the run": {
+			args: []string{"test", filepath.Join(dir, "mutate")}, code: 2,
+			stdout: []string{"Unsupported", "0 passed, 0 failed, 0 skipped, 1 unsupported"},
+		},
+		"-o junit": {
+			args: []string{"test", two, "-o", "junit"}, code: 2,
+			stdout: []string{"<testsuites", `failures="1"`},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(context.Background(), tc.args, &out, &errOut)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errOut.String())
+			}
+			for _, want := range tc.stdout {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("stdout lacks %q:\n%s", want, out.String())
+				}
+			}
+			for _, not := range tc.notStdout {
+				if strings.Contains(out.String(), not) {
+					t.Errorf("stdout has %q:\n%s", not, out.String())
+				}
+			}
+			for _, want := range tc.stderr {
+				if !strings.Contains(errOut.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+				}
+			}
+		})
+	}
+}
