@@ -7,6 +7,9 @@ import (
 	kyvernov1alpha2 "github.com/tally-dev/tally/api/kyverno/v1alpha2"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	kyvernov2beta1 "github.com/tally-dev/tally/api/kyverno/v2beta1"
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	policiesv1alpha1 "github.com/tally-dev/tally/api/policies/v1alpha1"
+	policiesv1beta1 "github.com/tally-dev/tally/api/policies/v1beta1"
 	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 )
@@ -18,6 +21,9 @@ var schemeBuilder = runtime.NewSchemeBuilder(
 	kyvernov1alpha2.AddToScheme,
 	wgv1alpha2.AddToScheme,
 	reportsv1.AddToScheme,
+	policiesv1.AddToScheme,
+	policiesv1beta1.AddToScheme,
+	policiesv1alpha1.AddToScheme,
 )
 
 // AddToScheme adds every kind of every version in api/ to a scheme.

@@ -2,6 +2,7 @@ package v1
 
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -12,13 +13,62 @@ const (
 	KindPolicyException            = "PolicyException"
 )
 
-// ValidatingPolicy validates resources with CEL expressions
-// (NamespacedValidatingPolicy has the same spec).
+// ValidatingPolicy validates resources with CEL expressions.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:storageversion
+// +kubebuilder:resource:scope=Cluster,shortName=vpol,categories=kyverno
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 type ValidatingPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 	Spec              ValidatingPolicySpec   `json:"spec"`
 	Status            ValidatingPolicyStatus `json:"status,omitempty"`
+}
+
+// ValidatingPolicyList is a list of ValidatingPolicies.
+//
+// +kubebuilder:object:root=true
+type ValidatingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ValidatingPolicy `json:"items"`
+}
+
+// NamespacedValidatingPolicy is a ValidatingPolicy that applies only in its
+// own namespace.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:storageversion
+// +kubebuilder:resource:scope=Namespaced,shortName=nvpol,categories=kyverno
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type NamespacedValidatingPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ValidatingPolicySpec   `json:"spec"`
+	Status            ValidatingPolicyStatus `json:"status,omitempty"`
+}
+
+// NamespacedValidatingPolicyList is a list of NamespacedValidatingPolicies.
+//
+// +kubebuilder:object:root=true
+type NamespacedValidatingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NamespacedValidatingPolicy `json:"items"`
+}
+
+// AsValidatingPolicy is the policy as a ValidatingPolicy of its namespace
+// (the engine evaluates both kinds alike).
+func (p *NamespacedValidatingPolicy) AsValidatingPolicy() *ValidatingPolicy {
+	return &ValidatingPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: p.APIVersion, Kind: KindNamespacedValidatingPolicy},
+		ObjectMeta: p.ObjectMeta,
+		Spec:       p.Spec,
+		Status:     p.Status,
+	}
 }
 
 // ValidatingPolicySpec is a ValidatingAdmissionPolicy's spec with Kyverno's
@@ -40,6 +90,7 @@ type ValidatingPolicySpec struct {
 // Evaluation says where the policy runs.
 type Evaluation struct {
 	// Mode is Kubernetes (the default) or JSON; JSON policies never match resources.
+	// +kubebuilder:validation:Enum=Kubernetes;JSON
 	Mode       string  `json:"mode,omitempty"`
 	Admission  *Toggle `json:"admission,omitempty"`
 	Background *Toggle `json:"background,omitempty"`
@@ -71,9 +122,16 @@ type PodControllers struct {
 }
 
 // ValidatingPolicyStatus is what Kyverno writes back; Generated says a
-// ValidatingAdmissionPolicy was generated in the policy's place.
+// ValidatingAdmissionPolicy was generated in the policy's place. The rest
+// (conditions, autogen) is kept as written.
 type ValidatingPolicyStatus struct {
 	Generated bool `json:"generated,omitempty"`
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	ConditionStatus *apiextv1.JSON `json:"conditionStatus,omitempty"`
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	Autogen *apiextv1.JSON `json:"autogen,omitempty"`
 }
 
 // AdmissionEnabled reports whether the policy runs at admission.
@@ -87,10 +145,23 @@ func (s *ValidatingPolicySpec) BackgroundEnabled() bool {
 }
 
 // PolicyException exempts resources from CEL policies.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:storageversion
+// +kubebuilder:resource:scope=Namespaced,categories=kyverno
 type PolicyException struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 	Spec              PolicyExceptionSpec `json:"spec"`
+}
+
+// PolicyExceptionList is a list of PolicyExceptions.
+//
+// +kubebuilder:object:root=true
+type PolicyExceptionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PolicyException `json:"items"`
 }
 
 // PolicyExceptionSpec names the policies exempted and when.

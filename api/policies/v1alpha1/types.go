@@ -1,0 +1,89 @@
+// Package v1alpha1 contains the policies.kyverno.io/v1alpha1 versions of tally's CEL
+// policy kinds. Kyverno serves them with the same spec as v1; so does
+// tally's CRD (stored as v1, no conversion needed). tally reads them as v1:
+// these types exist so that controller-gen adds v1alpha1 to the generated CRDs,
+// and so that clients can write v1alpha1 manifests.
+//
+// +kubebuilder:object:generate=true
+// +groupName=policies.kyverno.io
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+)
+
+// GroupVersion is the group and version of the types in this package.
+var GroupVersion = schema.GroupVersion{Group: policiesv1.Group, Version: "v1alpha1"}
+
+var (
+	// SchemeBuilder registers the types of this package.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	// AddToScheme adds the types of this package to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+// The specs are v1's; the doc comments of the kinds are v1's word for word,
+// so that the schemas' descriptions are identical in every version.
+
+// ValidatingPolicySpec is v1's.
+type ValidatingPolicySpec = policiesv1.ValidatingPolicySpec
+
+// ValidatingPolicyStatus is v1's.
+type ValidatingPolicyStatus = policiesv1.ValidatingPolicyStatus
+
+// PolicyExceptionSpec is v1's.
+type PolicyExceptionSpec = policiesv1.PolicyExceptionSpec
+
+// ValidatingPolicy validates resources with CEL expressions.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=vpol,categories=kyverno
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type ValidatingPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ValidatingPolicySpec   `json:"spec"`
+	Status            ValidatingPolicyStatus `json:"status,omitempty"`
+}
+
+// ValidatingPolicyList is a list of ValidatingPolicies.
+//
+// +kubebuilder:object:root=true
+type ValidatingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ValidatingPolicy `json:"items"`
+}
+
+// PolicyException exempts resources from CEL policies.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Namespaced,categories=kyverno
+type PolicyException struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              PolicyExceptionSpec `json:"spec"`
+}
+
+// PolicyExceptionList is a list of PolicyExceptions.
+//
+// +kubebuilder:object:root=true
+type PolicyExceptionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PolicyException `json:"items"`
+}
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&ValidatingPolicy{}, &ValidatingPolicyList{},
+		&PolicyException{}, &PolicyExceptionList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
