@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -78,7 +79,11 @@ type Provider interface {
 // Ready condition that is True and, when the implementation records it,
 // observed the policy's current generation (Kyverno and tally both write it).
 func StatusReady(policy *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(policy.Object, "status", "conditions")
+	path := []string{"status"}
+	if strings.HasPrefix(policy.GetAPIVersion(), "policies.kyverno.io/") {
+		path = []string{"status", "conditionStatus"} // where Kyverno keeps a CEL policy's
+	}
+	conds, _, _ := unstructured.NestedSlice(policy.Object, append(path, "conditions")...)
 	for _, c := range conds {
 		m, ok := c.(map[string]any)
 		if !ok || m["type"] != "Ready" {
@@ -92,6 +97,6 @@ func StatusReady(policy *unstructured.Unstructured) bool {
 		}
 		return true
 	}
-	ready, _, _ := unstructured.NestedBool(policy.Object, "status", "ready")
+	ready, _, _ := unstructured.NestedBool(policy.Object, append(path, "ready")...)
 	return ready
 }

@@ -34,5 +34,7 @@ var Rules = []struct{ ID, Title string }{
 	{"R29", "high availability: one writer, failover loses and duplicates nothing"},
 	{"R30", "per-policy schedules survive restarts"},
 	{"R31", "metrics"},
+	{"R32", "ValidatingPolicies and NamespacedValidatingPolicies are scanned in the background"},
+	{"R34", "ValidatingPolicy results carry Kyverno's fields"},
 	{"R35", "a classic rule with validate.cel reports like any validate rule"},
 }

@@ -279,7 +279,13 @@ func (x *run) waitLoaded(ctx context.Context, policies []*unstructured.Unstructu
 }
 
 func isPolicy(u *unstructured.Unstructured) bool {
-	return strings.HasPrefix(u.GetAPIVersion(), "kyverno.io/") && (u.GetKind() == "ClusterPolicy" || u.GetKind() == "Policy")
+	switch {
+	case strings.HasPrefix(u.GetAPIVersion(), "kyverno.io/"):
+		return u.GetKind() == "ClusterPolicy" || u.GetKind() == "Policy"
+	case strings.HasPrefix(u.GetAPIVersion(), "policies.kyverno.io/"):
+		return u.GetKind() == "ValidatingPolicy" || u.GetKind() == "NamespacedValidatingPolicy"
+	}
+	return false
 }
 
 func (x *run) resource(ref Ref) (dynamic.ResourceInterface, bool, error) {

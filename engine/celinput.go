@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tally-dev/tally/engine/cel"
@@ -30,8 +29,7 @@ func (req *Request) celInput() *cel.Input {
 	gvk := schema.GroupVersionKind{Group: res.Group, Version: res.Version, Kind: res.Kind}
 	gvr := req.Resource
 	if gvr.Resource == "" {
-		// Offline there is no discovery: the plural Kubernetes' REST mapper would guess.
-		gvr, _ = meta.UnsafeGuessKindToResource(gvk)
+		gvr = guessResource(res)
 	}
 	kind := map[string]any{"group": gvk.Group, "version": gvk.Version, "kind": gvk.Kind}
 	resource := map[string]any{"group": gvr.Group, "version": gvr.Version, "resource": gvr.Resource}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -107,7 +106,7 @@ func (v *vap) evaluate(e *evaluation) []RuleResult {
 	res := e.res
 	gvr := e.req.Resource
 	if gvr.Resource == "" {
-		gvr, _ = meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: res.Group, Version: res.Version, Kind: res.Kind})
+		gvr = guessResource(res)
 	}
 	op := e.req.operation()
 	if !v.match.matches(&res, gvr, op, e.req.NamespaceLabels) {

@@ -6,8 +6,6 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -164,7 +162,7 @@ func (v *validatingPolicy) evaluate(e *evaluation) []RuleResult {
 	res := e.res
 	gvr := e.req.Resource
 	if gvr.Resource == "" {
-		gvr, _ = meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: res.Group, Version: res.Version, Kind: res.Kind})
+		gvr = guessResource(res)
 	}
 	var out []RuleResult
 	for _, variant := range v.variants {

@@ -36,10 +36,14 @@ func (r *ReadTxn) ResultsOfPolicy(policy string) ([]ResourceResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("results of policy %s: %w", policy, err)
 	}
+	owns, err := resultsOf(r.txn, policy)
+	if err != nil {
+		return nil, fmt.Errorf("results of policy %s: %w", policy, err)
+	}
 	var out []ResourceResult
 	for _, set := range sets {
 		for _, res := range set.results {
-			if res.Value().Policy == policy {
+			if owns(res.Value()) {
 				out = append(out, ResourceResult{UID: set.uid, Result: res})
 			}
 		}
@@ -124,10 +128,14 @@ func (w *WriteTxn) deletePolicyResults(policy string) error {
 	if err != nil {
 		return err
 	}
+	owns, err := resultsOf(w.txn, policy)
+	if err != nil {
+		return err
+	}
 	for _, set := range sets {
 		kept := make([]Result, 0, len(set.results))
 		for _, r := range set.results {
-			if r.Value().Policy != policy {
+			if !owns(r.Value()) {
 				kept = append(kept, r)
 			}
 		}
@@ -150,12 +158,12 @@ func (w *WriteTxn) SetResults(uid string, results []Result) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("set results of %s: %w", uid, err)
 	}
-	type key struct{ policy, rule string }
+	type key struct{ source, policy, rule string }
 	prev := map[key]Result{}
 	if set != nil {
 		for _, r := range set.results {
 			e := r.Value()
-			prev[key{e.Policy, e.Rule}] = r
+			prev[key{e.Source, e.Policy, e.Rule}] = r
 		}
 	}
 	changed := len(prev) != len(results)
@@ -163,7 +171,7 @@ func (w *WriteTxn) SetResults(uid string, results []Result) (bool, error) {
 	seen := make(map[key]bool, len(results))
 	for _, r := range results {
 		e := r.Value()
-		k := key{e.Policy, e.Rule}
+		k := key{e.Source, e.Policy, e.Rule}
 		if seen[k] {
 			return false, fmt.Errorf("set results of %s: two results for %s/%s", uid, e.Policy, e.Rule)
 		}
@@ -179,4 +187,20 @@ func (w *WriteTxn) SetResults(uid string, results []Result) (bool, error) {
 		return false, nil
 	}
 	return true, w.putResultSet(uid, merged)
+}
+
+// resultsOf tells the results of a policy (by its key): those of its report
+// name and source when the store knows it, else those whose policy is the
+// key.
+func resultsOf(txn interface {
+	First(table, index string, args ...any) (any, error)
+}, key string) (func(Entry) bool, error) {
+	raw, err := txn.First(tablePolicies, indexID, key)
+	if err != nil {
+		return nil, err
+	}
+	if p, ok := raw.(*Policy); ok && p.ReportName != "" {
+		return func(e Entry) bool { return e.Policy == p.ReportName && (p.Source == "" || e.Source == p.Source) }, nil
+	}
+	return func(e Entry) bool { return e.Policy == key }, nil
 }

@@ -51,10 +51,16 @@ func (r *Resource) Object() (map[string]any, error) {
 // Policy is a policy as the scanner tracks it. Compiled holds the engine's
 // compiled form; memstore does not look into it.
 type Policy struct {
-	// Name is the report name: "name" for a ClusterPolicy, "namespace/name" for a Policy.
-	Name            string
-	Namespace       string
-	ResourceVersion string
+	// Name is the policy's key: its report name ("name" for a ClusterPolicy,
+	// "namespace/name" for a Policy), or for a CEL policy its kind and
+	// report name ("ValidatingPolicy/name"), which cannot collide with those.
+	Name string
+	// ReportName and Source are what the policy's results carry: they tell
+	// its results apart from those of a policy of another kind with the
+	// same report name. Empty: the results whose policy is Name.
+	ReportName, Source string
+	Namespace          string
+	ResourceVersion    string
 	// Background is false for policies that are not scanned.
 	Background bool
 	// RuleHashes maps each validate rule (autogen included) to a hash of its spec.

@@ -45,8 +45,12 @@ func Result(p *engine.Policy, r engine.RuleResult, process string, now time.Time
 			props["exceptions"] = strings.Join(r.Exceptions, ",")
 		}
 	}
+	source := Source
+	if r.Source != "" {
+		source = r.Source // a CEL policy's
+	}
 	return wgv1alpha2.PolicyReportResult{
-		Source:     Source,
+		Source:     source,
 		Policy:     r.Policy,
 		Rule:       r.Rule,
 		Category:   p.Category,

@@ -49,6 +49,7 @@ import (
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/admission"
 	"github.com/tally-dev/tally/controllers/scan"
+	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -118,8 +119,38 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
+	// Kyverno also keeps the status of its CEL policies (which this
+	// stand-in's webhook does not evaluate): they are marked ready.
+	for _, gvr := range []schema.GroupVersionResource{gvrValidatingPolicy, gvrNamespacedValidatingPolicy} {
+		if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
+			src := watch.Start(ctx, dyn, gvr, celStatus{s})
+			defer src.Stop()
+		}
+	}
 	return bridge.Run(ctx)
 }
+
+var (
+	gvrValidatingPolicy           = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "validatingpolicies"}
+	gvrNamespacedValidatingPolicy = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedvalidatingpolicies"}
+)
+
+// celStatus marks every CEL policy ready, as Kyverno's admission controller
+// reports them (status.conditionStatus).
+type celStatus struct{ s *standin }
+
+func (c celStatus) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	go func() {
+		ctx, cancel := context.WithTimeout(c.s.ctx, 30*time.Second)
+		defer cancel()
+		if err := scan.WriteReady(ctx, c.s.client, gvr, u, nil, "Ready", "kyverno"); err != nil && ctx.Err() == nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "CEL policy status", "policy", u.GetNamespace()+"/"+u.GetName())
+		}
+	}()
+}
+func (celStatus) Remove(schema.GroupVersionResource, *unstructured.Unstructured)    {}
+func (celStatus) Replace(schema.GroupVersionResource, []*unstructured.Unstructured) {}
+func (celStatus) Listed(schema.GroupVersionResource)                                {}
 
 // standin writes the reports and policy status Kyverno's admission
 // controller would.

@@ -3,6 +3,7 @@ package merge
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
@@ -83,13 +85,18 @@ type Merger struct {
 	sources  []*watch.Source
 	states   map[string]*resourceState
 	policies map[string]PolicyInfo
-	written  map[string]writtenReport
+	// policyKinds are the kinds of the policies, by key (what a complete
+	// list of a kind can tell gone).
+	policyKinds map[string]schema.GroupVersionResource
+	written     map[string]writtenReport
 	// strings and metas hold the one copy of repeated values (state.go).
 	strings map[string]string
 	metas   map[string]*resultMeta
 	// internLive is how many entries of strings and metas were live at
 	// their last rebuild (releaseInterned).
 	internLive int
+	// kinds are the kinds watched (watched, and the CEL kinds served).
+	kinds []schema.GroupVersionResource
 	// allListed is closed once every watched kind was listed: merging
 	// earlier would write reports of a partial view (after a restart, a
 	// resource whose policies are not listed yet would lose its entries).
@@ -136,9 +143,10 @@ func New(client dynamic.Interface, opts Options) *Merger {
 		strings: map[string]string{},
 		metas:   map[string]*resultMeta{},
 
-		allListed: make(chan struct{}),
-		policies:  map[string]PolicyInfo{},
-		written:   map[string]writtenReport{},
+		allListed:   make(chan struct{}),
+		policies:    map[string]PolicyInfo{},
+		policyKinds: map[string]schema.GroupVersionResource{},
+		written:     map[string]writtenReport{},
 	}
 	m.metrics = newMetrics(opts.Registry, func() float64 { return float64(m.queue.Len()) }, func() float64 { return float64(m.queue.Panics() + watch.SinkPanics()) })
 	return m
@@ -147,6 +155,28 @@ func New(client dynamic.Interface, opts Options) *Merger {
 var watched = []schema.GroupVersionResource{
 	GVRClusterPolicy, GVRPolicy,
 	GVRAdmissionReport, GVRClusterAdmissionReport, GVRBackgroundScanReport, GVRClusterBackgroundScanReport,
+}
+
+// GVRs of the CEL policy kinds, watched when the API server serves them.
+var (
+	GVRValidatingPolicy           = policiesv1.GroupVersion.WithResource("validatingpolicies")
+	GVRNamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
+)
+
+// servedCELKinds returns the CEL policy kinds the API server serves: a
+// list answered NotFound means the kind is not served (no CRD). A kind that
+// cannot be listed for another reason is watched all the same: its watch
+// retries with backoff, and nothing is merged until it lists.
+func (m *Merger) servedCELKinds(ctx context.Context) []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	for _, gvr := range []schema.GroupVersionResource{GVRValidatingPolicy, GVRNamespacedValidatingPolicy} {
+		_, err := m.client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		out = append(out, gvr)
+	}
+	return out
 }
 
 // Run seeds from the existing final reports, watches, and reconciles until
@@ -165,9 +195,11 @@ func (m *Merger) Run(ctx context.Context) error {
 	if err := m.seed(ctx); err != nil {
 		return fmt.Errorf("read existing policy reports: %w", err)
 	}
+	kinds := append(slices.Clone(watched), m.servedCELKinds(ctx)...)
 	m.mu.Lock()
 	m.ctx = ctx
-	for _, gvr := range watched {
+	m.kinds = kinds
+	for _, gvr := range kinds {
 		m.sources = append(m.sources, watch.Start(ctx, m.client, gvr, m))
 	}
 	m.mu.Unlock()
@@ -203,7 +235,7 @@ func (m *Merger) Run(ctx context.Context) error {
 func (m *Merger) Synced() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, g := range watched {
+	for _, g := range m.watchedKinds() {
 		if !m.listed[g] {
 			return false
 		}
@@ -340,8 +372,21 @@ func (m *Merger) seed(ctx context.Context) error {
 	return nil
 }
 
-// policyInfo reads what the merge needs of a policy, autogen rules included.
+// watchedKinds are the kinds watched (before Run: the classic ones). The
+// caller holds m.mu.
+func (m *Merger) watchedKinds() []schema.GroupVersionResource {
+	if m.kinds == nil {
+		return watched
+	}
+	return m.kinds
+}
+
+// policyInfo reads what the merge needs of a policy, autogen rules
+// included; key is its key in Input.Policies (PolicyKey).
 func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
+	if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
+		return celPolicyInfo(gvr, u)
+	}
 	var compiled *engine.Policy
 	var spec *kyvernov1.Spec
 	if gvr == GVRPolicy {
@@ -376,4 +421,25 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 		info.Rules[r.Name] = true
 	}
 	return compiled.Name, info, nil
+}
+
+// celPolicyInfo reads what the merge needs of a ValidatingPolicy or
+// NamespacedValidatingPolicy: its results have no rule to check.
+func celPolicyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
+	var vp policiesv1.ValidatingPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &vp); err != nil {
+		return "", PolicyInfo{}, err
+	}
+	name := vp.Name
+	if gvr == GVRNamespacedValidatingPolicy {
+		name = vp.Namespace + "/" + vp.Name
+	}
+	info := PolicyInfo{
+		Background:      vp.Spec.BackgroundEnabled(),
+		Admission:       vp.Spec.AdmissionEnabled(),
+		AnyRule:         true,
+		ReportsDisabled: u.GetLabels()[labelReportsDisable] == "true",
+		Scored:          vp.Annotations[engine.AnnotationScored] != "false",
+	}
+	return PolicyKey(engine.SourceValidatingPolicy, name), info, nil
 }

@@ -36,6 +36,7 @@ func TestStartUpRemovesStaleFinalReports(t *testing.T) {
 		GVRClusterPolicy: "ClusterPolicyList", GVRPolicy: "PolicyList",
 		GVRAdmissionReport: "AdmissionReportList", GVRClusterAdmissionReport: "ClusterAdmissionReportList",
 		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
+		GVRValidatingPolicy: "ValidatingPolicyList", GVRNamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
 	}, &unstructured.Unstructured{Object: obj})
 	// The fake client serves paged LISTs, not watch-list streams.
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
@@ -161,6 +162,7 @@ func TestStartUpSelectsFinalReportsByTheConfiguredManagedBy(t *testing.T) {
 		GVRClusterPolicy: "ClusterPolicyList", GVRPolicy: "PolicyList",
 		GVRAdmissionReport: "AdmissionReportList", GVRClusterAdmissionReport: "ClusterAdmissionReportList",
 		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
+		GVRValidatingPolicy: "ValidatingPolicyList", GVRNamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
 	}, objs...)
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 	reg := prometheus.NewRegistry()

@@ -12,6 +12,9 @@ type PolicyInfo struct {
 	Background, Admission bool
 	// Rules are the names of its current validate rules (autogen included).
 	Rules map[string]bool
+	// AnyRule is set for CEL policies: their results carry no rule of the
+	// policy's own ("", exception, evaluation, match).
+	AnyRule bool
 	// ReportsDisabled is set by the label reports.kyverno.io/disabled: "true" (R27).
 	ReportsDisabled bool
 	// Scored is false for policies annotated policies.kyverno.io/scored: "false" (R24).
@@ -40,7 +43,17 @@ type Input struct {
 	Filter   Filter
 }
 
-type ruleKey struct{ policy, rule string }
+type ruleKey struct{ source, policy, rule string }
+
+// PolicyKey is a policy's key in Input.Policies: its name for a classic
+// policy (source kyverno), its source and name for a CEL policy, so that a
+// ValidatingPolicy and a ClusterPolicy of the same name are told apart.
+func PolicyKey(source, policy string) string {
+	if source == "" || source == report.Source {
+		return policy
+	}
+	return source + "\x00" + policy
+}
 
 // Merge computes the final results of a resource from its intermediate
 // results, as a pure function:
@@ -65,20 +78,20 @@ func Merge(in Input) []wgv1alpha2.PolicyReportResult {
 	chosen := make(map[ruleKey]wgv1alpha2.PolicyReportResult, len(in.Background)+len(in.Admission))
 	backgroundSeen := make(map[ruleKey]bool, len(in.Background))
 	for _, r := range in.Background {
-		p, ok := in.Policies[r.Policy]
-		if !ok || !p.Background || !p.Rules[r.Rule] {
+		p, ok := in.Policies[PolicyKey(r.Source, r.Policy)]
+		if !ok || !p.Background || !(p.AnyRule || p.Rules[r.Rule]) {
 			continue
 		}
-		k := ruleKey{r.Policy, r.Rule}
+		k := ruleKey{r.Source, r.Policy, r.Rule}
 		backgroundSeen[k] = true
 		chosen[k] = r
 	}
 	for _, r := range in.Admission {
-		p, ok := in.Policies[r.Policy]
-		if !ok || !p.Admission || !p.Rules[r.Rule] {
+		p, ok := in.Policies[PolicyKey(r.Source, r.Policy)]
+		if !ok || !p.Admission || !(p.AnyRule || p.Rules[r.Rule]) {
 			continue
 		}
-		k := ruleKey{r.Policy, r.Rule}
+		k := ruleKey{r.Source, r.Policy, r.Rule}
 		if p.Background && in.BackgroundCurrent && !backgroundSeen[k] {
 			continue // the current background scan says the rule no longer applies
 		}
@@ -89,7 +102,7 @@ func Merge(in Input) []wgv1alpha2.PolicyReportResult {
 	}
 	out := make([]wgv1alpha2.PolicyReportResult, 0, len(chosen))
 	for k, r := range chosen {
-		p := in.Policies[k.policy]
+		p := in.Policies[PolicyKey(k.source, k.policy)]
 		if p.ReportsDisabled {
 			continue
 		}

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/tally-dev/tally/report"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/tally-dev/tally/report"
 )
 
 // Orphaned intermediate reports.

@@ -12,13 +12,27 @@ import (
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
 )
 
 var _ watch.StreamingSink = (*Merger)(nil)
 
 func isPolicy(gvr schema.GroupVersionResource) bool {
-	return gvr == GVRClusterPolicy || gvr == GVRPolicy
+	return gvr == GVRClusterPolicy || gvr == GVRPolicy || gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy
+}
+
+// policyKeyOf is the key of a policy object in Input.Policies, and the
+// policy name its results carry.
+func policyKeyOf(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (key, name string) {
+	name = u.GetName()
+	if gvr == GVRPolicy || gvr == GVRNamespacedValidatingPolicy {
+		name = u.GetNamespace() + "/" + name
+	}
+	if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
+		return PolicyKey(engine.SourceValidatingPolicy, name), name
+	}
+	return name, name
 }
 
 func isAdmission(gvr schema.GroupVersionResource) bool {
@@ -37,15 +51,17 @@ func (m *Merger) log() logr.Logger {
 // Upsert records a policy or an intermediate report.
 func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	if isPolicy(gvr) {
-		name, info, err := policyInfo(gvr, u)
+		key, info, err := policyInfo(gvr, u)
 		if err != nil {
 			m.log().Error(err, "policy could not be read; its results are not reported", "name", u.GetName())
 			return
 		}
+		_, name := policyKeyOf(gvr, u)
 		m.mu.Lock()
 		next := maps.Clone(m.policies) // copy on write: reconcilers read the map unlocked
-		next[name] = info
+		next[key] = info
 		m.policies = next
+		m.policyKinds[key] = gvr
 		m.mu.Unlock()
 		m.enqueuePolicy(name)
 		return
@@ -106,16 +122,8 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 // Remove forgets a policy or an intermediate report.
 func (m *Merger) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	if isPolicy(gvr) {
-		name := u.GetName()
-		if gvr == GVRPolicy {
-			name = u.GetNamespace() + "/" + name
-		}
-		m.mu.Lock()
-		next := maps.Clone(m.policies)
-		delete(next, name)
-		m.policies = next
-		m.mu.Unlock()
-		m.enqueuePolicy(name)
+		key, _ := policyKeyOf(gvr, u)
+		m.removePolicy(key)
 		return
 	}
 	uid := u.GetLabels()[report.LabelResourceUID]
@@ -181,23 +189,22 @@ func (m *Merger) Replace(gvr schema.GroupVersionResource, objs []*unstructured.U
 		}
 		return
 	}
-	{
-		m.mu.Lock()
-		var gone []string
-		for name := range m.policies {
-			key := "/" + name
-			if gvr == GVRPolicy {
-				key = name
-			}
-			if (gvr == GVRPolicy) == containsSlash(name) && !present[key] {
-				gone = append(gone, name)
-			}
+	// Policies of this kind deleted while the watch was down.
+	keys := make(map[string]bool, len(objs))
+	for _, u := range objs {
+		key, _ := policyKeyOf(gvr, u)
+		keys[key] = true
+	}
+	m.mu.Lock()
+	var gone []string
+	for key, g := range m.policyKinds {
+		if g == gvr && !keys[key] {
+			gone = append(gone, key)
 		}
-		m.mu.Unlock()
-		for _, name := range gone {
-			ns, n := splitName(name)
-			m.Remove(gvr, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": n, "namespace": ns}}})
-		}
+	}
+	m.mu.Unlock()
+	for _, key := range gone {
+		m.removePolicy(key)
 	}
 }
 
@@ -211,7 +218,7 @@ func (m *Merger) Listed(gvr schema.GroupVersionResource) {
 		return
 	}
 	m.listed[gvr] = true
-	for _, g := range watched {
+	for _, g := range m.watchedKinds() {
 		if !m.listed[g] {
 			return
 		}
@@ -224,13 +231,20 @@ func (m *Merger) Listed(gvr schema.GroupVersionResource) {
 	close(m.allListed)
 }
 
-func containsSlash(s string) bool { return strings.Contains(s, "/") }
-
-func splitName(name string) (ns, n string) {
-	if ns, n, ok := strings.Cut(name, "/"); ok {
-		return ns, n
+// removePolicy forgets a policy (by its key): its results go from the
+// reports of the resources that have them.
+func (m *Merger) removePolicy(key string) {
+	m.mu.Lock()
+	next := maps.Clone(m.policies)
+	delete(next, key)
+	m.policies = next
+	delete(m.policyKinds, key)
+	m.mu.Unlock()
+	name := key
+	if _, n, ok := strings.Cut(key, "\x00"); ok {
+		name = n // a CEL policy's results carry its name alone
 	}
-	return "", name
+	m.enqueuePolicy(name)
 }
 
 // enqueuePolicy enqueues every resource with results of the policy.

@@ -81,7 +81,7 @@ func BenchmarkRescan(b *testing.B) {
 	}
 	s.rememberKind(gvrPods, "", "Pod")
 	for _, p := range policies {
-		tp := &trackedPolicy{name: p.Name, compiled: p, ruleHashes: ruleHashes(p), background: true, ruleKinds: map[string][]schema.GroupVersionResource{}}
+		tp := newTracked(p.Name, GVRClusterPolicy, p)
 		for _, r := range p.Rules {
 			tp.ruleKinds[r.Name] = []schema.GroupVersionResource{gvrPods}
 		}

@@ -30,6 +30,16 @@ func (s *Scanner) evaluate(ctx context.Context, p *engine.Policy, req *engine.Re
 	if err == nil {
 		return rr
 	}
+	if p.CEL() {
+		// A CEL policy is evaluated whole: its one entry is the error.
+		s.metrics.evalPanics.Inc()
+		logr.FromContextOrDiscard(ctx).Error(err, "evaluation panicked; the policy gets an error result", "policy", p.Name)
+		rule := ""
+		if units := p.Units(); len(units) == 1 {
+			rule = units[0].Name
+		}
+		return []engine.RuleResult{{Policy: p.Name, Rule: rule, Result: engine.Error, Message: panicMessage, Source: p.Source}}
+	}
 	var out []engine.RuleResult
 	for _, rule := range p.Rules {
 		one := *p

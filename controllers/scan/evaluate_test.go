@@ -103,7 +103,7 @@ func testScanner(t *testing.T, opts Options, policies ...*engine.Policy) *Scanne
 	}
 	s.rememberKind(gvrPods, "", "Pod")
 	for _, p := range policies {
-		tp := &trackedPolicy{name: p.Name, compiled: p, ruleHashes: ruleHashes(p), background: true, ruleKinds: map[string][]schema.GroupVersionResource{}}
+		tp := newTracked(p.Name, GVRClusterPolicy, p)
 		for _, r := range p.Rules {
 			tp.ruleKinds[r.Name] = []schema.GroupVersionResource{gvrPods}
 		}

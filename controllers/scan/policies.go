@@ -13,16 +13,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/engine/match"
 	"github.com/tally-dev/tally/memstore"
 )
 
 // trackedPolicy is what the scanner knows of a policy it scans.
 type trackedPolicy struct {
+	// name is the policy's key (policyName).
 	name       string
+	gvr        schema.GroupVersionResource
 	object     runtime.Object // for Events
 	compiled   *engine.Policy
+	units      map[string]engine.Unit
 	ruleHashes map[string]uint64
 	// ruleKinds are the kinds each rule can match.
 	ruleKinds map[string][]schema.GroupVersionResource
@@ -31,15 +34,29 @@ type trackedPolicy struct {
 	background bool
 }
 
+// policyName is a policy's key: its report name for a ClusterPolicy or
+// Policy, its kind and report name for a CEL policy ("ValidatingPolicy/x",
+// "NamespacedValidatingPolicy/ns/x": a namespace is never capitalized, so
+// these never collide with a Policy's "ns/x", nor with a ClusterPolicy x).
 func policyName(gvr schema.GroupVersionResource, namespace, name string) string {
-	if gvr == GVRPolicy {
+	switch gvr {
+	case GVRPolicy:
 		return namespace + "/" + name
+	case GVRValidatingPolicy:
+		return policiesv1.KindValidatingPolicy + "/" + name
+	case GVRNamespacedValidatingPolicy:
+		return policiesv1.KindNamespacedValidatingPolicy + "/" + namespace + "/" + name
 	}
 	return name
 }
 
-// readPolicy converts and compiles a policy object.
+// readPolicy converts and compiles a policy object; spec is nil for CEL
+// policies.
 func readPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
+	if isCELPolicy(gvr) {
+		obj, compiled, err := readCELPolicy(gvr, u)
+		return obj, compiled, nil, err
+	}
 	if gvr == GVRPolicy {
 		var p kyvernov1.Policy
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
@@ -61,15 +78,15 @@ func readPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 // ruleHashes hashes each validate rule together with the policy-level
 // settings that change its results, so that a status-only or cosmetic update
 // changes nothing and an edit of one rule changes one hash.
-func ruleHashes(p *engine.Policy) map[string]uint64 {
+func ruleHashes(p *engine.Policy, units []engine.Unit) map[string]uint64 {
 	shared, _ := json.Marshal([]any{p.Scored, p.Category, p.Severity, p.Spec.ApplyRules, p.Namespace})
-	out := make(map[string]uint64, len(p.Rules))
-	for _, r := range p.Rules {
-		data, _ := json.Marshal(r.Raw) // plain API types: cannot fail
+	out := make(map[string]uint64, len(units))
+	for _, u := range units {
+		data, _ := json.Marshal(u.Raw) // plain API types: cannot fail
 		h := fnv.New64a()              // a hash.Hash's Write never returns an error
 		_, _ = h.Write(shared)
 		_, _ = h.Write(data)
-		out[r.Name] = h.Sum64()
+		out[u.Name] = h.Sum64()
 	}
 	return out
 }
@@ -78,10 +95,10 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	name := policyName(gvr, u.GetNamespace(), u.GetName())
 	log := s.log().WithValues("policy", name)
 	obj, compiled, spec, err := readPolicy(gvr, u)
-	if err == nil {
+	if err == nil && spec != nil {
 		err = engine.Malformed(compiled)
 	}
-	if err == nil && spec.BackgroundEnabled() {
+	if err == nil && spec != nil && spec.BackgroundEnabled() {
 		err = engine.ValidateBackground(spec)
 	}
 	var sched schedule
@@ -99,22 +116,31 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 		return
 	}
 	defer s.setPolicyStatus(gvr, u, nil)
-	if !spec.BackgroundEnabled() {
+	if !compiled.BackgroundEnabled() {
 		s.removePolicy(name) // R19: background entries go when background is turned off
 		s.mu.Lock()
-		s.policies[name] = &trackedPolicy{name: name, object: obj, compiled: compiled}
+		s.policies[name] = &trackedPolicy{name: name, gvr: gvr, object: obj, compiled: compiled}
 		s.mu.Unlock()
 		return
 	}
-	tp := &trackedPolicy{name: name, object: obj, compiled: compiled, ruleHashes: ruleHashes(compiled), schedule: sched,
-		ruleKinds: map[string][]schema.GroupVersionResource{}, background: true}
+	tp := newTracked(name, gvr, compiled)
+	tp.object, tp.schedule = obj, sched
 	var kindErrs []error
-	for _, r := range compiled.Rules {
-		gvrs, err := s.resolveKinds(match.Kinds(r.Raw.Match))
-		if err != nil {
-			kindErrs = append(kindErrs, fmt.Errorf("rule %s: %w", r.Name, err))
+	for _, unit := range tp.units {
+		var gvrs []schema.GroupVersionResource
+		var err error
+		if unit.Resources != nil {
+			gvrs, err = s.resolveResources(unit.Resources)
+		} else {
+			gvrs, err = s.resolveKinds(unit.Kinds)
 		}
-		tp.ruleKinds[r.Name] = gvrs
+		if err != nil && unit.Name != "" {
+			err = fmt.Errorf("rule %s: %w", unit.Name, err)
+		}
+		if err != nil {
+			kindErrs = append(kindErrs, err)
+		}
+		tp.ruleKinds[unit.Name] = gvrs
 	}
 	if err := errors.Join(kindErrs...); err != nil {
 		log.Error(err, "some kinds of the policy cannot be scanned")
@@ -147,7 +173,8 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 		}
 	}
 	if err := s.store.Write(func(w *memstore.WriteTxn) error {
-		return w.PutPolicy(&memstore.Policy{Name: name, Namespace: compiled.Namespace, ResourceVersion: u.GetResourceVersion(),
+		return w.PutPolicy(&memstore.Policy{Name: name, ReportName: compiled.Name, Source: compiled.Source,
+			Namespace: compiled.Namespace, ResourceVersion: u.GetResourceVersion(),
 			Background: true, RuleHashes: tp.ruleHashes, Compiled: compiled})
 	}); err != nil {
 		log.Error(err, "storing the policy failed")
@@ -161,12 +188,25 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	// already evaluates it would be evaluated twice.
 	todo := map[string]bool{}
 	for rule := range changed {
-		s.matching(todo, compiled.Rule(rule), tp.ruleKinds[rule], compiled.Namespace)
+		unit := tp.units[rule]
+		s.matching(todo, &unit, tp.ruleKinds[rule], compiled.Namespace)
 	}
 	s.resultsOfRules(todo, name, changed, removedRules)
 	for uid := range todo {
 		s.queue.Add(uid)
 	}
+}
+
+// newTracked is a scanned policy with its units and their hashes (the
+// kinds each can match are resolved by the caller).
+func newTracked(name string, gvr schema.GroupVersionResource, compiled *engine.Policy) *trackedPolicy {
+	units := compiled.Units()
+	tp := &trackedPolicy{name: name, gvr: gvr, compiled: compiled, ruleHashes: ruleHashes(compiled, units),
+		units: make(map[string]engine.Unit, len(units)), ruleKinds: map[string][]schema.GroupVersionResource{}, background: true}
+	for _, u := range units {
+		tp.units[u.Name] = u
+	}
+	return tp
 }
 
 func (tp *trackedPolicy) kinds() []schema.GroupVersionResource {
@@ -210,16 +250,19 @@ func (s *Scanner) removePolicy(name string) {
 func (s *Scanner) dropMissingPolicies(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	present := map[string]bool{}
 	for _, u := range objs {
-		if gvr == GVRPolicyException {
+		switch gvr {
+		case GVRPolicyException:
 			present[u.GetNamespace()+"/"+u.GetName()] = true
-		} else {
+		case GVRCELPolicyException:
+			present[celExceptionKey(u.GetNamespace(), u.GetName())] = true
+		default:
 			present[policyName(gvr, u.GetNamespace(), u.GetName())] = true
 		}
 	}
-	if gvr == GVRPolicyException {
+	if gvr == GVRPolicyException || gvr == GVRCELPolicyException {
 		all, _ := s.store.Read().Exceptions()
 		for _, e := range all {
-			if !present[e.Name] {
+			if strings.HasPrefix(e.Name, "cel:") == (gvr == GVRCELPolicyException) && !present[e.Name] {
 				s.removeException(e.Name)
 			}
 		}
@@ -227,9 +270,8 @@ func (s *Scanner) dropMissingPolicies(gvr schema.GroupVersionResource, objs []*u
 	}
 	s.mu.Lock()
 	var gone []string
-	for name := range s.policies {
-		namespaced := strings.Contains(name, "/")
-		if namespaced == (gvr == GVRPolicy) && !present[name] {
+	for name, tp := range s.policies {
+		if tp.gvr == gvr && !present[name] {
 			gone = append(gone, name)
 		}
 	}
@@ -259,10 +301,7 @@ func (s *Scanner) resultsOfRules(todo map[string]bool, policy string, changed ma
 
 // matching adds to todo the stored resources of some kinds that a rule's
 // match/exclude selects (an index read by kind, then the compiled matcher).
-func (s *Scanner) matching(todo map[string]bool, rule *engine.Rule, gvrs []schema.GroupVersionResource, namespace string) {
-	if rule == nil {
-		return
-	}
+func (s *Scanner) matching(todo map[string]bool, rule *engine.Unit, gvrs []schema.GroupVersionResource, namespace string) {
 	r := s.store.Read()
 	for _, gvr := range gvrs {
 		group, kind := s.groupKind(gvr)
@@ -337,7 +376,7 @@ func (s *Scanner) AdmissionPolicies() []*engine.Policy {
 	defer s.mu.Unlock()
 	out := make([]*engine.Policy, 0, len(s.policies))
 	for _, tp := range s.policies {
-		if tp.compiled.Spec.AdmissionEnabled() {
+		if tp.compiled.AdmissionEnabled() {
 			out = append(out, tp.compiled)
 		}
 	}

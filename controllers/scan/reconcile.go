@@ -59,7 +59,12 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 	}
 	if exs, _ := r.Exceptions(); len(exs) > 0 {
 		for _, e := range exs {
-			req.Exceptions = append(req.Exceptions, e.Compiled.(*engine.Exception))
+			switch x := e.Compiled.(type) {
+			case *engine.Exception:
+				req.Exceptions = append(req.Exceptions, x)
+			case *engine.CELException:
+				req.CELExceptions = append(req.CELExceptions, x)
+			}
 		}
 	}
 
@@ -78,6 +83,9 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 		evaluated = true
 		seen := map[string]bool{}
 		for _, rr := range s.evaluate(evalCtx, tp.compiled, req) {
+			if rr.ConditionsNotMet {
+				continue // a CEL policy whose matchConditions do not hold has no entry, as in Kyverno's reports
+			}
 			if seen[rr.Rule] {
 				continue // one entry per (policy, rule)
 			}
@@ -126,7 +134,16 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 func (s *Scanner) policiesListed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.synced[GVRClusterPolicy] && s.synced[GVRPolicy] && s.synced[GVRPolicyException] && s.synced[GVRNamespace]
+	sources := s.policySources
+	if len(sources) == 0 {
+		sources = classicPolicySources // not started (tests drive the scanner without Run)
+	}
+	for _, gvr := range sources {
+		if !s.synced[gvr] {
+			return false
+		}
+	}
+	return true
 }
 
 // mayMatch is a cheap pre-filter: the policy has a rule for the resource's
@@ -149,8 +166,8 @@ func (tp *trackedPolicy) mayMatch(res *memstore.Resource, gvr schema.GroupVersio
 // (compiled matchers: cheap), so that resources no rule can match cost no
 // evaluation.
 func (tp *trackedPolicy) applies(obj map[string]any, nsLabels map[string]string) bool {
-	for _, r := range tp.compiled.Rules {
-		if r.Err != nil || r.Applies(obj, nsLabels) {
+	for _, u := range tp.units {
+		if u.Err != nil || u.Applies(obj, nsLabels) {
 			return true // a broken rule reports its error where its kinds match
 		}
 	}

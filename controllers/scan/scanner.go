@@ -3,6 +3,7 @@ package scan
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,6 +33,10 @@ var (
 	GVRPolicyException = kyvernov2.GroupVersion.WithResource("policyexceptions")
 	GVRNamespace       = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 )
+
+// classicPolicySources are the kinds always listed before any resource is
+// evaluated.
+var classicPolicySources = []schema.GroupVersionResource{GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy}
 
 // Options configure a Scanner.
 type Options struct {
@@ -81,8 +86,11 @@ type Scanner struct {
 	synced    map[schema.GroupVersionResource]bool
 	kindUsers map[schema.GroupVersionResource]map[string]bool // policies that need a kind
 	policies  map[string]*trackedPolicy
-	kindOf    map[schema.GroupVersionResource]string
-	gvrOf     map[string]schema.GroupVersionResource
+	// policySources are the kinds listed before any resource is evaluated:
+	// namespaces, policies and exceptions.
+	policySources []schema.GroupVersionResource
+	kindOf        map[schema.GroupVersionResource]string
+	gvrOf         map[string]schema.GroupVersionResource
 }
 
 // New builds a Scanner; it starts nothing (Run does).
@@ -161,9 +169,13 @@ func (s *Scanner) Run(ctx context.Context) error {
 	}
 	log.Info("seeded from existing reports", "reports", len(seeded))
 
+	// The CEL kinds are watched when served (tally's CRDs, or Kyverno's
+	// beside it); an older Kyverno has none, and classic policies go on.
+	cel := s.servedCELKinds()
 	s.mu.Lock()
 	s.ctx = ctx
-	for _, gvr := range []schema.GroupVersionResource{GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy} {
+	s.policySources = append(slices.Clone(classicPolicySources), cel...)
+	for _, gvr := range s.policySources {
 		s.sources[gvr] = watch.Start(ctx, s.client, gvr, s)
 	}
 	s.mu.Unlock()

@@ -31,11 +31,14 @@ func (s *Scanner) log() logr.Logger {
 
 func (s *Scanner) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
-	case GVRClusterPolicy, GVRPolicy:
+	case GVRClusterPolicy, GVRPolicy, GVRValidatingPolicy, GVRNamespacedValidatingPolicy:
 		s.upsertPolicy(gvr, u)
 		return
 	case GVRPolicyException:
 		s.upsertException(u)
+		return
+	case GVRCELPolicyException:
+		s.upsertCELException(u)
 		return
 	case GVRNamespace:
 		s.upsertNamespace(u)
@@ -48,7 +51,7 @@ func (s *Scanner) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstru
 
 func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
-	case GVRClusterPolicy, GVRPolicy:
+	case GVRClusterPolicy, GVRPolicy, GVRValidatingPolicy, GVRNamespacedValidatingPolicy:
 		name := policyName(gvr, u.GetNamespace(), u.GetName())
 		s.removePolicy(name)
 		// A deleted policy keeps no series (its results' go with them).
@@ -56,6 +59,9 @@ func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstru
 		return
 	case GVRPolicyException:
 		s.removeException(u.GetNamespace() + "/" + u.GetName())
+		return
+	case GVRCELPolicyException:
+		s.removeException(celExceptionKey(u.GetNamespace(), u.GetName()))
 		return
 	case GVRNamespace:
 		if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteNamespace(u.GetName()) }); err != nil {
@@ -90,7 +96,7 @@ func (s *Scanner) Replace(gvr schema.GroupVersionResource, objs []*unstructured.
 		present[string(u.GetUID())] = true
 	}
 	switch gvr {
-	case GVRClusterPolicy, GVRPolicy, GVRPolicyException:
+	case GVRClusterPolicy, GVRPolicy, GVRPolicyException, GVRValidatingPolicy, GVRNamespacedValidatingPolicy, GVRCELPolicyException:
 		s.dropMissingPolicies(gvr, objs)
 		return
 	}

@@ -50,8 +50,9 @@ spec:
 	s := testScanner(t, Options{}, policy("pods", "Pod"))
 	cms := policy("configmaps", "ConfigMap")
 	s.rememberKind(gvrConfigMaps, "", "ConfigMap")
-	s.policies["configmaps"] = &trackedPolicy{name: "configmaps", compiled: cms, ruleHashes: ruleHashes(cms), background: true,
-		ruleKinds: map[string][]schema.GroupVersionResource{"r": {gvrConfigMaps}}}
+	tp := newTracked("configmaps", GVRClusterPolicy, cms)
+	tp.ruleKinds["r"] = []schema.GroupVersionResource{gvrConfigMaps}
+	s.policies["configmaps"] = tp
 	pod := benchPod(t, 1)
 	s.upsertResource(gvrPods, pod)
 	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",

@@ -3,6 +3,7 @@ package scan
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 )
 
 // Values of the Ready condition tally keeps on the policies it reads, as
@@ -59,13 +62,20 @@ func WriteReady(ctx context.Context, client dynamic.Interface, gvr schema.GroupV
 // it is evaluated (rejected nil, with message loaded) or refused (with the
 // reason), conditional on the policy's resourceVersion. changed is false
 // when the status already says so for this generation.
+//
+// A CEL policy (policies.kyverno.io) keeps them under status.conditionStatus,
+// as Kyverno writes its status there.
 func ReadyPatch(u *unstructured.Unstructured, rejected error, loaded string) (patch []byte, changed bool) {
 	status, reason, message := metav1.ConditionTrue, reasonLoaded, loaded
 	if rejected != nil {
 		status, reason, message = metav1.ConditionFalse, reasonRejected, rejected.Error()
 	}
+	path := []string{"status"}
+	if strings.HasPrefix(u.GetAPIVersion(), policiesv1.Group+"/") {
+		path = []string{"status", "conditionStatus"}
+	}
 	gen := u.GetGeneration()
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	conds, _, _ := unstructured.NestedSlice(u.Object, append(path, "conditions")...)
 	next := make([]any, 0, len(conds)+1)
 	for _, c := range conds {
 		m, ok := c.(map[string]any)
@@ -82,9 +92,13 @@ func ReadyPatch(u *unstructured.Unstructured, rejected error, loaded string) (pa
 		"type": conditionReady, "status": string(status), "reason": reason, "message": message,
 		"observedGeneration": gen, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
 	})
+	var body any = map[string]any{"ready": rejected == nil, "conditions": next}
+	if len(path) == 2 {
+		body = map[string]any{path[1]: body}
+	}
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
-		"status":   map[string]any{"ready": rejected == nil, "conditions": next},
+		"status":   body,
 	})
 	if err != nil { // maps of strings and numbers always encode
 		return nil, false

@@ -1,0 +1,170 @@
+package scan
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/memstore"
+)
+
+// GVRs of the CEL policy kinds, watched when the API server serves them
+// (tally's CRDs in standalone mode, Kyverno's beside it).
+var (
+	GVRValidatingPolicy           = policiesv1.GroupVersion.WithResource("validatingpolicies")
+	GVRNamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
+	GVRCELPolicyException         = policiesv1.GroupVersion.WithResource("policyexceptions")
+)
+
+// celPolicyGVRs are the CEL kinds, in the order they are watched.
+var celPolicyGVRs = []schema.GroupVersionResource{GVRCELPolicyException, GVRValidatingPolicy, GVRNamespacedValidatingPolicy}
+
+func isCELPolicy(gvr schema.GroupVersionResource) bool {
+	return gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy
+}
+
+// servedCELKinds returns the CEL kinds the API server serves (none when it
+// cannot tell: they are then not watched, and classic policies go on).
+func (s *Scanner) servedCELKinds() []schema.GroupVersionResource {
+	list, err := s.disc.ServerResourcesForGroupVersion(policiesv1.GroupVersion.String())
+	if err != nil || list == nil {
+		return nil
+	}
+	var out []schema.GroupVersionResource
+	for _, gvr := range celPolicyGVRs {
+		if slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource }) {
+			out = append(out, gvr)
+		}
+	}
+	return out
+}
+
+// readCELPolicy converts and compiles a ValidatingPolicy or
+// NamespacedValidatingPolicy.
+func readCELPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
+	if gvr == GVRNamespacedValidatingPolicy {
+		var p policiesv1.NamespacedValidatingPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			return nil, nil, err
+		}
+		p.APIVersion, p.Kind = policiesv1.GroupVersion.String(), policiesv1.KindNamespacedValidatingPolicy
+		compiled, err := engine.CompileValidatingPolicy(p.AsValidatingPolicy())
+		return &p, compiled, err
+	}
+	var p policiesv1.ValidatingPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+		return nil, nil, err
+	}
+	p.APIVersion, p.Kind = policiesv1.GroupVersion.String(), policiesv1.KindValidatingPolicy
+	compiled, err := engine.CompileValidatingPolicy(&p)
+	return &p, compiled, err
+}
+
+// celExceptionKey keeps CEL PolicyExceptions apart from kyverno.io ones in
+// the store.
+func celExceptionKey(namespace, name string) string { return "cel:" + namespace + "/" + name }
+
+func (s *Scanner) upsertCELException(u *unstructured.Unstructured) {
+	name := celExceptionKey(u.GetNamespace(), u.GetName())
+	var pe policiesv1.PolicyException
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe)
+	var ex *engine.CELException
+	if err == nil {
+		ex, err = engine.CompileCELException(&pe)
+	}
+	if err != nil {
+		s.log().Error(err, "PolicyException could not be read; ignored", "name", name)
+		s.removeException(name) // its previous version no longer applies either
+		return
+	}
+	policies := s.celPoliciesReferred(pe.Spec.PolicyRefs)
+	before, _ := s.exceptionPolicies(name)
+	if err := s.store.Write(func(w *memstore.WriteTxn) error {
+		return w.PutException(&memstore.Exception{Name: name, Policies: policies, Compiled: ex})
+	}); err != nil {
+		s.log().Error(err, "storing a PolicyException failed", "name", name)
+		return
+	}
+	s.enqueuePolicies(union(before, policies))
+}
+
+// celPoliciesReferred are the keys of the tracked CEL policies an exception
+// names (a NamespacedValidatingPolicy of that name in any namespace: the
+// exception's namespace is not compared).
+func (s *Scanner) celPoliciesReferred(refs []policiesv1.PolicyRef) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for key := range s.policies {
+		kind, rest, ok := strings.Cut(key, "/")
+		if !ok {
+			continue
+		}
+		name := rest
+		if i := strings.LastIndex(rest, "/"); i >= 0 {
+			name = rest[i+1:]
+		}
+		for _, r := range refs {
+			if r.Kind == kind && r.Name == name {
+				out = append(out, key)
+			}
+		}
+	}
+	return out
+}
+
+// resolveResources maps the resource rules of a CEL policy to the GVRs to
+// list: the preferred version of each group that serves a listed resource.
+// Wildcard resources are not scanned in the background, as wildcard kinds
+// are not.
+func (s *Scanner) resolveResources(rules []engine.ResourceRule) ([]schema.GroupVersionResource, error) {
+	lists, err := s.disc.ServerPreferredResources()
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	var out []schema.GroupVersionResource
+	var errs []error
+	for _, r := range rules {
+		for _, res := range r.Resources {
+			found := false
+			if strings.Contains(res, "*") {
+				errs = append(errs, fmt.Errorf("resource %q: wildcard resources are not scanned in the background", res))
+				continue
+			}
+			if strings.Contains(res, "/") {
+				continue // subresources exist only at admission
+			}
+			for _, list := range lists {
+				gv, err := schema.ParseGroupVersion(list.GroupVersion)
+				if err != nil || !listed(r.Groups, gv.Group) || !listed(r.Versions, gv.Version) {
+					continue
+				}
+				for _, api := range list.APIResources {
+					if api.Name == res && hasVerbs(api, "list", "watch") {
+						gvr := gv.WithResource(api.Name)
+						if !slices.Contains(out, gvr) {
+							out = append(out, gvr)
+						}
+						found = true
+					}
+				}
+			}
+			if !found {
+				errs = append(errs, fmt.Errorf("resource %q of groups %v, versions %v: not served by the API server", res, r.Groups, r.Versions))
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func listed(list []string, v string) bool {
+	return slices.Contains(list, v) || slices.Contains(list, "*")
+}
