@@ -13,7 +13,6 @@ import (
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine"
-	"github.com/tally-dev/tally/memstore"
 )
 
 // GVRs of the CEL policy kinds, watched when the API server serves them
@@ -85,37 +84,41 @@ func (s *Scanner) upsertCELException(u *unstructured.Unstructured) {
 		s.removeException(name) // its previous version no longer applies either
 		return
 	}
-	policies := s.celPoliciesReferred(pe.Spec.PolicyRefs)
-	before, _ := s.exceptionPolicies(name)
-	if err := s.store.Write(func(w *memstore.WriteTxn) error {
-		return w.PutException(&memstore.Exception{Name: name, Policies: policies, Compiled: ex})
-	}); err != nil {
-		s.log().Error(err, "storing a PolicyException failed", "name", name)
-		return
-	}
-	s.enqueuePolicies(union(before, policies))
+	s.storeException(name, s.celPoliciesReferred(pe.Spec.PolicyRefs), ex)
 }
 
-// celPoliciesReferred are the keys of the tracked CEL policies an exception
-// names (a NamespacedValidatingPolicy of that name in any namespace: the
-// exception's namespace is not compared).
+// celPoliciesReferred are the policies an exception names, as keys: a
+// ValidatingPolicy's own ("ValidatingPolicy/x"); for a
+// NamespacedValidatingPolicy, whose namespace the exception does not name
+// (it is not compared), "NamespacedValidatingPolicy/x", which
+// enqueuePolicies reads as that name in every namespace. Resolved when
+// used, so that an exception created before its policies still rescans them.
 func (s *Scanner) celPoliciesReferred(refs []policiesv1.PolicyRef) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	out := make([]string, 0, len(refs))
+	for _, r := range refs {
+		switch r.Kind {
+		case policiesv1.KindValidatingPolicy, policiesv1.KindNamespacedValidatingPolicy:
+			out = append(out, r.Kind+"/"+r.Name)
+		}
+	}
+	return out
+}
+
+// trackedKeys are the tracked policies a name of an exception's list
+// stands for (see celPoliciesReferred). The caller holds s.mu.
+func (s *Scanner) trackedKeys(name string) []string {
+	if _, ok := s.policies[name]; ok {
+		return []string{name}
+	}
+	prefix := policiesv1.KindNamespacedValidatingPolicy + "/"
+	plain, ok := strings.CutPrefix(name, prefix)
+	if !ok || strings.Contains(plain, "/") {
+		return nil
+	}
 	var out []string
 	for key := range s.policies {
-		kind, rest, ok := strings.Cut(key, "/")
-		if !ok {
-			continue
-		}
-		name := rest
-		if i := strings.LastIndex(rest, "/"); i >= 0 {
-			name = rest[i+1:]
-		}
-		for _, r := range refs {
-			if r.Kind == kind && r.Name == name {
-				out = append(out, key)
-			}
+		if strings.HasPrefix(key, prefix) && strings.HasSuffix(key, "/"+plain) {
+			out = append(out, key)
 		}
 	}
 	return out

@@ -330,8 +330,8 @@ func (s *Scanner) enqueuePolicies(names []string) {
 	s.mu.Lock()
 	var todo []*trackedPolicy
 	for _, n := range names {
-		if tp := s.policies[n]; tp != nil {
-			todo = append(todo, tp)
+		for _, key := range s.trackedKeys(n) {
+			todo = append(todo, s.policies[key])
 		}
 	}
 	s.mu.Unlock()

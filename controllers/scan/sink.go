@@ -212,11 +212,16 @@ func (s *Scanner) upsertException(u *unstructured.Unstructured) {
 	for _, e := range pe.Spec.Exceptions {
 		policies = append(policies, e.PolicyName)
 	}
-	// The policies of the previous version are rescanned too: the resources
-	// it no longer exempts must lose their skip.
+	s.storeException(name, policies, ex)
+}
+
+// storeException stores a compiled PolicyException (kyverno.io or CEL) and
+// rescans the policies of its previous version too: the resources it no
+// longer exempts must lose their skip.
+func (s *Scanner) storeException(name string, policies []string, compiled any) {
 	before, _ := s.exceptionPolicies(name)
 	if err := s.store.Write(func(w *memstore.WriteTxn) error {
-		return w.PutException(&memstore.Exception{Name: name, Policies: policies, Compiled: ex})
+		return w.PutException(&memstore.Exception{Name: name, Policies: policies, Compiled: compiled})
 	}); err != nil {
 		s.log().Error(err, "storing a PolicyException failed", "name", name)
 		return
