@@ -37,4 +37,5 @@ var Rules = []struct{ ID, Title string }{
 	{"R32", "ValidatingPolicies and NamespacedValidatingPolicies are scanned in the background"},
 	{"R34", "ValidatingPolicy results carry Kyverno's fields"},
 	{"R35", "a classic rule with validate.cel reports like any validate rule"},
+	{"R37", "per-policy schedules apply to every policy kind"},
 }
