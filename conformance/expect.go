@@ -308,7 +308,7 @@ func (x *run) checkObject(ctx context.Context, e ObjectExpectation) error {
 			return fmt.Errorf("label %s present, must be absent", k)
 		}
 	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	conds, _, _ := unstructured.NestedSlice(u.Object, statusPath(u, "conditions")...)
 	for typ, want := range e.Conditions {
 		got := "(none)"
 		for _, c := range conds {

@@ -79,11 +79,7 @@ type Provider interface {
 // Ready condition that is True and, when the implementation records it,
 // observed the policy's current generation (Kyverno and tally both write it).
 func StatusReady(policy *unstructured.Unstructured) bool {
-	path := []string{"status"}
-	if strings.HasPrefix(policy.GetAPIVersion(), "policies.kyverno.io/") {
-		path = []string{"status", "conditionStatus"} // where Kyverno keeps a CEL policy's
-	}
-	conds, _, _ := unstructured.NestedSlice(policy.Object, append(path, "conditions")...)
+	conds, _, _ := unstructured.NestedSlice(policy.Object, statusPath(policy, "conditions")...)
 	for _, c := range conds {
 		m, ok := c.(map[string]any)
 		if !ok || m["type"] != "Ready" {
@@ -97,6 +93,15 @@ func StatusReady(policy *unstructured.Unstructured) bool {
 		}
 		return true
 	}
-	ready, _, _ := unstructured.NestedBool(policy.Object, append(path, "ready")...)
+	ready, _, _ := unstructured.NestedBool(policy.Object, statusPath(policy, "ready")...)
 	return ready
+}
+
+// statusPath is the path of a field of a policy's status: under
+// status.conditionStatus for a CEL policy, where Kyverno keeps it.
+func statusPath(policy *unstructured.Unstructured, field string) []string {
+	if strings.HasPrefix(policy.GetAPIVersion(), "policies.kyverno.io/") {
+		return []string{"status", "conditionStatus", field}
+	}
+	return []string{"status", field}
 }

@@ -38,4 +38,5 @@ var Rules = []struct{ ID, Title string }{
 	{"R34", "ValidatingPolicy results carry Kyverno's fields"},
 	{"R35", "a classic rule with validate.cel reports like any validate rule"},
 	{"R37", "per-policy schedules apply to every policy kind"},
+	{"R38", "a CEL expression that does not compile makes the policy not ready; runtime errors are error results"},
 }

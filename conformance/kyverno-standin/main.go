@@ -45,11 +45,13 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/admission"
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -135,15 +137,22 @@ var (
 	gvrNamespacedValidatingPolicy = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedvalidatingpolicies"}
 )
 
-// celStatus marks every CEL policy ready, as Kyverno's admission controller
-// reports them (status.conditionStatus).
+// celStatus keeps the status of CEL policies as Kyverno's admission
+// controller does (status.conditionStatus): ready, or not with the reason.
 type celStatus struct{ s *standin }
 
 func (c celStatus) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	// A policy whose expressions do not compile is not ready, with the
+	// compiler's message.
+	var vp policiesv1.ValidatingPolicy
+	rejected := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &vp)
+	if rejected == nil {
+		_, rejected = engine.CompileValidatingPolicy(&vp)
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(c.s.ctx, 30*time.Second)
 		defer cancel()
-		if err := scan.WriteReady(ctx, c.s.client, gvr, u, nil, "Ready", "kyverno"); err != nil && ctx.Err() == nil {
+		if err := scan.WriteReady(ctx, c.s.client, gvr, u, rejected, "Ready", "kyverno"); err != nil && ctx.Err() == nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "CEL policy status", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()
