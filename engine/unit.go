@@ -29,7 +29,7 @@ type Unit struct {
 	// wherever its kinds match.
 	Err error
 
-	applies func(obj map[string]any, nsLabels map[string]string) bool
+	applies func(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool
 }
 
 // ResourceRule is a set of group/version/resource of a CEL policy's
@@ -39,10 +39,12 @@ type ResourceRule struct {
 }
 
 // Applies reports whether the unit selects a resource in a background scan
-// (no admission data). A rule that did not compile applies where its kinds
-// match, to report its error.
-func (u *Unit) Applies(obj map[string]any, nsLabels map[string]string) bool {
-	return u.applies(obj, nsLabels)
+// (no admission data). gvr is the resource's group, version and plural when
+// known from discovery (CEL policies match by plural); empty, it is guessed
+// from the kind. A rule that did not compile applies where its kinds match,
+// to report its error.
+func (u *Unit) Applies(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool {
+	return u.applies(obj, nsLabels, gvr)
 }
 
 // Units lists the policy's units.
@@ -53,9 +55,11 @@ func (p *Policy) Units() []Unit {
 		for _, v := range p.vpol.variants {
 			rules = append(rules, resourceRules(v.match)...)
 		}
-		return []Unit{{Raw: []any{p.vpol.kind, p.vpol.spec}, Resources: rules, applies: func(obj map[string]any, nsLabels map[string]string) bool {
+		return []Unit{{Raw: []any{p.vpol.kind, p.vpol.spec}, Resources: rules, applies: func(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool {
 			res := resourceOf(obj, "")
-			gvr := guessResource(res)
+			if gvr.Resource == "" {
+				gvr = guessResource(res)
+			}
 			for _, v := range p.vpol.variants {
 				if v.match.matches(&res, gvr, OpCreate, nsLabels) {
 					return true
@@ -64,14 +68,20 @@ func (p *Policy) Units() []Unit {
 			return false
 		}}}
 	case p.vap != nil:
-		return []Unit{{Name: p.vap.name, Raw: p.vap.name, Resources: resourceRules(p.vap.match), applies: func(obj map[string]any, nsLabels map[string]string) bool {
+		return []Unit{{Name: p.vap.name, Raw: p.vap.raw, Resources: resourceRules(p.vap.match), applies: func(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool {
 			res := resourceOf(obj, "")
-			return p.vap.match.matches(&res, guessResource(res), OpCreate, nsLabels)
+			if gvr.Resource == "" {
+				gvr = guessResource(res)
+			}
+			return p.vap.match.matches(&res, gvr, OpCreate, nsLabels)
 		}}}
 	}
 	out := make([]Unit, 0, len(p.Rules))
 	for _, r := range p.Rules {
-		out = append(out, Unit{Name: r.Name, Raw: r.Raw, Kinds: match.Kinds(r.Raw.Match), Err: r.Err, applies: r.Applies})
+		out = append(out, Unit{Name: r.Name, Raw: r.Raw, Kinds: match.Kinds(r.Raw.Match), Err: r.Err,
+			applies: func(obj map[string]any, nsLabels map[string]string, _ schema.GroupVersionResource) bool {
+				return r.Applies(obj, nsLabels)
+			}})
 	}
 	return out
 }

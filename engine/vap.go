@@ -29,7 +29,9 @@ type ParamSource interface {
 
 // vap is a compiled ValidatingAdmissionPolicy with its bindings.
 type vap struct {
-	name      string
+	name string
+	// raw is what defines the policy's results: its spec and bindings.
+	raw       any
 	match     *constraints
 	paramKind *schema.GroupVersionKind
 	prog      *cel.Program
@@ -57,7 +59,7 @@ func CompileValidatingAdmissionPolicy(p *admissionregistrationv1.ValidatingAdmis
 		Category:    p.Annotations[AnnotationCategory],
 		Severity:    p.Annotations[AnnotationSeverity],
 	}
-	v := &vap{name: p.Name}
+	v := &vap{name: p.Name, raw: []any{p.Spec, bindings}}
 	v.ignore = p.Spec.FailurePolicy != nil && *p.Spec.FailurePolicy == admissionregistrationv1.Ignore
 	var err error
 	if v.match, err = compileConstraints(p.Spec.MatchConstraints); err != nil {

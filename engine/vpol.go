@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -183,16 +184,17 @@ func (v *validatingPolicy) evaluateVariant(e *evaluation, variant *vpolVariant) 
 	var full []*CELException
 	var matched []*CELException
 	var images, values []string
+	var exceptionErr error
 	for _, x := range e.req.CELExceptions {
 		if !x.Refers(e.policy, v.kind) {
 			continue
 		}
 		ok, err := x.applies(e, in)
 		if err != nil {
-			if v.ignore || len(full) > 0 {
-				continue
+			if exceptionErr == nil {
+				exceptionErr = err
 			}
-			return e.vpolResult(Error, RuleEvaluation, "failed to load context: "+err.Error(), nil)
+			continue
 		}
 		if !ok {
 			continue
@@ -205,8 +207,15 @@ func (v *validatingPolicy) evaluateVariant(e *evaluation, variant *vpolVariant) 
 			full = append(full, x)
 		}
 	}
+	// Every exception is evaluated first, so that the answer does not
+	// depend on their order: a full exemption wins; else an exception that
+	// could not be evaluated errs the policy, unless its failurePolicy is
+	// Ignore (the exception then does not apply).
 	if len(full) > 0 {
 		return e.exceptionResult(full, matched)
+	}
+	if exceptionErr != nil && !v.ignore {
+		return e.vpolResult(Error, RuleEvaluation, "failed to load context: "+exceptionErr.Error(), nil)
 	}
 	if len(images) > 0 || len(values) > 0 {
 		copied := *in
@@ -243,7 +252,7 @@ func (v *validatingPolicy) evaluateVariant(e *evaluation, variant *vpolVariant) 
 func vpolFailMessage(p *cel.Program, o cel.Outcome) string {
 	var m string
 	switch {
-	case o.HasMessageExpression && o.MessageErr != nil && strings.HasPrefix(o.MessageErr.Error(), cel.ErrNotString.Error()):
+	case o.HasMessageExpression && errors.Is(o.MessageErr, cel.ErrNotString):
 		m = "failed to convert message expression to string: " + o.MessageErr.Error()
 	case o.HasMessageExpression && o.MessageErr != nil:
 		m = "failed to evaluate message expression: " + o.MessageErr.Error()

@@ -25,11 +25,12 @@ func (w *WriteTxn) PutPolicy(p *Policy) error {
 
 // DeletePolicy removes a policy, its results and its scan state.
 func (w *WriteTxn) DeletePolicy(name string) error {
-	if _, err := w.txn.DeleteAll(tablePolicies, indexID, name); err != nil {
-		return fmt.Errorf("delete policy %s: %w", name, err)
-	}
+	// The results first: which are the policy's is told by its row.
 	if err := w.deletePolicyResults(name); err != nil {
 		return fmt.Errorf("delete results of policy %s: %w", name, err)
+	}
+	if _, err := w.txn.DeleteAll(tablePolicies, indexID, name); err != nil {
+		return fmt.Errorf("delete policy %s: %w", name, err)
 	}
 	if _, err := w.txn.DeleteAll(tableScans, indexID, name); err != nil {
 		return fmt.Errorf("delete scan state of %s: %w", name, err)

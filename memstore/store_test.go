@@ -181,3 +181,40 @@ func TestSetResultsReplacesEveryPolicy(t *testing.T) {
 		t.Errorf("the policy index still finds q: %d", len(rs))
 	}
 }
+
+// A ClusterPolicy and a ValidatingPolicy of the same report name are two
+// policies: each one's results are its own (by source), through reads and
+// deletion.
+func TestPoliciesOfOneNameAndTwoSources(t *testing.T) {
+	s := newStore(t)
+	classic := NewResult(Entry{Source: "kyverno", Policy: "x", Rule: "r", Result: "fail"}, time.Time{})
+	cel := NewResult(Entry{Source: "KyvernoValidatingPolicy", Policy: "x", Rule: "", Result: "pass"}, time.Time{})
+	err := s.Write(func(w *WriteTxn) error {
+		if err := w.PutResource(pod("u1", "a", "u1", nil)); err != nil {
+			return err
+		}
+		if _, err := w.SetResults("u1", []Result{classic, cel}); err != nil {
+			return err
+		}
+		if err := w.PutPolicy(&Policy{Name: "x", ReportName: "x", Source: "kyverno"}); err != nil {
+			return err
+		}
+		return w.PutPolicy(&Policy{Name: "ValidatingPolicy/x", ReportName: "x", Source: "KyvernoValidatingPolicy"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"x": "fail", "ValidatingPolicy/x": "pass"} {
+		rs, _ := s.Read().ResultsOfPolicy(key)
+		if len(rs) != 1 || rs[0].Result.Value().Result != want {
+			t.Errorf("results of %s: %+v, want one %s", key, rs, want)
+		}
+	}
+	if err := s.Write(func(w *WriteTxn) error { return w.DeletePolicy("ValidatingPolicy/x") }); err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := s.Read().Results("u1")
+	if len(rs) != 1 || rs[0].Value().Source != "kyverno" {
+		t.Errorf("after deleting the ValidatingPolicy: %+v, want the ClusterPolicy's result alone", rs)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/tally-dev/tally/engine"
@@ -153,7 +155,7 @@ func runTest(ctx context.Context, file string, t *Test) ([]Outcome, []string) {
 
 // check decides one expectation.
 func (l *loaded) check(o *Outcome, tr TestResult, evaluate func(pi, ri int) []engine.RuleResult) {
-	pi := l.policyIndex(tr.Policy)
+	pi := l.policyIndexFor(tr)
 	if pi < 0 {
 		o.Status, o.Reason = Failed, fmt.Sprintf("policy %s not found", tr.Policy)
 		return
@@ -238,6 +240,27 @@ func resourceNamed(r resource, name string) bool {
 	return name == r.name || name == ns+"/"+r.name
 }
 
+// policyIndex finds an expectation's policy: by name, and by kind when the
+// expectation says it is a ValidatingPolicy or ValidatingAdmissionPolicy
+// (a ClusterPolicy may have the same name).
+func (l *loaded) policyIndexFor(tr TestResult) int {
+	if tr.IsValidatingPol || tr.IsVAP {
+		for i, p := range l.policies {
+			cel := p.Kind == policiesv1.KindValidatingPolicy || p.Kind == policiesv1.KindNamespacedValidatingPolicy
+			if tr.IsVAP {
+				cel = p.Kind == kindVAP
+			}
+			if !cel {
+				continue
+			}
+			if _, plain, _ := strings.Cut(p.Name, "/"); p.Name == tr.Policy || plain == tr.Policy {
+				return i
+			}
+		}
+	}
+	return l.policyIndex(tr.Policy)
+}
+
 func (l *loaded) policyIndex(name string) int {
 	for i, p := range l.policies {
 		if p.Name == name {
@@ -285,8 +308,12 @@ func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op 
 
 func (l *loaded) namespaceLabels(r resource) map[string]string {
 	ns := r.namespace
-	if kind, _ := r.obj["kind"].(string); kind == "Namespace" {
+	kind, _ := r.obj["kind"].(string)
+	switch {
+	case kind == "Namespace":
 		ns = r.name
+	case ns == "" && !clusterScoped[kind]:
+		ns = "default" // as the resource is evaluated (defaultNamespace)
 	}
 	if ns == "" {
 		return nil

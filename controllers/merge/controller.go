@@ -163,15 +163,17 @@ var (
 	GVRNamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
 )
 
-// servedCELKinds returns the CEL policy kinds the API server serves: a
-// list answered NotFound means the kind is not served (no CRD). A kind that
-// cannot be listed for another reason is watched all the same: its watch
-// retries with backoff, and nothing is merged until it lists.
+// servedCELKinds returns the CEL policy kinds the API server serves and
+// the merger may read: a list answered NotFound (no CRD) or Forbidden (RBAC
+// without policies.kyverno.io) leaves the kind out, with a log line, so
+// that classic policies are merged all the same. A kind that cannot be
+// listed for another reason is watched: its watch retries with backoff.
 func (m *Merger) servedCELKinds(ctx context.Context) []schema.GroupVersionResource {
 	var out []schema.GroupVersionResource
 	for _, gvr := range []schema.GroupVersionResource{GVRValidatingPolicy, GVRNamespacedValidatingPolicy} {
 		_, err := m.client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
-		if apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			logr.FromContextOrDiscard(ctx).Info("CEL policy kind not watched: its results are not merged", "resource", gvr.String(), "reason", err.Error())
 			continue
 		}
 		out = append(out, gvr)

@@ -1,11 +1,13 @@
 package scan
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,9 +34,10 @@ func isCELPolicy(gvr schema.GroupVersionResource) bool {
 
 // servedCELKinds returns the CEL kinds the API server serves (none when it
 // cannot tell: they are then not watched, and classic policies go on).
-func (s *Scanner) servedCELKinds() []schema.GroupVersionResource {
+func (s *Scanner) servedCELKinds(ctx context.Context) []schema.GroupVersionResource {
 	list, err := s.disc.ServerResourcesForGroupVersion(policiesv1.GroupVersion.String())
 	if err != nil || list == nil {
+		logr.FromContextOrDiscard(ctx).Info("CEL policy kinds not watched: "+policiesv1.GroupVersion.String()+" is not served", "reason", fmt.Sprint(err))
 		return nil
 	}
 	var out []schema.GroupVersionResource

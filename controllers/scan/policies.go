@@ -291,9 +291,15 @@ func (s *Scanner) resultsOfRules(todo map[string]bool, policy string, changed ma
 	for _, r := range removed {
 		rules[r] = true
 	}
+	s.mu.Lock()
+	tp := s.policies[policy]
+	s.mu.Unlock()
+	// A CEL policy has one unit but results of several rules ("",
+	// exception, evaluation): every one of them may have to go.
+	whole := tp != nil && tp.compiled.CEL()
 	results, _ := s.store.Read().ResultsOfPolicy(policy)
 	for _, r := range results {
-		if rules[r.Value().Rule] {
+		if whole || rules[r.Value().Rule] {
 			todo[r.UID] = true
 		}
 	}
@@ -318,7 +324,7 @@ func (s *Scanner) matching(todo map[string]bool, rule *engine.Unit, gvrs []schem
 			if err != nil {
 				continue // undecodable: nothing to match (it failed when stored)
 			}
-			if rule.Applies(head, nsLabels) {
+			if rule.Applies(head, nsLabels, gvr) {
 				todo[res.UID] = true
 			}
 		}

@@ -76,8 +76,9 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 	// stored as any other (the next periodic scan tries them again).
 	evalCtx, cancel := context.WithTimeout(ctx, s.opts.EvalTimeout)
 	defer cancel()
+	req.Resource = gvr // CEL policies match resources by their plural, which discovery knows
 	for _, tp := range policies {
-		if !tp.mayMatch(res, gvr) || !tp.applies(obj, req.NamespaceLabels) {
+		if !tp.mayMatch(res, gvr) || !tp.applies(obj, req.NamespaceLabels, gvr) {
 			continue
 		}
 		evaluated = true
@@ -165,9 +166,9 @@ func (tp *trackedPolicy) mayMatch(res *memstore.Resource, gvr schema.GroupVersio
 // applies reports whether some rule of the policy selects the resource
 // (compiled matchers: cheap), so that resources no rule can match cost no
 // evaluation.
-func (tp *trackedPolicy) applies(obj map[string]any, nsLabels map[string]string) bool {
+func (tp *trackedPolicy) applies(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool {
 	for _, u := range tp.units {
-		if u.Err != nil || u.Applies(obj, nsLabels) {
+		if u.Err != nil || u.Applies(obj, nsLabels, gvr) {
 			return true // a broken rule reports its error where its kinds match
 		}
 	}

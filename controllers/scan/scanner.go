@@ -171,7 +171,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 
 	// The CEL kinds are watched when served (tally's CRDs, or Kyverno's
 	// beside it); an older Kyverno has none, and classic policies go on.
-	cel := s.servedCELKinds()
+	cel := s.servedCELKinds(ctx)
 	s.mu.Lock()
 	s.ctx = ctx
 	s.policySources = append(slices.Clone(classicPolicySources), cel...)

@@ -71,6 +71,8 @@ var AllowedWrites = []WriteGrant{
 	{Group: "wgpolicyk8s.io", Resource: "clusterpolicyreports", Verbs: allWrite},
 	{Group: "kyverno.io", Resource: "clusterpolicies/status", Verbs: []string{"patch"}},
 	{Group: "kyverno.io", Resource: "policies/status", Verbs: []string{"patch"}},
+	{Group: "policies.kyverno.io", Resource: "validatingpolicies/status", Verbs: []string{"patch"}},
+	{Group: "policies.kyverno.io", Resource: "namespacedvalidatingpolicies/status", Verbs: []string{"patch"}},
 	{Group: "", Resource: "events", Verbs: []string{"create", "patch"}},
 	{Group: "events.k8s.io", Resource: "events", Verbs: []string{"create", "patch"}},
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"create", "update", "patch"}, RoleOnly: true,

@@ -106,7 +106,7 @@ func Native(v ref.Val) (any, error) {
 		if !ok {
 			break
 		}
-		var out []any
+		out := []any{}
 		for it := l.Iterator(); it.HasNext() == types.True; {
 			e, err := Native(it.Next())
 			if err != nil {
