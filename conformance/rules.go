@@ -35,6 +35,7 @@ var Rules = []struct{ ID, Title string }{
 	{"R30", "per-policy schedules survive restarts"},
 	{"R31", "metrics"},
 	{"R32", "ValidatingPolicies and NamespacedValidatingPolicies are scanned in the background"},
+	{"R33", "validationActions change admission only: Deny blocks, Warn warns and records, Audit records"},
 	{"R34", "ValidatingPolicy results carry Kyverno's fields"},
 	{"R35", "a classic rule with validate.cel reports like any validate rule"},
 	{"R37", "per-policy schedules apply to every policy kind"},

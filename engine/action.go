@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"slices"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -21,6 +24,11 @@ import (
 //
 // Overrides never apply to cluster-scoped resources (no namespace).
 func (p *Policy) Enforced(ruleName, namespace string, nsLabels map[string]string) bool {
+	if p.vpol != nil {
+		// A ValidatingPolicy denies with the Deny action (its default), for
+		// every result alike (R33).
+		return slices.Contains(p.vpol.validationActions(), admissionregistrationv1.Deny)
+	}
 	overridable := p.Namespace == "" && namespace != ""
 	if r := p.Rule(ruleName); r != nil && r.Raw.Validate != nil {
 		v := r.Raw.Validate
@@ -75,6 +83,9 @@ func selects(sel *metav1.LabelSelector, nsLabels map[string]string) bool {
 // the namespace: a timed-out evaluation of such a policy is answered per its
 // failurePolicy.
 func (p *Policy) CanEnforce(namespace string, nsLabels map[string]string) bool {
+	if p.vpol != nil {
+		return p.Enforced("", namespace, nsLabels)
+	}
 	for _, r := range p.Rules {
 		if p.Enforced(r.Name, namespace, nsLabels) {
 			return true

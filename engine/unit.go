@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -132,14 +134,31 @@ func (p *Policy) BackgroundEnabled() bool {
 }
 
 // AdmissionEnabled reports whether admission requests are evaluated
-// against the policy by tally's webhook. ValidatingPolicies and
-// ValidatingAdmissionPolicies are not (yet): Kyverno's webhook and the API
-// server evaluate them.
+// against the policy by tally's webhook. ValidatingAdmissionPolicies are
+// not: the API server evaluates them.
 func (p *Policy) AdmissionEnabled() bool {
-	if p.vpol != nil || p.vap != nil {
+	switch {
+	case p.vpol != nil:
+		return p.vpol.spec.AdmissionEnabled() && len(p.vpol.variants) > 0
+	case p.vap != nil:
 		return false
 	}
 	return p.Spec.AdmissionEnabled()
+}
+
+// validationActions are a ValidatingPolicy's (Deny when it names none).
+func (v *validatingPolicy) validationActions() []admissionregistrationv1.ValidationAction {
+	if len(v.spec.ValidationActions) == 0 {
+		return []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
+	}
+	return v.spec.ValidationActions
+}
+
+// Warns reports whether the policy's failures at admission are returned as
+// warnings: a ValidatingPolicy with the Warn action (a ClusterPolicy's
+// spec.emitWarning is read by the webhook).
+func (p *Policy) Warns() bool {
+	return p.vpol != nil && slices.Contains(p.vpol.validationActions(), admissionregistrationv1.Warn)
 }
 
 // CEL reports whether the policy is a CEL policy (ValidatingPolicy,

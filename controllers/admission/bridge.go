@@ -214,6 +214,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if len(watched) < 4 {
 		log.Info("some policy kinds are not served; admission evaluates without them", "served", fmt.Sprint(watched))
 	}
+	// ValidatingPolicies where served (tally's CRDs, or Kyverno's).
+	watched = append(watched, served(b.disc, GVRValidatingPolicy, GVRNamespacedValidatingPolicy)...)
 	for _, gvr := range watched {
 		b.policies.expect(gvr)
 		sources = append(sources, watch.Start(ctx, b.client, gvr, b.policies))
@@ -402,7 +404,8 @@ func (b *Bridge) ensureCABundle(ctx context.Context) error {
 // discovery does not know is looked for once more in fresh discovery (a CRD
 // may have just been installed).
 func (b *Bridge) desiredRules() ([]admissionregistrationv1.RuleWithOperations, error) {
-	kinds := kindsOf(b.policies.current().policies)
+	policies := b.policies.current().policies
+	kinds := kindsOf(policies)
 	rules, missing, err := webhookRules(kinds, b.disc)
 	if err != nil {
 		return nil, err
@@ -411,7 +414,7 @@ func (b *Bridge) desiredRules() ([]admissionregistrationv1.RuleWithOperations, e
 		c.Invalidate()
 		rules, _, err = webhookRules(kinds, b.disc)
 	}
-	return rules, err
+	return append(rules, celRules(policies)...), err
 }
 
 // configWatch kicks certificate maintenance when the webhook configuration

@@ -211,7 +211,8 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	ereq := &engine.Request{
 		Object: obj, OldObject: old, Operation: string(req.Operation), Subresource: req.SubResource,
 		UserInfo: userInfoOf(req.UserInfo), NamespaceLabels: nsLabels, Exceptions: snap.exceptions,
-		Loader: b.opts.Loader,
+		Loader:   b.opts.Loader,
+		Resource: schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
 	}
 
 	ev := &evaluation{results: make([][]engine.RuleResult, len(snap.policies)), panicked: make([]bool, len(snap.policies))}
@@ -277,15 +278,15 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 			switch rr.Result {
 			case engine.Fail, engine.Warn:
 				if ap.compiled.Enforced(rr.Rule, namespace, nsLabels) {
-					policyDenials = append(policyDenials, fmt.Sprintf("  %s: %s", rr.Rule, rr.Message))
+					policyDenials = append(policyDenials, fmt.Sprintf("  %s: %s", ruleOrPolicy(rr), rr.Message))
 				} else if ap.emitWarning {
-					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s.%s: %s", rr.Policy, rr.Rule, rr.Message))
+					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s: %s", qualifiedRule(rr), rr.Message))
 				}
 			case engine.Error:
 				if ap.failClosed && ap.compiled.Enforced(rr.Rule, namespace, nsLabels) {
-					policyDenials = append(policyDenials, fmt.Sprintf("  %s: evaluation error (failurePolicy Fail): %s", rr.Rule, rr.Message))
+					policyDenials = append(policyDenials, fmt.Sprintf("  %s: evaluation error (failurePolicy Fail): %s", ruleOrPolicy(rr), rr.Message))
 				} else if ap.emitWarning {
-					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s.%s: evaluation error: %s", rr.Policy, rr.Rule, rr.Message))
+					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s: evaluation error: %s", qualifiedRule(rr), rr.Message))
 				}
 			}
 			record = append(record, report.Result(ap.compiled, rr, report.ProcessAdmission, now))
@@ -359,4 +360,22 @@ func describe(req *admissionv1.AdmissionRequest, s report.Subject) string {
 		return req.Kind.Kind + "/" + s.Namespace + "/" + name
 	}
 	return req.Kind.Kind + "//" + name
+}
+
+// qualifiedRule names a result's rule as warnings name it: "policy.rule",
+// or the policy alone for a CEL policy's result without a rule.
+func qualifiedRule(rr engine.RuleResult) string {
+	if rr.Rule == "" {
+		return rr.Policy
+	}
+	return rr.Policy + "." + rr.Rule
+}
+
+// ruleOrPolicy names a result in a denial, under its policy: its rule, or
+// "validation" for a CEL policy's result without a rule.
+func ruleOrPolicy(rr engine.RuleResult) string {
+	if rr.Rule == "" {
+		return "validation"
+	}
+	return rr.Rule
 }

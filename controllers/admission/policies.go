@@ -3,9 +3,10 @@ package admission
 import (
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -15,6 +16,7 @@ import (
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 )
@@ -25,11 +27,22 @@ var (
 	GVRPolicy          = kyvernov1.GroupVersion.WithResource("policies")
 	GVRPolicyException = kyvernov2.GroupVersion.WithResource("policyexceptions")
 	GVRNamespace       = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+	GVRValidatingPolicy           = policiesv1.GroupVersion.WithResource("validatingpolicies")
+	GVRNamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
 )
+
+// isPolicyKind reports whether a kind is one of the policies the webhook
+// evaluates.
+func isPolicyKind(gvr schema.GroupVersionResource) bool {
+	return gvr == GVRClusterPolicy || gvr == GVRPolicy || gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy
+}
 
 // admissionPolicy is a compiled policy with what answering and recording need.
 type admissionPolicy struct {
 	compiled *engine.Policy
+	// gvr is the policy's kind (what a complete list of it can tell gone).
+	gvr schema.GroupVersionResource
 	// resourceVersion is the value of the policy label of the reports.
 	resourceVersion string
 	// labelKey is "cpol.kyverno.io/<name>" or "pol.kyverno.io/<name>" ("" when
@@ -127,16 +140,62 @@ func (ps *policySet) publish() {
 	}
 }
 
+// policyName is a policy's key: its report name, or for a CEL policy its
+// kind and report name (a ClusterPolicy and a ValidatingPolicy may share a
+// name).
 func policyName(gvr schema.GroupVersionResource, namespace, name string) string {
-	if gvr == GVRPolicy {
+	switch gvr {
+	case GVRPolicy:
 		return namespace + "/" + name
+	case GVRValidatingPolicy:
+		return policiesv1.KindValidatingPolicy + "/" + name
+	case GVRNamespacedValidatingPolicy:
+		return policiesv1.KindNamespacedValidatingPolicy + "/" + namespace + "/" + name
 	}
 	return name
+}
+
+// compileCELPolicy converts and compiles a ValidatingPolicy or
+// NamespacedValidatingPolicy; nil without error when its admission is off.
+func compileCELPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*admissionPolicy, error) {
+	var vp policiesv1.ValidatingPolicy
+	if gvr == GVRNamespacedValidatingPolicy {
+		var nvp policiesv1.NamespacedValidatingPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &nvp); err != nil {
+			return nil, err
+		}
+		vp = *nvp.AsValidatingPolicy()
+	} else if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &vp); err != nil {
+		return nil, err
+	}
+	compiled, err := engine.CompileValidatingPolicy(&vp)
+	if err != nil {
+		return nil, err
+	}
+	if !compiled.AdmissionEnabled() {
+		return nil, nil
+	}
+	ap := &admissionPolicy{
+		compiled:        compiled,
+		gvr:             gvr,
+		resourceVersion: u.GetResourceVersion(),
+		// failurePolicy decides what a request whose evaluation did not
+		// finish gets; Ignore lets it through.
+		failClosed:  vp.Spec.FailurePolicy == nil || *vp.Spec.FailurePolicy != admissionregistrationv1.Ignore,
+		emitWarning: compiled.Warns(),
+	}
+	if key := "vpol.kyverno.io/" + u.GetName(); len(validation.IsQualifiedName(key)) == 0 {
+		ap.labelKey = key
+	}
+	return ap, nil
 }
 
 // compilePolicy converts and compiles a policy object; a nil policy with a
 // nil error means the policy has admission off.
 func compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*admissionPolicy, error) {
+	if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
+		return compileCELPolicy(gvr, u)
+	}
 	var compiled *engine.Policy
 	var spec *kyvernov1.Spec
 	var err error
@@ -173,6 +232,7 @@ func compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 	}
 	ap := &admissionPolicy{
 		compiled:        compiled,
+		gvr:             gvr,
 		resourceVersion: u.GetResourceVersion(),
 		failClosed:      spec.FailurePolicy == nil || *spec.FailurePolicy != kyvernov1.Ignore,
 		emitWarning:     spec.EmitWarning != nil && *spec.EmitWarning,
@@ -208,7 +268,7 @@ func (ps *policySet) Upsert(gvr schema.GroupVersionResource, u *unstructured.Uns
 			ps.exceptions[name] = ex
 		}
 		ps.publish()
-	case GVRClusterPolicy, GVRPolicy:
+	case GVRClusterPolicy, GVRPolicy, GVRValidatingPolicy, GVRNamespacedValidatingPolicy:
 		name := policyName(gvr, u.GetNamespace(), u.GetName())
 		ap, err := compilePolicy(gvr, u)
 		if ps.onPolicy != nil {
@@ -239,7 +299,7 @@ func (ps *policySet) Remove(gvr schema.GroupVersionResource, u *unstructured.Uns
 		delete(ps.exceptions, u.GetNamespace()+"/"+u.GetName())
 		ps.publish()
 		ps.mu.Unlock()
-	case GVRClusterPolicy, GVRPolicy:
+	case GVRClusterPolicy, GVRPolicy, GVRValidatingPolicy, GVRNamespacedValidatingPolicy:
 		ps.mu.Lock()
 		delete(ps.policies, policyName(gvr, u.GetNamespace(), u.GetName()))
 		ps.publish()
@@ -279,8 +339,8 @@ func (ps *policySet) Replace(gvr schema.GroupVersionResource, objs []*unstructur
 			}
 		}
 	} else {
-		for name := range ps.policies {
-			if strings.Contains(name, "/") == (gvr == GVRPolicy) && !present[name] {
+		for name, ap := range ps.policies {
+			if ap.gvr == gvr && !present[name] {
 				delete(ps.policies, name)
 			}
 		}

@@ -125,6 +125,25 @@ func webhookRules(kinds []string, disc discovery.DiscoveryInterface) (rules []ad
 	return append(rules, policyRule), missing, nil
 }
 
+// celRules are the webhook rules of the CEL policies: their resource rules
+// as written (groups, versions, resources), for CREATE and UPDATE.
+func celRules(policies []*admissionPolicy) []admissionregistrationv1.RuleWithOperations {
+	ops := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+	var out []admissionregistrationv1.RuleWithOperations
+	for _, ap := range policies {
+		if !ap.compiled.CEL() {
+			continue
+		}
+		for _, u := range ap.compiled.Units() {
+			for _, r := range u.Resources {
+				out = append(out, admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
+					APIGroups: r.Groups, APIVersions: r.Versions, Resources: r.Resources, Scope: ptr.To(admissionregistrationv1.AllScopes)}})
+			}
+		}
+	}
+	return out
+}
+
 // wildcardMatch matches a kind written with * and ? wildcards.
 func wildcardMatch(pattern, kind string) bool {
 	if kind == "" {
