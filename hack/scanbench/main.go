@@ -31,6 +31,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -44,6 +45,7 @@ func main() {
 	pods := flag.Int("pods", 1000, "Pods to create")
 	namespaces := flag.Int("namespaces", 50, "namespaces to spread them over")
 	corpus := flag.String("corpus", "../shared/corpus", "the corpus holding policy-library/pod-security")
+	flag.StringVar(&policySet, "policy-set", "pod-security", "the policy-library folder of the policies: pod-security (classic), pod-security-cel (validate.cel) or pod-security-vpol (ValidatingPolicies)")
 	flag.StringVar(&scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
 	flag.IntVar(&workers, "workers", 0, "the scanner's --workers (0: its default)")
 	flag.Parse()
@@ -56,6 +58,7 @@ func main() {
 var (
 	scannerBin string
 	workers    int
+	policySet  string
 )
 
 func run(pods, namespaces int, corpus string) error {
@@ -86,11 +89,11 @@ func run(pods, namespaces int, corpus string) error {
 		return err
 	}
 	fmt.Printf("created %d pods in %d namespaces in %s\n", pods, namespaces, time.Since(start).Round(time.Millisecond))
-	policies, err := installPolicies(ctx, dyn, filepath.Join(corpus, "policy-library", "pod-security"))
+	policies, err := installPolicies(ctx, dyn, filepath.Join(corpus, "policy-library", policySet))
 	if err != nil {
 		return err
 	}
-	fmt.Printf("installed %d Pod Security Standards policies\n", len(policies))
+	fmt.Printf("installed %d Pod Security Standards policies (%s)\n", len(policies), policySet)
 
 	bin := scannerBin
 	if bin == "" {
@@ -279,6 +282,14 @@ func benchPod(i int) *corev1.Pod {
 
 var gvrClusterPolicy = scan.GVRClusterPolicy
 
+// policyGVR is the resource of the benchmark's policies.
+func policyGVR() schema.GroupVersionResource {
+	if policySet == "pod-security-vpol" {
+		return scan.GVRValidatingPolicy
+	}
+	return gvrClusterPolicy
+}
+
 func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string) ([]string, error) {
 	docs, err := pss.Read(dir)
 	if err != nil {
@@ -287,8 +298,12 @@ func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string) ([]
 	names := make([]string, 0, len(docs))
 	for _, obj := range docs {
 		u := &unstructured.Unstructured{Object: obj}
-		if _, err := dyn.Resource(gvrClusterPolicy).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("ClusterPolicy %s: %w", u.GetName(), err)
+		gvr := policyGVR()
+		if gv, err := schema.ParseGroupVersion(u.GetAPIVersion()); err == nil && gv.Group == gvr.Group {
+			gvr.Version = gv.Version // created in the version the manifest is written in
+		}
+		if _, err := dyn.Resource(gvr).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 		names = append(names, u.GetName())
 	}
@@ -296,8 +311,23 @@ func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string) ([]
 }
 
 func editPolicy(ctx context.Context, dyn dynamic.Interface, name string) error {
-	u, err := dyn.Resource(gvrClusterPolicy).Get(ctx, name, metav1.GetOptions{})
+	u, err := dyn.Resource(policyGVR()).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
+		return err
+	}
+	if policySet == "pod-security-vpol" {
+		// A ValidatingPolicy is edited in its first validation's message.
+		vals, _, _ := unstructured.NestedSlice(u.Object, "spec", "validations")
+		if len(vals) == 0 {
+			return errors.New("policy has no validations")
+		}
+		v := vals[0].(map[string]any)
+		msg, _ := v["message"].(string)
+		v["message"] = msg + " (edited)"
+		if err := unstructured.SetNestedSlice(u.Object, vals, "spec", "validations"); err != nil {
+			return err
+		}
+		_, err = dyn.Resource(policyGVR()).Update(ctx, u, metav1.UpdateOptions{})
 		return err
 	}
 	rules, _, _ := unstructured.NestedSlice(u.Object, "spec", "rules")
@@ -311,7 +341,7 @@ func editPolicy(ctx context.Context, dyn dynamic.Interface, name string) error {
 	if err := unstructured.SetNestedSlice(u.Object, rules, "spec", "rules"); err != nil {
 		return err
 	}
-	_, err = dyn.Resource(gvrClusterPolicy).Update(ctx, u, metav1.UpdateOptions{})
+	_, err = dyn.Resource(policyGVR()).Update(ctx, u, metav1.UpdateOptions{})
 	return err
 }
 
