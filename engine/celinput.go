@@ -27,10 +27,7 @@ func (req *Request) celInput() *cel.Input {
 	}
 	res := req.shared().res
 	gvk := schema.GroupVersionKind{Group: res.Group, Version: res.Version, Kind: res.Kind}
-	gvr := req.Resource
-	if gvr.Resource == "" {
-		gvr = guessResource(res)
-	}
+	gvr := req.resource()
 	kind := map[string]any{"group": gvk.Group, "version": gvk.Version, "kind": gvk.Kind}
 	resource := map[string]any{"group": gvr.Group, "version": gvr.Version, "resource": gvr.Resource}
 	user := map[string]any{}
@@ -85,4 +82,13 @@ func (req *Request) namespaceObject(ns string) map[string]any {
 		"apiVersion": "v1", "kind": "Namespace",
 		"metadata": map[string]any{"name": ns, "labels": labels},
 	}
+}
+
+// resource is the request's group, version and plural: the caller's (from
+// discovery, or the admission request), else guessed from the kind.
+func (req *Request) resource() schema.GroupVersionResource {
+	if req.Resource.Resource != "" {
+		return req.Resource
+	}
+	return guessResource(req.shared().res)
 }

@@ -106,10 +106,7 @@ func CompileValidatingAdmissionPolicy(p *admissionregistrationv1.ValidatingAdmis
 // it: no result).
 func (v *vap) evaluate(e *evaluation) []RuleResult {
 	res := e.res
-	gvr := e.req.Resource
-	if gvr.Resource == "" {
-		gvr = guessResource(res)
-	}
+	gvr := e.req.resource()
 	op := e.req.operation()
 	if !v.match.matches(&res, gvr, op, e.req.NamespaceLabels) {
 		return nil

@@ -161,10 +161,7 @@ func shiftSpec(s cel.Spec, prefix string) cel.Spec {
 // validations in order, audit annotations.
 func (v *validatingPolicy) evaluate(e *evaluation) []RuleResult {
 	res := e.res
-	gvr := e.req.Resource
-	if gvr.Resource == "" {
-		gvr = guessResource(res)
-	}
+	gvr := e.req.resource()
 	var out []RuleResult
 	for _, variant := range v.variants {
 		if !variant.match.matches(&res, gvr, e.req.operation(), e.req.NamespaceLabels) {

@@ -144,10 +144,9 @@ type celStatus struct{ s *standin }
 func (c celStatus) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	// A policy whose expressions do not compile is not ready, with the
 	// compiler's message.
-	var vp policiesv1.ValidatingPolicy
-	rejected := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &vp)
+	vp, rejected := policiesv1.FromObject(u.Object)
 	if rejected == nil {
-		_, rejected = engine.CompileValidatingPolicy(&vp)
+		_, rejected = engine.CompileValidatingPolicy(vp)
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(c.s.ctx, 30*time.Second)

@@ -158,17 +158,11 @@ func policyName(gvr schema.GroupVersionResource, namespace, name string) string 
 // compileCELPolicy converts and compiles a ValidatingPolicy or
 // NamespacedValidatingPolicy; nil without error when its admission is off.
 func compileCELPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*admissionPolicy, error) {
-	var vp policiesv1.ValidatingPolicy
-	if gvr == GVRNamespacedValidatingPolicy {
-		var nvp policiesv1.NamespacedValidatingPolicy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &nvp); err != nil {
-			return nil, err
-		}
-		vp = *nvp.AsValidatingPolicy()
-	} else if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &vp); err != nil {
+	vp, err := policiesv1.FromObject(u.Object)
+	if err != nil {
 		return nil, err
 	}
-	compiled, err := engine.CompileValidatingPolicy(&vp)
+	compiled, err := engine.CompileValidatingPolicy(vp)
 	if err != nil {
 		return nil, err
 	}

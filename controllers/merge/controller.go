@@ -428,8 +428,8 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 // celPolicyInfo reads what the merge needs of a ValidatingPolicy or
 // NamespacedValidatingPolicy: its results have no rule to check.
 func celPolicyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
-	var vp policiesv1.ValidatingPolicy
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &vp); err != nil {
+	vp, err := policiesv1.FromObject(u.Object)
+	if err != nil {
 		return "", PolicyInfo{}, err
 	}
 	name := vp.Name

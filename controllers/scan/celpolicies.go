@@ -51,23 +51,13 @@ func (s *Scanner) servedCELKinds(ctx context.Context) []schema.GroupVersionResou
 
 // readCELPolicy converts and compiles a ValidatingPolicy or
 // NamespacedValidatingPolicy.
-func readCELPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
-	if gvr == GVRNamespacedValidatingPolicy {
-		var p policiesv1.NamespacedValidatingPolicy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-			return nil, nil, err
-		}
-		p.APIVersion, p.Kind = policiesv1.GroupVersion.String(), policiesv1.KindNamespacedValidatingPolicy
-		compiled, err := engine.CompileValidatingPolicy(p.AsValidatingPolicy())
-		return &p, compiled, err
-	}
-	var p policiesv1.ValidatingPolicy
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+func readCELPolicy(u *unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
+	p, err := policiesv1.FromObject(u.Object)
+	if err != nil {
 		return nil, nil, err
 	}
-	p.APIVersion, p.Kind = policiesv1.GroupVersion.String(), policiesv1.KindValidatingPolicy
-	compiled, err := engine.CompileValidatingPolicy(&p)
-	return &p, compiled, err
+	compiled, err := engine.CompileValidatingPolicy(p)
+	return p, compiled, err
 }
 
 // celExceptionKey keeps CEL PolicyExceptions apart from kyverno.io ones in

@@ -54,7 +54,7 @@ func policyName(gvr schema.GroupVersionResource, namespace, name string) string 
 // policies.
 func readPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
 	if isCELPolicy(gvr) {
-		obj, compiled, err := readCELPolicy(gvr, u)
+		obj, compiled, err := readCELPolicy(u)
 		return obj, compiled, nil, err
 	}
 	if gvr == GVRPolicy {

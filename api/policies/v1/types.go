@@ -4,6 +4,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Kinds of policies.kyverno.io that tally evaluates.
@@ -60,15 +61,18 @@ type NamespacedValidatingPolicyList struct {
 	Items           []NamespacedValidatingPolicy `json:"items"`
 }
 
-// AsValidatingPolicy is the policy as a ValidatingPolicy of its namespace
-// (the engine evaluates both kinds alike).
-func (p *NamespacedValidatingPolicy) AsValidatingPolicy() *ValidatingPolicy {
-	return &ValidatingPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: p.APIVersion, Kind: KindNamespacedValidatingPolicy},
-		ObjectMeta: p.ObjectMeta,
-		Spec:       p.Spec,
-		Status:     p.Status,
+// FromObject reads a ValidatingPolicy or a NamespacedValidatingPolicy (of
+// any served version: one spec) from its JSON form into a ValidatingPolicy:
+// the engine evaluates both kinds alike, told apart by Kind and namespace.
+func FromObject(obj map[string]any) (*ValidatingPolicy, error) {
+	var p ValidatingPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &p); err != nil {
+		return nil, err
 	}
+	if p.Kind == "" {
+		p.Kind = KindValidatingPolicy
+	}
+	return &p, nil
 }
 
 // ValidatingPolicySpec is a ValidatingAdmissionPolicy's spec with Kyverno's
