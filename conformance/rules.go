@@ -38,6 +38,7 @@ var Rules = []struct{ ID, Title string }{
 	{"R33", "validationActions change admission only: Deny blocks, Warn warns and records, Audit records"},
 	{"R34", "ValidatingPolicy results carry Kyverno's fields"},
 	{"R35", "a classic rule with validate.cel reports like any validate rule"},
+	{"R36", "a labelled ValidatingAdmissionPolicy is reported through its bindings"},
 	{"R37", "per-policy schedules apply to every policy kind"},
 	{"R38", "a CEL expression that does not compile makes the policy not ready; runtime errors are error results"},
 }

@@ -201,7 +201,12 @@ func (x *run) given(ctx context.Context) error {
 		if err := x.create(ctx, p, false); err != nil {
 			return err
 		}
-		policies = append(policies, p)
+		if isPolicy(p) {
+			// A Kubernetes ValidatingAdmissionPolicy (or its binding) has no
+			// status an implementation writes: the expectations' polling
+			// waits for its results instead.
+			policies = append(policies, p)
+		}
 	}
 	for i := range x.c.Given.InvalidPolicies {
 		if err := x.create(ctx, x.c.Given.InvalidPolicies[i].DeepCopy(), false); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +43,7 @@ var (
 // Labels the merger reads.
 const (
 	labelReportsDisable = "reports.kyverno.io/disabled"
+	labelVAPReports     = "reports.kyverno.io/enabled"
 	fieldManager        = "tally-merger"
 )
 
@@ -161,6 +163,9 @@ var watched = []schema.GroupVersionResource{
 var (
 	GVRValidatingPolicy           = policiesv1.GroupVersion.WithResource("validatingpolicies")
 	GVRNamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
+	// Kubernetes' ValidatingAdmissionPolicies: those labelled
+	// reports.kyverno.io/enabled "true" are reported (R36).
+	GVRValidatingAdmissionPolicy = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
 )
 
 // servedCELKinds returns the CEL policy kinds the API server serves and
@@ -170,7 +175,7 @@ var (
 // listed for another reason is watched: its watch retries with backoff.
 func (m *Merger) servedCELKinds(ctx context.Context) []schema.GroupVersionResource {
 	var out []schema.GroupVersionResource
-	for _, gvr := range []schema.GroupVersionResource{GVRValidatingPolicy, GVRNamespacedValidatingPolicy} {
+	for _, gvr := range []schema.GroupVersionResource{GVRValidatingPolicy, GVRNamespacedValidatingPolicy, GVRValidatingAdmissionPolicy} {
 		_, err := m.client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 			logr.FromContextOrDiscard(ctx).Info("CEL policy kind not watched: its results are not merged", "resource", gvr.String(), "reason", err.Error())
@@ -389,6 +394,16 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 	if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
 		return celPolicyInfo(gvr, u)
 	}
+	if gvr == GVRValidatingAdmissionPolicy {
+		return vapInfo(u), PolicyInfo{
+			Background: true,
+			AnyRule:    true,
+			// Unlabelled: not reported (its results, from before the label
+			// went, are dropped).
+			ReportsDisabled: u.GetLabels()[labelVAPReports] != "true" || u.GetLabels()[labelReportsDisable] == "true",
+			Scored:          u.GetAnnotations()[engine.AnnotationScored] != "false",
+		}, nil
+	}
 	var compiled *engine.Policy
 	var spec *kyvernov1.Spec
 	if gvr == GVRPolicy {
@@ -444,4 +459,9 @@ func celPolicyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 		Scored:          vp.Annotations[engine.AnnotationScored] != "false",
 	}
 	return PolicyKey(engine.SourceValidatingPolicy, name), info, nil
+}
+
+// vapInfo is the key of a ValidatingAdmissionPolicy's results.
+func vapInfo(u *unstructured.Unstructured) string {
+	return PolicyKey(engine.SourceValidatingAdmissionPolicy, u.GetName())
 }

@@ -37,6 +37,7 @@ func TestStartUpRemovesStaleFinalReports(t *testing.T) {
 		GVRAdmissionReport: "AdmissionReportList", GVRClusterAdmissionReport: "ClusterAdmissionReportList",
 		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
 		GVRValidatingPolicy: "ValidatingPolicyList", GVRNamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
+		GVRValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList",
 	}, &unstructured.Unstructured{Object: obj})
 	// The fake client serves paged LISTs, not watch-list streams.
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
@@ -163,6 +164,7 @@ func TestStartUpSelectsFinalReportsByTheConfiguredManagedBy(t *testing.T) {
 		GVRAdmissionReport: "AdmissionReportList", GVRClusterAdmissionReport: "ClusterAdmissionReportList",
 		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
 		GVRValidatingPolicy: "ValidatingPolicyList", GVRNamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
+		GVRValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList",
 	}, objs...)
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 	reg := prometheus.NewRegistry()

@@ -19,7 +19,8 @@ import (
 var _ watch.StreamingSink = (*Merger)(nil)
 
 func isPolicy(gvr schema.GroupVersionResource) bool {
-	return gvr == GVRClusterPolicy || gvr == GVRPolicy || gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy
+	return gvr == GVRClusterPolicy || gvr == GVRPolicy || gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy ||
+		gvr == GVRValidatingAdmissionPolicy
 }
 
 // policyKeyOf is the key of a policy object in Input.Policies, and the
@@ -31,6 +32,9 @@ func policyKeyOf(gvr schema.GroupVersionResource, u *unstructured.Unstructured) 
 	}
 	if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
 		return PolicyKey(engine.SourceValidatingPolicy, name), name
+	}
+	if gvr == GVRValidatingAdmissionPolicy {
+		return vapInfo(u), name
 	}
 	return name, name
 }

@@ -75,17 +75,17 @@ func BenchmarkRescan(b *testing.B) {
 	s := New(client, nil, store, Options{Workers: 1, Registry: prometheus.NewRegistry()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s.ctx = ctx
+	s.kinds.ctx = ctx
 	for _, gvr := range []schema.GroupVersionResource{GVRClusterPolicy, GVRPolicy, GVRPolicyException, GVRNamespace} {
-		s.synced[gvr] = true
+		s.kinds.synced[gvr] = true
 	}
-	s.rememberKind(gvrPods, "", "Pod")
+	s.kinds.remember(gvrPods, "", "Pod")
 	for _, p := range policies {
 		tp := newTracked(p.Name, GVRClusterPolicy, p)
 		for _, r := range p.Rules {
 			tp.ruleKinds[r.Name] = []schema.GroupVersionResource{gvrPods}
 		}
-		s.policies[p.Name] = tp
+		s.policies.put(tp)
 	}
 	for i := range pods {
 		s.upsertResource(gvrPods, benchPod(b, i))

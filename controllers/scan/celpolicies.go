@@ -1,14 +1,6 @@
 package scan
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"slices"
-	"strings"
-
-	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,23 +22,6 @@ var celPolicyGVRs = []schema.GroupVersionResource{GVRCELPolicyException, GVRVali
 
 func isCELPolicy(gvr schema.GroupVersionResource) bool {
 	return gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy
-}
-
-// servedCELKinds returns the CEL kinds the API server serves (none when it
-// cannot tell: they are then not watched, and classic policies go on).
-func (s *Scanner) servedCELKinds(ctx context.Context) []schema.GroupVersionResource {
-	list, err := s.disc.ServerResourcesForGroupVersion(policiesv1.GroupVersion.String())
-	if err != nil || list == nil {
-		logr.FromContextOrDiscard(ctx).Info("CEL policy kinds not watched: "+policiesv1.GroupVersion.String()+" is not served", "reason", fmt.Sprint(err))
-		return nil
-	}
-	var out []schema.GroupVersionResource
-	for _, gvr := range celPolicyGVRs {
-		if slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource }) {
-			out = append(out, gvr)
-		}
-	}
-	return out
 }
 
 // readCELPolicy converts and compiles a ValidatingPolicy or
@@ -95,72 +70,4 @@ func (s *Scanner) celPoliciesReferred(refs []policiesv1.PolicyRef) []string {
 		}
 	}
 	return out
-}
-
-// trackedKeys are the tracked policies a name of an exception's list
-// stands for (see celPoliciesReferred). The caller holds s.mu.
-func (s *Scanner) trackedKeys(name string) []string {
-	if _, ok := s.policies[name]; ok {
-		return []string{name}
-	}
-	prefix := policiesv1.KindNamespacedValidatingPolicy + "/"
-	plain, ok := strings.CutPrefix(name, prefix)
-	if !ok || strings.Contains(plain, "/") {
-		return nil
-	}
-	var out []string
-	for key := range s.policies {
-		if strings.HasPrefix(key, prefix) && strings.HasSuffix(key, "/"+plain) {
-			out = append(out, key)
-		}
-	}
-	return out
-}
-
-// resolveResources maps the resource rules of a CEL policy to the GVRs to
-// list: the preferred version of each group that serves a listed resource.
-// Wildcard resources are not scanned in the background, as wildcard kinds
-// are not.
-func (s *Scanner) resolveResources(rules []engine.ResourceRule) ([]schema.GroupVersionResource, error) {
-	lists, err := s.disc.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
-		return nil, fmt.Errorf("discovery: %w", err)
-	}
-	var out []schema.GroupVersionResource
-	var errs []error
-	for _, r := range rules {
-		for _, res := range r.Resources {
-			found := false
-			if strings.Contains(res, "*") {
-				errs = append(errs, fmt.Errorf("resource %q: wildcard resources are not scanned in the background", res))
-				continue
-			}
-			if strings.Contains(res, "/") {
-				continue // subresources exist only at admission
-			}
-			for _, list := range lists {
-				gv, err := schema.ParseGroupVersion(list.GroupVersion)
-				if err != nil || !listed(r.Groups, gv.Group) || !listed(r.Versions, gv.Version) {
-					continue
-				}
-				for _, api := range list.APIResources {
-					if api.Name == res && hasVerbs(api, "list", "watch") {
-						gvr := gv.WithResource(api.Name)
-						if !slices.Contains(out, gvr) {
-							out = append(out, gvr)
-						}
-						found = true
-					}
-				}
-			}
-			if !found {
-				errs = append(errs, fmt.Errorf("resource %q of groups %v, versions %v: not served by the API server", res, r.Groups, r.Versions))
-			}
-		}
-	}
-	return out, errors.Join(errs...)
-}
-
-func listed(list []string, v string) bool {
-	return slices.Contains(list, v) || slices.Contains(list, "*")
 }

@@ -50,10 +50,10 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	const resources, live = 100, 10
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := testScanner(t, Options{Clock: clk, NoPolicyStatus: true})
-	s.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
+	s.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
 		{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: metav1.Verbs{"list", "watch"}}}}}}
-	s.rememberKind(gvrConfigMaps, "", "ConfigMap")
-	s.kindUsers[gvrConfigMaps] = map[string]bool{"(kept by the test)": true} // no source is started
+	s.kinds.remember(gvrConfigMaps, "", "ConfigMap")
+	s.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true} // no source is started
 	ctx := context.Background()
 	fake := s.client.(*dynamicfake.FakeDynamicClient)
 	work := func() {

@@ -3,7 +3,9 @@
 // It watches (a streamed watch-list or paged LIST, then WATCH, through
 // client-go reflectors that hand each object to memstore as it arrives and
 // keep only stubs, with no second informer cache) the ClusterPolicies,
-// Policies, PolicyExceptions and Namespaces, and every kind that a
+// Policies, PolicyExceptions and Namespaces, the CEL policy kinds and
+// labelled ValidatingAdmissionPolicies (with their bindings) when served,
+// and every kind that a
 // background-enabled validate rule matches, started and stopped as policies
 // come and go.
 //

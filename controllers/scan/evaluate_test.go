@@ -97,17 +97,17 @@ func testScanner(t *testing.T, opts Options, policies ...*engine.Policy) *Scanne
 		opts.Registry = prometheus.NewRegistry()
 	}
 	s := New(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), nil, store, opts)
-	s.ctx = context.Background()
+	s.kinds.ctx = context.Background()
 	for _, gvr := range []schema.GroupVersionResource{GVRClusterPolicy, GVRPolicy, GVRPolicyException, GVRNamespace} {
-		s.synced[gvr] = true
+		s.kinds.synced[gvr] = true
 	}
-	s.rememberKind(gvrPods, "", "Pod")
+	s.kinds.remember(gvrPods, "", "Pod")
 	for _, p := range policies {
 		tp := newTracked(p.Name, GVRClusterPolicy, p)
 		for _, r := range p.Rules {
 			tp.ruleKinds[r.Name] = []schema.GroupVersionResource{gvrPods}
 		}
-		s.policies[p.Name] = tp
+		s.policies.put(tp)
 	}
 	return s
 }

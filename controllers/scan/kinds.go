@@ -1,28 +1,137 @@
 package scan
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
-	"github.com/tally-dev/tally/controllers/watch"
-
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/match"
 )
+
+// kindWatch is the kinds the scanner watches: the policy kinds (always),
+// and each kind some policy needs, started with its first user and stopped
+// with its last. It resolves policies' kinds and resources through
+// discovery, and knows which kind a GVR serves and whether each watch
+// listed its kind once.
+type kindWatch struct {
+	client dynamic.Interface
+	disc   discovery.DiscoveryInterface
+	sink   watch.Sink
+
+	mu      sync.Mutex
+	ctx     context.Context
+	sources map[schema.GroupVersionResource]*watch.Source
+	synced  map[schema.GroupVersionResource]bool
+	users   map[schema.GroupVersionResource]map[string]bool // policies that need a kind
+	// policySources are the kinds listed before any resource is evaluated:
+	// namespaces, policies and exceptions.
+	policySources []schema.GroupVersionResource
+	kindOf        map[schema.GroupVersionResource]string
+	gvrOf         map[string]schema.GroupVersionResource
+}
+
+func newKindWatch(client dynamic.Interface, disc discovery.DiscoveryInterface, sink watch.Sink) *kindWatch {
+	return &kindWatch{client: client, disc: disc, sink: sink,
+		sources: map[schema.GroupVersionResource]*watch.Source{},
+		synced:  map[schema.GroupVersionResource]bool{},
+		users:   map[schema.GroupVersionResource]map[string]bool{},
+		kindOf:  map[schema.GroupVersionResource]string{},
+		gvrOf:   map[string]schema.GroupVersionResource{},
+	}
+}
+
+// context is the context the watches run under (Background before start).
+func (k *kindWatch) context() context.Context {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ctx == nil {
+		return context.Background()
+	}
+	return k.ctx
+}
+
+// running returns the context the watches run under, and false before
+// they were started (tests drive the scanner without Run).
+func (k *kindWatch) running() (context.Context, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ctx, k.ctx != nil
+}
+
+// start watches the policy kinds; until each listed once, no resource is
+// evaluated (policiesListed).
+func (k *kindWatch) start(ctx context.Context, policySources []schema.GroupVersionResource) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.ctx = ctx
+	k.policySources = policySources
+	for _, gvr := range policySources {
+		k.sources[gvr] = watch.Start(ctx, k.client, gvr, k.sink)
+	}
+}
+
+// stop stops every watch and waits for them.
+func (k *kindWatch) stop() {
+	k.mu.Lock()
+	srcs := make([]*watch.Source, 0, len(k.sources))
+	for _, src := range k.sources {
+		src.Cancel()
+		srcs = append(srcs, src)
+	}
+	k.mu.Unlock()
+	for _, src := range srcs {
+		<-src.Done()
+	}
+}
+
+// servedCELKinds returns the CEL kinds the API server serves (none when it
+// cannot tell: they are then not watched, and classic policies go on).
+func (k *kindWatch) servedCELKinds(ctx context.Context) []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	list, err := k.disc.ServerResourcesForGroupVersion(policiesv1.GroupVersion.String())
+	if err != nil || list == nil {
+		logr.FromContextOrDiscard(ctx).Info("CEL policy kinds not watched: "+policiesv1.GroupVersion.String()+" is not served", "reason", fmt.Sprint(err))
+	} else {
+		for _, gvr := range celPolicyGVRs {
+			if slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource }) {
+				out = append(out, gvr)
+			}
+		}
+	}
+	list, err = k.disc.ServerResourcesForGroupVersion(GVRValidatingAdmissionPolicy.GroupVersion().String())
+	if err != nil || list == nil {
+		logr.FromContextOrDiscard(ctx).Info("ValidatingAdmissionPolicies not watched: "+GVRValidatingAdmissionPolicy.GroupVersion().String()+" is not served", "reason", fmt.Sprint(err))
+		return out
+	}
+	for _, gvr := range vapGVRs {
+		if slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource }) {
+			out = append(out, gvr)
+		}
+	}
+	return out
+}
 
 // resolveKinds maps match kinds to the GVRs to list: every group that serves
 // the kind when no group is given, its preferred version. Wildcard kinds and
 // subresources are not scanned in the background.
-func (s *Scanner) resolveKinds(kinds []string) ([]schema.GroupVersionResource, error) {
+func (k *kindWatch) resolveKinds(kinds []string) ([]schema.GroupVersionResource, error) {
 	var out []schema.GroupVersionResource
 	var errs []error
-	for _, k := range kinds {
-		ref, err := match.ParseKind(k)
+	for _, kind := range kinds {
+		ref, err := match.ParseKind(kind)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -31,12 +140,12 @@ func (s *Scanner) resolveKinds(kinds []string) ([]schema.GroupVersionResource, e
 			continue // subresources exist only at admission
 		}
 		if strings.ContainsAny(ref.Kind, "*?") {
-			errs = append(errs, fmt.Errorf("kind %q: wildcard kinds are not scanned in the background", k))
+			errs = append(errs, fmt.Errorf("kind %q: wildcard kinds are not scanned in the background", kind))
 			continue
 		}
-		gvrs, err := s.lookupKind(ref)
+		gvrs, err := k.lookupKind(ref)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("kind %q: %w", k, err))
+			errs = append(errs, fmt.Errorf("kind %q: %w", kind, err))
 			continue
 		}
 		out = append(out, gvrs...)
@@ -44,9 +153,9 @@ func (s *Scanner) resolveKinds(kinds []string) ([]schema.GroupVersionResource, e
 	return out, errors.Join(errs...)
 }
 
-func (s *Scanner) lookupKind(ref match.KindSelector) ([]schema.GroupVersionResource, error) {
+func (k *kindWatch) lookupKind(ref match.KindSelector) ([]schema.GroupVersionResource, error) {
 	for attempt := 0; attempt < 2; attempt++ {
-		lists, err := s.disc.ServerPreferredResources()
+		lists, err := k.disc.ServerPreferredResources()
 		if err != nil && len(lists) == 0 {
 			return nil, fmt.Errorf("discovery: %w", err)
 		}
@@ -68,7 +177,7 @@ func (s *Scanner) lookupKind(ref match.KindSelector) ([]schema.GroupVersionResou
 		if len(out) > 0 {
 			return out, nil
 		}
-		if c, ok := s.disc.(discovery.CachedDiscoveryInterface); ok && attempt == 0 {
+		if c, ok := k.disc.(discovery.CachedDiscoveryInterface); ok && attempt == 0 {
 			c.Invalidate() // a CRD may have appeared since discovery was cached
 			continue
 		}
@@ -77,140 +186,226 @@ func (s *Scanner) lookupKind(ref match.KindSelector) ([]schema.GroupVersionResou
 	return nil, fmt.Errorf("not served by the API server")
 }
 
-func hasVerbs(r metav1.APIResource, verbs ...string) bool {
-	for _, v := range verbs {
-		found := false
-		for _, have := range r.Verbs {
-			if have == v {
-				found = true
+// resolveResources maps the resource rules of a CEL policy to the GVRs to
+// list: the preferred version of each group that serves a listed resource.
+// Wildcard resources are not scanned in the background, as wildcard kinds
+// are not.
+func (k *kindWatch) resolveResources(rules []engine.ResourceRule) ([]schema.GroupVersionResource, error) {
+	lists, err := k.disc.ServerPreferredResources()
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	var out []schema.GroupVersionResource
+	var errs []error
+	for _, r := range rules {
+		for _, res := range r.Resources {
+			found := false
+			if strings.Contains(res, "*") {
+				errs = append(errs, fmt.Errorf("resource %q: wildcard resources are not scanned in the background", res))
+				continue
+			}
+			if strings.Contains(res, "/") {
+				continue // subresources exist only at admission
+			}
+			for _, list := range lists {
+				gv, err := schema.ParseGroupVersion(list.GroupVersion)
+				if err != nil || !listed(r.Groups, gv.Group) || !listed(r.Versions, gv.Version) {
+					continue
+				}
+				for _, api := range list.APIResources {
+					if api.Name == res && hasVerbs(api, "list", "watch") {
+						gvr := gv.WithResource(api.Name)
+						if !slices.Contains(out, gvr) {
+							out = append(out, gvr)
+						}
+						found = true
+					}
+				}
+			}
+			if !found {
+				errs = append(errs, fmt.Errorf("resource %q of groups %v, versions %v: not served by the API server", res, r.Groups, r.Versions))
 			}
 		}
-		if !found {
+	}
+	return out, errors.Join(errs...)
+}
+
+// gvrOfKind returns the preferred GVR serving a group and kind (for a
+// ValidatingAdmissionPolicy's paramKind).
+func (k *kindWatch) gvrOfKind(gvk schema.GroupVersionKind) (schema.GroupVersionResource, error) {
+	gvrs, err := k.lookupKind(match.KindSelector{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind})
+	if err != nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("%s: %w", gvk.String(), err)
+	}
+	return gvrs[0], nil
+}
+
+func listed(list []string, v string) bool {
+	return slices.Contains(list, v) || slices.Contains(list, "*")
+}
+
+func hasVerbs(r metav1.APIResource, verbs ...string) bool {
+	for _, v := range verbs {
+		if !slices.Contains(r.Verbs, v) {
 			return false
 		}
 	}
 	return true
 }
 
-// ensureKinds records that a policy needs exactly gvrs, starting sources for
-// kinds that gain their first user and stopping those that lose their last.
-func (s *Scanner) ensureKinds(policy string, gvrs []schema.GroupVersionResource) {
+// need records that a policy needs exactly gvrs. Kinds that gain their
+// first user are started, unless the service account may not list them
+// (refused, with the reason); kinds that lose their last are stopped and
+// returned, for their stored objects to be forgotten.
+func (k *kindWatch) need(policy string, gvrs []schema.GroupVersionResource) (refused map[schema.GroupVersionResource]error, stopped []schema.GroupVersionResource) {
 	want := map[schema.GroupVersionResource]bool{}
 	for _, g := range gvrs {
 		want[g] = true
 	}
-	s.mu.Lock()
-	var start, stop []schema.GroupVersionResource
-	for g, users := range s.kindUsers {
+	k.mu.Lock()
+	var start []schema.GroupVersionResource
+	for g, users := range k.users {
 		if users[policy] && !want[g] {
 			delete(users, policy)
 			if len(users) == 0 {
-				delete(s.kindUsers, g)
-				stop = append(stop, g)
+				delete(k.users, g)
+				stopped = append(stopped, g)
 			}
 		}
 	}
 	for g := range want {
-		users := s.kindUsers[g]
+		users := k.users[g]
 		if users == nil {
 			users = map[string]bool{}
-			s.kindUsers[g] = users
+			k.users[g] = users
 			start = append(start, g)
 		}
 		users[policy] = true
 	}
-	ctx := s.ctx
-	s.mu.Unlock()
+	ctx := k.ctx
+	k.mu.Unlock()
+	if ctx == nil {
+		ctx = context.Background()
+	}
 
 	for _, g := range start {
-		if g == GVRNamespace {
-			// Always watched for labels; its objects are stored as resources
-			// only while a policy needs them, so list them again now.
-			s.mu.Lock()
-			old := s.sources[g]
-			s.sources[g] = watch.Start(ctx, s.client, g, s)
-			s.mu.Unlock()
-			if old != nil {
-				old.Stop()
-			}
-			continue
-		}
-		if err := s.canList(g); err != nil {
-			s.log().Error(err, "a kind the policies need cannot be read", "gvr", g.String())
-			s.metrics.kindErrors.WithLabelValues(g.String()).Inc()
-			s.mu.Lock()
-			if tp := s.policies[policy]; tp != nil && s.opts.Recorder != nil {
-				s.opts.Recorder.Eventf(tp.object, "Warning", "KindForbidden", "tally cannot list %s: %v", g.String(), err)
-			}
-			s.mu.Unlock()
-			continue
-		}
-		src := watch.Start(ctx, s.client, g, s)
-		s.mu.Lock()
-		s.sources[g] = src
-		s.mu.Unlock()
-	}
-	for _, g := range stop {
-		if g != GVRNamespace { // the namespace watch stays: labels are always needed
-			s.mu.Lock()
-			src := s.sources[g]
-			delete(s.sources, g)
-			delete(s.synced, g)
-			s.mu.Unlock()
-			if src == nil {
+		if g != GVRNamespace {
+			if err := k.canList(ctx, g); err != nil {
+				if refused == nil {
+					refused = map[schema.GroupVersionResource]error{}
+				}
+				refused[g] = err
 				continue
 			}
-			src.Stop()
 		}
-		group, kind := s.groupKind(g)
-		stale, _ := s.store.Read().ResourcesOfKind(group, kind, "")
-		for _, r := range stale {
-			s.forgetResource(r.UID)
+		// The namespace watch always runs, for labels; its objects are
+		// stored as resources only while a policy needs them, so it is
+		// restarted to list them again.
+		src := watch.Start(ctx, k.client, g, k.sink)
+		k.mu.Lock()
+		old := k.sources[g]
+		k.sources[g] = src
+		k.mu.Unlock()
+		if old != nil {
+			old.Stop()
 		}
 	}
+	for _, g := range stopped {
+		if g == GVRNamespace {
+			continue // the namespace watch stays: labels are always needed
+		}
+		k.mu.Lock()
+		src := k.sources[g]
+		delete(k.sources, g)
+		delete(k.synced, g)
+		k.mu.Unlock()
+		if src != nil {
+			src.Stop()
+		}
+	}
+	return refused, stopped
 }
 
 // canList probes a kind with a one-item LIST, so that a kind the service
 // account may not read is reported instead of retried forever.
-func (s *Scanner) canList(gvr schema.GroupVersionResource) error {
-	s.mu.Lock()
-	ctx := s.ctx
-	s.mu.Unlock()
-	_, err := s.client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+func (k *kindWatch) canList(ctx context.Context, gvr schema.GroupVersionResource) error {
+	_, err := k.client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 	if apierrors.IsForbidden(err) {
 		return fmt.Errorf("forbidden: grant get, list and watch on %s to tally's service account: %w", gvr.String(), err)
 	}
 	return nil // other errors are transient: the reflector retries them with backoff
 }
 
-func (s *Scanner) kindNeeded(gvr schema.GroupVersionResource) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.kindUsers[gvr]) > 0
+// needed reports whether some policy needs a kind.
+func (k *kindWatch) needed(gvr schema.GroupVersionResource) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.users[gvr]) > 0
 }
 
-// rememberKind records the group and kind a GVR serves, learnt from its objects.
-func (s *Scanner) rememberKind(gvr schema.GroupVersionResource, group, kind string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.kindOf == nil {
-		s.kindOf = map[schema.GroupVersionResource]string{}
-		s.gvrOf = map[string]schema.GroupVersionResource{}
-	}
-	if _, ok := s.kindOf[gvr]; !ok {
-		s.kindOf[gvr] = kind
-		s.gvrOf[group+"/"+kind] = gvr
+// remember records the group and kind a GVR serves, learnt from its objects.
+func (k *kindWatch) remember(gvr schema.GroupVersionResource, group, kind string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.kindOf[gvr]; !ok {
+		k.kindOf[gvr] = kind
+		k.gvrOf[group+"/"+kind] = gvr
 	}
 }
 
-func (s *Scanner) groupKind(gvr schema.GroupVersionResource) (group, kind string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return gvr.Group, s.kindOf[gvr]
+func (k *kindWatch) groupKind(gvr schema.GroupVersionResource) (group, kind string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return gvr.Group, k.kindOf[gvr]
 }
 
-func (s *Scanner) gvrFor(group, kind string) schema.GroupVersionResource {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.gvrOf[group+"/"+kind]
+func (k *kindWatch) gvrFor(group, kind string) schema.GroupVersionResource {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.gvrOf[group+"/"+kind]
+}
+
+// listed records that a kind's watch delivered its first complete list,
+// and reports whether every running watch has.
+func (k *kindWatch) listed(gvr schema.GroupVersionResource) (all bool) {
+	k.mu.Lock()
+	k.synced[gvr] = true
+	k.mu.Unlock()
+	return k.listedAll()
+}
+
+// listedAll reports whether every running watch has listed its kind once.
+func (k *kindWatch) listedAll() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for gvr := range k.sources {
+		if !k.synced[gvr] {
+			return false
+		}
+	}
+	return len(k.sources) > 0
+}
+
+// policiesListed reports whether the policies, exceptions and namespaces
+// were listed once.
+func (k *kindWatch) policiesListed() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	sources := k.policySources
+	if len(sources) == 0 {
+		sources = classicPolicySources // not started (tests drive the scanner without Run)
+	}
+	for _, gvr := range sources {
+		if !k.synced[gvr] {
+			return false
+		}
+	}
+	return true
+}
+
+// isPolicySource reports whether a kind is one of the policy kinds.
+func (k *kindWatch) isPolicySource(gvr schema.GroupVersionResource) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Contains(k.policySources, gvr)
 }

@@ -24,7 +24,7 @@ spec:
     validate: {pattern: {metadata: {name: "?*"}}}
 `)
 	s := testScanner(t, Options{}, p)
-	s.sources[GVRNamespace] = &watch.Source{} // listed: Synced holds once the queue is idle
+	s.kinds.sources[GVRNamespace] = &watch.Source{} // listed: Synced holds once the queue is idle
 	for i := range 3 {
 		pod := benchPod(t, i)
 		s.upsertResource(gvrPods, pod)
@@ -37,7 +37,7 @@ spec:
 		t.Fatal(err)
 	}
 	s.metrics.policyErrors.WithLabelValues("p", "invalid").Inc() // rejected once, before
-	s.runDueScans(context.Background())
+	s.sched.runDue(context.Background())
 	if got := testutil.ToFloat64(s.metrics.results.WithLabelValues("p", "named", "pass")); got != 3 {
 		t.Fatalf("results{p,named,pass} = %v, want 3", got)
 	}
@@ -47,7 +47,7 @@ spec:
 
 	s.Remove(GVRClusterPolicy, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}}})
 	drain(s)
-	s.runDueScans(context.Background())
+	s.sched.runDue(context.Background())
 	if n := testutil.CollectAndCount(s.metrics.results); n != 0 {
 		t.Errorf("%d results series left, want 0", n)
 	}

@@ -46,13 +46,19 @@ func policyName(gvr schema.GroupVersionResource, namespace, name string) string 
 		return policiesv1.KindValidatingPolicy + "/" + name
 	case GVRNamespacedValidatingPolicy:
 		return policiesv1.KindNamespacedValidatingPolicy + "/" + namespace + "/" + name
+	case GVRValidatingAdmissionPolicy:
+		return vapKeyPrefix + name
 	}
 	return name
 }
 
 // readPolicy converts and compiles a policy object; spec is nil for CEL
 // policies.
-func readPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
+func (s *Scanner) readPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
+	if gvr == GVRValidatingAdmissionPolicy {
+		obj, compiled, err := s.vaps.read(u)
+		return obj, compiled, nil, err
+	}
 	if isCELPolicy(gvr) {
 		obj, compiled, err := readCELPolicy(u)
 		return obj, compiled, nil, err
@@ -94,7 +100,7 @@ func ruleHashes(p *engine.Policy, units []engine.Unit) map[string]uint64 {
 func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	name := policyName(gvr, u.GetNamespace(), u.GetName())
 	log := s.log().WithValues("policy", name)
-	obj, compiled, spec, err := readPolicy(gvr, u)
+	obj, compiled, spec, err := s.readPolicy(gvr, u)
 	if err == nil && spec != nil {
 		err = engine.Malformed(compiled)
 	}
@@ -118,9 +124,7 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	defer s.setPolicyStatus(gvr, u, nil)
 	if !compiled.BackgroundEnabled() {
 		s.removePolicy(name) // R19: background entries go when background is turned off
-		s.mu.Lock()
-		s.policies[name] = &trackedPolicy{name: name, gvr: gvr, object: obj, compiled: compiled}
-		s.mu.Unlock()
+		s.policies.put(&trackedPolicy{name: name, gvr: gvr, object: obj, compiled: compiled})
 		return
 	}
 	tp := newTracked(name, gvr, compiled)
@@ -130,9 +134,9 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 		var gvrs []schema.GroupVersionResource
 		var err error
 		if unit.Resources != nil {
-			gvrs, err = s.resolveResources(unit.Resources)
+			gvrs, err = s.kinds.resolveResources(unit.Resources)
 		} else {
-			gvrs, err = s.resolveKinds(unit.Kinds)
+			gvrs, err = s.kinds.resolveKinds(unit.Kinds)
 		}
 		if err != nil && unit.Name != "" {
 			err = fmt.Errorf("rule %s: %w", unit.Name, err)
@@ -149,13 +153,10 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 		}
 	}
 
-	s.mu.Lock()
-	prev := s.policies[name]
+	prev := s.policies.put(tp)
 	if prev != nil && !prev.background {
 		prev = nil // it was not scanned: every rule is new to the scan
 	}
-	s.policies[name] = tp
-	s.mu.Unlock()
 
 	// Which rules changed: new, edited or removed.
 	changed := map[string]bool{}
@@ -197,6 +198,27 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	}
 }
 
+// ensureKinds records that a policy needs exactly gvrs (kindWatch.need):
+// a kind it may not list is reported on the policy; the stored objects of a
+// kind no longer watched are forgotten.
+func (s *Scanner) ensureKinds(policy string, gvrs []schema.GroupVersionResource) {
+	refused, stopped := s.kinds.need(policy, gvrs)
+	for g, err := range refused {
+		s.log().Error(err, "a kind the policies need cannot be read", "gvr", g.String())
+		s.metrics.kindErrors.WithLabelValues(g.String()).Inc()
+		if tp := s.policies.get(policy); tp != nil && tp.object != nil && s.opts.Recorder != nil {
+			s.opts.Recorder.Eventf(tp.object, corev1.EventTypeWarning, "KindForbidden", "tally cannot list %s: %v", g.String(), err)
+		}
+	}
+	for _, g := range stopped {
+		group, kind := s.kinds.groupKind(g)
+		stale, _ := s.store.Read().ResourcesOfKind(group, kind, "")
+		for _, r := range stale {
+			s.forgetResource(r.UID)
+		}
+	}
+}
+
 // newTracked is a scanned policy with its units and their hashes (the
 // kinds each can match are resolved by the caller).
 func newTracked(name string, gvr schema.GroupVersionResource, compiled *engine.Policy) *trackedPolicy {
@@ -226,10 +248,7 @@ func (tp *trackedPolicy) kinds() []schema.GroupVersionResource {
 // removePolicy forgets a policy: its results go, and the reports of the
 // resources it had results for are rewritten.
 func (s *Scanner) removePolicy(name string) {
-	s.mu.Lock()
-	_, tracked := s.policies[name]
-	delete(s.policies, name)
-	s.mu.Unlock()
+	tracked := s.policies.remove(name)
 	affected, _ := s.store.Read().ResultsOfPolicy(name)
 	if !tracked && len(affected) == 0 {
 		return
@@ -268,16 +287,14 @@ func (s *Scanner) dropMissingPolicies(gvr schema.GroupVersionResource, objs []*u
 		}
 		return
 	}
-	s.mu.Lock()
-	var gone []string
-	for name, tp := range s.policies {
-		if tp.gvr == gvr && !present[name] {
-			gone = append(gone, name)
+	for _, name := range s.policies.keysOf(gvr) {
+		switch {
+		case present[name]:
+		case gvr == GVRValidatingAdmissionPolicy:
+			s.removeVAP(strings.TrimPrefix(name, vapKeyPrefix))
+		default:
+			s.removePolicy(name)
 		}
-	}
-	s.mu.Unlock()
-	for _, name := range gone {
-		s.removePolicy(name)
 	}
 }
 
@@ -291,9 +308,7 @@ func (s *Scanner) resultsOfRules(todo map[string]bool, policy string, changed ma
 	for _, r := range removed {
 		rules[r] = true
 	}
-	s.mu.Lock()
-	tp := s.policies[policy]
-	s.mu.Unlock()
+	tp := s.policies.get(policy)
 	// A CEL policy has one unit but results of several rules ("",
 	// exception, evaluation): every one of them may have to go.
 	whole := tp != nil && tp.compiled.CEL()
@@ -310,7 +325,7 @@ func (s *Scanner) resultsOfRules(todo map[string]bool, policy string, changed ma
 func (s *Scanner) matching(todo map[string]bool, rule *engine.Unit, gvrs []schema.GroupVersionResource, namespace string) {
 	r := s.store.Read()
 	for _, gvr := range gvrs {
-		group, kind := s.groupKind(gvr)
+		group, kind := s.kinds.groupKind(gvr)
 		if kind == "" {
 			continue // not listed yet: its first list enqueues everything
 		}
@@ -333,16 +348,10 @@ func (s *Scanner) matching(todo map[string]bool, rule *engine.Unit, gvrs []schem
 
 // enqueuePolicies enqueues every resource the named policies can match.
 func (s *Scanner) enqueuePolicies(names []string) {
-	s.mu.Lock()
-	var todo []*trackedPolicy
 	for _, n := range names {
-		for _, key := range s.trackedKeys(n) {
-			todo = append(todo, s.policies[key])
+		for _, tp := range s.policies.resolve(n) {
+			s.enqueueKinds(tp.kinds(), tp.compiled.Namespace)
 		}
-	}
-	s.mu.Unlock()
-	for _, tp := range todo {
-		s.enqueueKinds(tp.kinds(), tp.compiled.Namespace)
 	}
 }
 
@@ -351,7 +360,7 @@ func (s *Scanner) enqueuePolicies(names []string) {
 func (s *Scanner) enqueueKinds(gvrs []schema.GroupVersionResource, namespace string) {
 	r := s.store.Read()
 	for _, gvr := range gvrs {
-		group, kind := s.groupKind(gvr)
+		group, kind := s.kinds.groupKind(gvr)
 		if kind == "" {
 			continue // not listed yet: its first list enqueues everything
 		}
@@ -362,29 +371,6 @@ func (s *Scanner) enqueueKinds(gvrs []schema.GroupVersionResource, namespace str
 	}
 }
 
-// activePolicies returns the policies background scans evaluate.
-func (s *Scanner) activePolicies() []*trackedPolicy {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*trackedPolicy, 0, len(s.policies))
-	for _, tp := range s.policies {
-		if tp.background {
-			out = append(out, tp)
-		}
-	}
-	return out
-}
-
 // AdmissionPolicies returns the compiled policies with admission enabled
 // (background or not), for the admission bridge.
-func (s *Scanner) AdmissionPolicies() []*engine.Policy {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*engine.Policy, 0, len(s.policies))
-	for _, tp := range s.policies {
-		if tp.compiled.AdmissionEnabled() {
-			out = append(out, tp.compiled)
-		}
-	}
-	return out
-}
+func (s *Scanner) AdmissionPolicies() []*engine.Policy { return s.policies.admission() }

@@ -18,7 +18,7 @@ import (
 // its results in the store and writes its report if the content changed. A
 // resource no longer in the store has its report deleted.
 func (s *Scanner) reconcile(ctx context.Context, uid string) error {
-	if !s.policiesListed() {
+	if !s.kinds.policiesListed() {
 		// Policies, exceptions and namespaces arrive first (streamed): a
 		// resource evaluated before would be written twice.
 		s.queue.AddAfter(uid, 100*time.Millisecond)
@@ -33,7 +33,7 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 		return err
 	}
 	if res == nil {
-		if !s.listedAll() {
+		if !s.kinds.listedAll() {
 			// Not listed yet (start-up, or a kind just added): the resource may
 			// still arrive. Once everything is listed, sweepOrphans removes the
 			// reports of resources that did not.
@@ -46,8 +46,8 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 	if err != nil {
 		return err
 	}
-	policies := s.activePolicies()
-	req := &engine.Request{Object: obj, Background: true}
+	policies := s.policies.active()
+	req := &engine.Request{Object: obj, Background: true, Params: s.params}
 	if res.Namespace != "" {
 		if ns, _ := r.Namespace(res.Namespace); ns != nil {
 			req.NamespaceLabels = ns.Labels
@@ -69,7 +69,7 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 	}
 
 	now := start
-	gvr := s.gvrFor(res.Group, res.Kind)
+	gvr := s.kinds.gvrFor(res.Group, res.Kind)
 	var fresh []memstore.Result
 	evaluated := false
 	// The evaluation has a deadline: the rules it leaves are error results,
@@ -128,23 +128,6 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 		s.metrics.scanDuration.Observe(time.Since(start).Seconds())
 	}
 	return s.reports.ensure(ctx, res, gvr, results)
-}
-
-// policiesListed reports whether the policies, exceptions and namespaces
-// were listed once.
-func (s *Scanner) policiesListed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sources := s.policySources
-	if len(sources) == 0 {
-		sources = classicPolicySources // not started (tests drive the scanner without Run)
-	}
-	for _, gvr := range sources {
-		if !s.synced[gvr] {
-			return false
-		}
-	}
-	return true
 }
 
 // mayMatch is a cheap pre-filter: the policy has a rule for the resource's

@@ -69,28 +69,24 @@ type Options struct {
 
 // Scanner keeps the store in step with the cluster and writes the
 // BackgroundScanReports. It is safe for one Run at a time.
+//
+// It is the watches' sink and the queue's worker, and coordinates types
+// with one job each: the policy set (policies), the watched kinds (kinds),
+// the periodic scans (sched) and the report writer (reports); the store
+// holds resources and results.
 type Scanner struct {
-	opts    Options
-	client  dynamic.Interface
-	disc    discovery.DiscoveryInterface
-	store   *memstore.Store
-	queue   *watch.Queue
-	reports *reportWriter
-	metrics *metrics
-	state   *scanState
-	locks   keyedMutex
-
-	mu        sync.Mutex
-	ctx       context.Context
-	sources   map[schema.GroupVersionResource]*watch.Source
-	synced    map[schema.GroupVersionResource]bool
-	kindUsers map[schema.GroupVersionResource]map[string]bool // policies that need a kind
-	policies  map[string]*trackedPolicy
-	// policySources are the kinds listed before any resource is evaluated:
-	// namespaces, policies and exceptions.
-	policySources []schema.GroupVersionResource
-	kindOf        map[schema.GroupVersionResource]string
-	gvrOf         map[string]schema.GroupVersionResource
+	opts     Options
+	client   dynamic.Interface
+	store    *memstore.Store
+	queue    *watch.Queue
+	reports  *reportWriter
+	metrics  *metrics
+	policies *policySet
+	kinds    *kindWatch
+	sched    *scheduler
+	vaps     *vapSet
+	params   *paramCache
+	locks    keyedMutex
 }
 
 // New builds a Scanner; it starts nothing (Run does).
@@ -111,16 +107,15 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		opts.Registry = prometheus.NewRegistry()
 	}
 	s := &Scanner{
-		opts:      opts,
-		client:    client,
-		disc:      disc,
-		store:     store,
-		queue:     watch.NewQueue("tally-scan"),
-		sources:   map[schema.GroupVersionResource]*watch.Source{},
-		synced:    map[schema.GroupVersionResource]bool{},
-		kindUsers: map[schema.GroupVersionResource]map[string]bool{},
-		policies:  map[string]*trackedPolicy{},
+		opts:     opts,
+		client:   client,
+		store:    store,
+		queue:    watch.NewQueue("tally-scan"),
+		policies: newPolicySet(),
+		vaps:     newVAPSet(),
 	}
+	s.kinds = newKindWatch(client, disc, s)
+	s.params = newParamCache(client, s.kinds, opts.Clock)
 	s.metrics = newMetrics(opts.Registry, func() float64 { return float64(s.queue.Len()) }, func() float64 {
 		n, _ := store.Read().CountResources()
 		return float64(n)
@@ -128,7 +123,9 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 	// A refused report is tried again at the next periodic scan at the
 	// earliest (or when its content changes).
 	s.reports = newReportWriter(client, s.metrics, opts.Clock, opts.Interval)
-	s.state = newScanState(client, opts.StateNamespace, opts.StateName)
+	s.sched = &scheduler{clock: opts.Clock, store: store, state: newScanState(client, opts.StateNamespace, opts.StateName),
+		metrics: s.metrics, policies: s.policies, ready: s.Synced, scan: s.scanPolicy,
+		protect: func(ctx context.Context, what string, fn func()) { s.queue.Protect(ctx, what, fn) }}
 	return s
 }
 
@@ -158,7 +155,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 		return err
 	}
 	if err := retry(ctx, "reading the scan state", func() error {
-		err := s.state.load(ctx, s.store)
+		err := s.sched.state.load(ctx, s.store)
 		if apierrors.IsForbidden(err) {
 			log.Error(err, "the scan state cannot be read; policies are scanned as if never scanned")
 			return nil
@@ -171,14 +168,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 
 	// The CEL kinds are watched when served (tally's CRDs, or Kyverno's
 	// beside it); an older Kyverno has none, and classic policies go on.
-	cel := s.servedCELKinds(ctx)
-	s.mu.Lock()
-	s.ctx = ctx
-	s.policySources = append(slices.Clone(classicPolicySources), cel...)
-	for _, gvr := range s.policySources {
-		s.sources[gvr] = watch.Start(ctx, s.client, gvr, s)
-	}
-	s.mu.Unlock()
+	s.kinds.start(ctx, append(slices.Clone(classicPolicySources), s.kinds.servedCELKinds(ctx)...))
 
 	var wg sync.WaitGroup
 	for range s.opts.Workers {
@@ -192,19 +182,11 @@ func (s *Scanner) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.schedule(ctx)
+		s.sched.run(ctx)
 	}()
 	<-ctx.Done()
 	s.queue.ShutDown()
-	s.mu.Lock()
-	for _, src := range s.sources {
-		src.Cancel()
-	}
-	srcs := s.sources
-	s.mu.Unlock()
-	for _, src := range srcs {
-		<-src.Done()
-	}
+	s.kinds.stop()
 	wg.Wait()
 	return nil
 }
@@ -231,17 +213,7 @@ func retry(ctx context.Context, what string, fn func() error) error {
 // Synced reports whether the policies and every kind they need were listed
 // once, and the queue is empty: the reports reflect the cluster.
 func (s *Scanner) Synced() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.sources) == 0 {
-		return false
-	}
-	for gvr := range s.sources {
-		if !s.synced[gvr] {
-			return false
-		}
-	}
-	return s.queue.Idle()
+	return s.kinds.listedAll() && s.queue.Idle()
 }
 
 func (s *Scanner) processNext(ctx context.Context) bool {

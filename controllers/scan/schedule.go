@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/clock"
 
 	"github.com/tally-dev/tally/memstore"
 )
@@ -81,77 +82,109 @@ func jitter(name string, period time.Duration) time.Duration {
 	return time.Duration(h.Sum64() % uint64(period))
 }
 
-// schedule runs the periodic scans until ctx ends.
-func (s *Scanner) schedule(ctx context.Context) {
-	ticker := s.opts.Clock.NewTicker(time.Second)
+// scheduler runs each policy's periodic full scans: it knows when each
+// policy was last scanned (the store, persisted by scanState) and when the
+// next scan is due (the policy's schedule), and asks for scans through
+// scanPolicy.
+type scheduler struct {
+	clock    clock.WithTicker
+	store    *memstore.Store
+	state    *scanState
+	metrics  *metrics
+	policies *policySet
+	// ready reports whether scans may run (everything listed, queue idle).
+	ready func() bool
+	// scan re-evaluates every resource a policy can match.
+	scan func(ctx context.Context, tp *trackedPolicy) error
+	// protect runs fn, recovering a panic (the queue's guard).
+	protect func(ctx context.Context, what string, fn func())
+}
+
+// run runs the periodic scans until ctx ends.
+func (sc *scheduler) run(ctx context.Context) {
+	ticker := sc.clock.NewTicker(time.Second)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C():
-			s.queue.Protect(ctx, "scheduling", func() { s.runDueScans(ctx) })
+			sc.protect(ctx, "scheduling", func() { sc.runDue(ctx) })
 		}
 	}
 }
 
-// runDueScans scans every policy whose next scan is due. A policy never
+// runDue scans every policy whose next scan is due. A policy never
 // scanned before is taken as scanned by the initial sync, back-dated by its
 // jitter; missed cron runs become a single catch-up scan.
-func (s *Scanner) runDueScans(ctx context.Context) {
-	if !s.Synced() {
+func (sc *scheduler) runDue(ctx context.Context) {
+	if !sc.ready() {
 		return
 	}
-	now := s.opts.Clock.Now()
-	active := s.activePolicies()
+	now := sc.clock.Now()
+	active := sc.policies.active()
 	// The series of policies no longer scanned (deleted, background off)
 	// go. Only this goroutine touches sinceSeries.
 	scanned := make(map[string]bool, len(active))
 	for _, tp := range active {
 		scanned[tp.name] = true
 	}
-	for name := range s.metrics.sinceSeries {
+	for name := range sc.metrics.sinceSeries {
 		if !scanned[name] {
-			s.metrics.sinceLastScan.DeleteLabelValues(name)
-			delete(s.metrics.sinceSeries, name)
+			sc.metrics.sinceLastScan.DeleteLabelValues(name)
+			delete(sc.metrics.sinceSeries, name)
 		}
 	}
 	for _, tp := range active {
-		last, err := s.store.Read().LastScan(tp.name)
+		last, err := sc.store.Read().LastScan(tp.name)
 		if err != nil {
 			continue
 		}
 		if last.IsZero() {
 			start := now.Add(-jitter(tp.name, tp.schedule.period(now)))
-			s.completeScan(ctx, tp.name, start)
+			sc.complete(ctx, tp.name, start)
 			continue
 		}
-		s.metrics.sinceLastScan.WithLabelValues(tp.name).Set(now.Sub(last).Seconds())
-		s.metrics.sinceSeries[tp.name] = true
+		sc.metrics.sinceLastScan.WithLabelValues(tp.name).Set(now.Sub(last).Seconds())
+		sc.metrics.sinceSeries[tp.name] = true
 		if tp.schedule.next(last).After(now) {
 			continue
 		}
-		if err := s.ScanPolicy(ctx, tp.name); err != nil {
+		if err := sc.scanNow(ctx, tp); err != nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "periodic scan failed", "policy", tp.name)
 		}
+	}
+}
+
+// scanNow scans one policy and records the scan as complete.
+func (sc *scheduler) scanNow(ctx context.Context, tp *trackedPolicy) error {
+	start := sc.clock.Now()
+	if err := sc.scan(ctx, tp); err != nil {
+		return err
+	}
+	sc.complete(ctx, tp.name, start)
+	return nil
+}
+
+// complete records a policy's last complete scan, in the store and in the
+// persisted scan state.
+func (sc *scheduler) complete(ctx context.Context, policy string, at time.Time) {
+	if err := sc.store.Write(func(w *memstore.WriteTxn) error { return w.SetLastScan(policy, at) }); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "recording the scan time failed", "policy", policy)
+	}
+	if err := sc.state.save(ctx, policy, at); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "persisting the scan time failed", "policy", policy)
 	}
 }
 
 // ScanPolicy re-evaluates every resource a policy can match, now. Nothing is
 // written for resources whose results did not change.
 func (s *Scanner) ScanPolicy(ctx context.Context, name string) error {
-	s.mu.Lock()
-	tp := s.policies[name]
-	s.mu.Unlock()
+	tp := s.policies.get(name)
 	if tp == nil {
 		return fmt.Errorf("policy %s is not scanned", name)
 	}
-	start := s.opts.Clock.Now()
-	if err := s.reconcileAll(ctx, s.resourcesOf(tp)); err != nil {
-		return err
-	}
-	s.completeScan(ctx, name, start)
-	return nil
+	return s.sched.scanNow(ctx, tp)
 }
 
 // RescanAll re-evaluates every stored resource (a forced full rescan); it
@@ -169,17 +202,22 @@ func (s *Scanner) RescanAll(ctx context.Context) error {
 	if err := s.reconcileAll(ctx, uids); err != nil {
 		return err
 	}
-	for _, tp := range s.activePolicies() {
-		s.completeScan(ctx, tp.name, start)
+	for _, tp := range s.policies.active() {
+		s.sched.complete(ctx, tp.name, start)
 	}
 	return nil
+}
+
+// scanPolicy reconciles every stored resource a policy can match.
+func (s *Scanner) scanPolicy(ctx context.Context, tp *trackedPolicy) error {
+	return s.reconcileAll(ctx, s.resourcesOf(tp))
 }
 
 func (s *Scanner) resourcesOf(tp *trackedPolicy) []string {
 	r := s.store.Read()
 	var uids []string
 	for _, gvr := range tp.kinds() {
-		group, kind := s.groupKind(gvr)
+		group, kind := s.kinds.groupKind(gvr)
 		if kind == "" {
 			continue
 		}
@@ -223,15 +261,6 @@ func (s *Scanner) reconcileAll(ctx context.Context, uids []string) error {
 	close(work)
 	wg.Wait()
 	return firstErr
-}
-
-func (s *Scanner) completeScan(ctx context.Context, policy string, at time.Time) {
-	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.SetLastScan(policy, at) }); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "recording the scan time failed", "policy", policy)
-	}
-	if err := s.state.save(ctx, policy, at); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "persisting the scan time failed", "policy", policy)
-	}
 }
 
 // scanState persists each policy's last complete scan in a ConfigMap, so

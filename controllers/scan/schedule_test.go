@@ -50,7 +50,7 @@ func TestScheduleOf(t *testing.T) {
 }
 
 // scheduledScanner is a Scanner with policies but no resources, synced, on
-// a fake clock: runDueScans can be driven step by step.
+// a fake clock: sched.runDue can be driven step by step.
 func scheduledScanner(t *testing.T, now time.Time, schedules map[string]map[string]string) (*Scanner, *clocktesting.FakeClock, *memstore.Store) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(now)
@@ -59,16 +59,16 @@ func scheduledScanner(t *testing.T, now time.Time, schedules map[string]map[stri
 		t.Fatal(err)
 	}
 	s := New(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), nil, store, Options{Clock: clk, Interval: time.Hour, Registry: prometheus.NewRegistry()})
-	s.ctx = context.Background()
+	s.kinds.ctx = context.Background()
 	for name, annotations := range schedules {
 		sched, err := scheduleOf(annotations, s.opts.Interval)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.policies[name] = &trackedPolicy{name: name, compiled: &engine.Policy{Name: name}, schedule: sched, background: true}
+		s.policies.put(&trackedPolicy{name: name, compiled: &engine.Policy{Name: name}, schedule: sched, background: true})
 	}
-	s.sources[GVRClusterPolicy] = &watch.Source{GVR: GVRClusterPolicy}
-	s.synced[GVRClusterPolicy] = true
+	s.kinds.sources[GVRClusterPolicy] = &watch.Source{GVR: GVRClusterPolicy}
+	s.kinds.synced[GVRClusterPolicy] = true
 	return s, clk, store
 }
 
@@ -105,7 +105,7 @@ func TestCronScheduleAfterRestart(t *testing.T) {
 	}
 	for _, step := range steps {
 		clk.SetTime(at(step.now))
-		s.runDueScans(ctx)
+		s.sched.runDue(ctx)
 		if got := lastScan(t, store, "cron").Format("15:04:05"); got != step.wantLast {
 			t.Errorf("at %s: last scan %s, want %s", step.now, got, step.wantLast)
 		}
@@ -118,7 +118,7 @@ func TestIntervalScheduleSpreadsFirstScans(t *testing.T) {
 		"fast": {AnnotationInterval: "2s"}, "hourly": nil,
 	})
 	ctx := context.Background()
-	s.runDueScans(ctx)
+	s.sched.runDue(ctx)
 	// Never scanned: taken as scanned by the initial sync, back-dated by a
 	// stable jitter within the period, so policies do not all rescan at once.
 	for name, period := range map[string]time.Duration{"fast": 2 * time.Second, "hourly": time.Hour} {
@@ -135,7 +135,7 @@ func TestIntervalScheduleSpreadsFirstScans(t *testing.T) {
 	prev := lastScan(t, store, "fast")
 	for range 10 {
 		clk.Step(time.Second)
-		s.runDueScans(ctx)
+		s.sched.runDue(ctx)
 		if last := lastScan(t, store, "fast"); !last.Equal(prev) {
 			if gap := last.Sub(prev); gap < 2*time.Second || gap > 3*time.Second {
 				t.Errorf("fast rescanned %s after the previous scan, want 2-3s", gap)

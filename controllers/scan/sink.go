@@ -24,9 +24,7 @@ var _ watch.StreamingSink = (*Scanner)(nil)
 func (s *Scanner) StreamsLists() {}
 
 func (s *Scanner) log() logr.Logger {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return logr.FromContextOrDiscard(s.ctx)
+	return logr.FromContextOrDiscard(s.kinds.context())
 }
 
 func (s *Scanner) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
@@ -40,9 +38,15 @@ func (s *Scanner) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstru
 	case GVRCELPolicyException:
 		s.upsertCELException(u)
 		return
+	case GVRValidatingAdmissionPolicy:
+		s.upsertVAP(u)
+		return
+	case GVRValidatingAdmissionPolicyBinding:
+		s.upsertBinding(u.GetName(), u)
+		return
 	case GVRNamespace:
 		s.upsertNamespace(u)
-		if !s.kindNeeded(gvr) {
+		if !s.kinds.needed(gvr) {
 			return
 		}
 	}
@@ -62,6 +66,12 @@ func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstru
 		return
 	case GVRCELPolicyException:
 		s.removeException(celExceptionKey(u.GetNamespace(), u.GetName()))
+		return
+	case GVRValidatingAdmissionPolicy:
+		s.removeVAP(u.GetName())
+		return
+	case GVRValidatingAdmissionPolicyBinding:
+		s.upsertBinding(u.GetName(), nil)
 		return
 	case GVRNamespace:
 		if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteNamespace(u.GetName()) }); err != nil {
@@ -96,11 +106,14 @@ func (s *Scanner) Replace(gvr schema.GroupVersionResource, objs []*unstructured.
 		present[string(u.GetUID())] = true
 	}
 	switch gvr {
-	case GVRClusterPolicy, GVRPolicy, GVRPolicyException, GVRValidatingPolicy, GVRNamespacedValidatingPolicy, GVRCELPolicyException:
+	case GVRClusterPolicy, GVRPolicy, GVRPolicyException, GVRValidatingPolicy, GVRNamespacedValidatingPolicy, GVRCELPolicyException, GVRValidatingAdmissionPolicy:
 		s.dropMissingPolicies(gvr, objs)
 		return
+	case GVRValidatingAdmissionPolicyBinding:
+		s.dropMissingBindings(objs)
+		return
 	}
-	group, kind := s.groupKind(gvr)
+	group, kind := s.kinds.groupKind(gvr)
 	if kind == "" {
 		return
 	}
@@ -113,24 +126,9 @@ func (s *Scanner) Replace(gvr schema.GroupVersionResource, objs []*unstructured.
 }
 
 func (s *Scanner) Listed(gvr schema.GroupVersionResource) {
-	s.mu.Lock()
-	s.synced[gvr] = true
-	s.mu.Unlock()
-	if s.listedAll() {
+	if s.kinds.listed(gvr) {
 		s.sweepOrphans()
 	}
-}
-
-// listedAll reports whether every running source has listed its kind once.
-func (s *Scanner) listedAll() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for gvr := range s.sources {
-		if !s.synced[gvr] {
-			return false
-		}
-	}
-	return len(s.sources) > 0
 }
 
 // sweepOrphans enqueues the reports whose resource is not in the store, so
@@ -150,7 +148,7 @@ func (s *Scanner) upsertResource(gvr schema.GroupVersionResource, u *unstructure
 		s.log().Error(err, "a resource could not be read; skipped", "gvr", gvr.String(), "uid", u.GetUID())
 		return
 	}
-	s.rememberKind(gvr, res.Group, res.Kind)
+	s.kinds.remember(gvr, res.Group, res.Kind)
 	changed := true
 	err = s.store.Write(func(w *memstore.WriteTxn) error {
 		prev, err := w.Resource(res.UID)

@@ -49,10 +49,10 @@ spec:
 	}
 	s := testScanner(t, Options{}, policy("pods", "Pod"))
 	cms := policy("configmaps", "ConfigMap")
-	s.rememberKind(gvrConfigMaps, "", "ConfigMap")
+	s.kinds.remember(gvrConfigMaps, "", "ConfigMap")
 	tp := newTracked("configmaps", GVRClusterPolicy, cms)
 	tp.ruleKinds["r"] = []schema.GroupVersionResource{gvrConfigMaps}
-	s.policies["configmaps"] = tp
+	s.policies.put(tp)
 	pod := benchPod(t, 1)
 	s.upsertResource(gvrPods, pod)
 	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",

@@ -29,11 +29,13 @@ const (
 // already says so for this generation. The patch is conditional on the
 // resourceVersion seen: a newer version gets its own update.
 func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error) {
-	if s.opts.NoPolicyStatus || s.ctx == nil {
+	parent, running := s.kinds.running()
+	// A ValidatingAdmissionPolicy's status is the API server's.
+	if s.opts.NoPolicyStatus || !running || gvr == GVRValidatingAdmissionPolicy {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 		defer cancel()
 		if err := WriteReady(ctx, s.client, gvr, u, rejected, "the policy is evaluated by tally", fieldManager); err != nil && ctx.Err() == nil {
 			s.log().Error(err, "recording the policy's Ready condition failed", "policy", u.GetNamespace()+"/"+u.GetName())
