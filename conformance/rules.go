@@ -41,4 +41,6 @@ var Rules = []struct{ ID, Title string }{
 	{"R36", "a labelled ValidatingAdmissionPolicy is reported through its bindings"},
 	{"R37", "per-policy schedules apply to every policy kind"},
 	{"R38", "a CEL expression that does not compile makes the policy not ready; runtime errors are error results"},
+	{"R39", "policies that read the cluster get its data; unreadable data is an error naming it"},
+	{"R40", "a change of data a policy read rescans that policy's resources"},
 }

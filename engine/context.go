@@ -34,8 +34,20 @@ type ValueSource interface {
 // ContextLoader resolves context entries that read the outside world
 // (configMap, apiCall, imageRegistry, globalReference). Offline evaluation
 // has none: those variables come from a ValueSource or stay unresolved.
+//
+// policy is the policy's key ("name" for a ClusterPolicy, "namespace/name"
+// for a Policy): a loader may record what each policy read, to rescan its
+// resources when that data changes.
 type ContextLoader interface {
-	Load(ctx context.Context, entry kyvernov1.ContextEntry, data map[string]any) (any, error)
+	Load(ctx context.Context, policy string, entry kyvernov1.ContextEntry, data map[string]any) (any, error)
+}
+
+// policyKey is a classic policy's key for a ContextLoader.
+func (p *Policy) policyKey() string {
+	if p.Namespace != "" {
+		return p.Namespace + "/" + p.Name
+	}
+	return p.Name
 }
 
 // requestData builds the JSON document variables are resolved against.
@@ -133,9 +145,13 @@ func (e *evaluation) loadContext(entries []kyvernov1.ContextEntry, data map[stri
 				continue // supplied by a ValueSource
 			}
 			if e.req.Loader == nil {
-				continue // offline: references to it fail to resolve, as they should
+				// Offline: references to it fail to resolve. (Kyverno loads
+				// entries when a variable first reads them, so a rule whose
+				// preconditions skip it never fails on them; an error here
+				// would differ from Kyverno's CLI in the corpus.)
+				continue
 			}
-			v, err := e.req.Loader.Load(e.ctx, *entry, data)
+			v, err := e.req.Loader.Load(e.ctx, e.policy.policyKey(), *entry, data)
 			if err != nil {
 				return fmt.Errorf("context entry %s: %w", entry.Name, err)
 			}
@@ -143,6 +159,21 @@ func (e *evaluation) loadContext(entries []kyvernov1.ContextEntry, data map[stri
 		}
 	}
 	return nil
+}
+
+// describeEntry names what a context entry reads.
+func describeEntry(entry *kyvernov1.ContextEntry) string {
+	switch {
+	case entry.ConfigMap != nil:
+		return "configMap " + entry.ConfigMap.Namespace + "/" + entry.ConfigMap.Name
+	case entry.APICall != nil && entry.APICall.URLPath != "":
+		return "apiCall " + entry.APICall.URLPath
+	case entry.APICall != nil:
+		return "apiCall service"
+	case entry.GlobalReference != nil:
+		return "globalReference " + entry.GlobalReference.Name
+	}
+	return "entry"
 }
 
 func variableValue(v *kyvernov1.Variable, data map[string]any) (any, error) {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/tally-dev/tally/api"
 	"github.com/tally-dev/tally/controllers/admission"
+	"github.com/tally-dev/tally/controllers/data"
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/internal/process"
 	"github.com/tally-dev/tally/memstore"
@@ -113,13 +114,18 @@ func run(ctx context.Context, o options) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	reg := prometheus.NewRegistry()
-	scanner := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
+	var scanner *scan.Scanner
+	// The data policies read: a change rescans the policies that read it.
+	loader := data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg,
+		OnChange: func(policies []string) { scanner.RescanPolicies(policies) }})
+	scanner = scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
 		Workers: o.workers, Interval: o.interval, EvalTimeout: o.evalTimeout, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
 		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
 		NoPolicyStatus: !o.policyStatus, RESTConfig: cfg,
 		// Result Events are reported as Kyverno's background scans report them.
 		ResultRecorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: scan.ResultEventSource}),
 		SuccessEvents:  o.successEvents,
+		Loader:         loader,
 	})
 	rescan := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -145,7 +151,7 @@ func run(ctx context.Context, o options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var parts []func(context.Context) error
-	parts = append(parts, func(ctx context.Context) error { recorder.Run(ctx); return nil })
+	parts = append(parts, func(ctx context.Context) error { recorder.Run(ctx); return nil }, loader.Run)
 	if o.webhook.ingest {
 		ingester := admission.NewIngester(dyn, memory.NewMemCacheClient(disc), recorder)
 		parts = append(parts, ingester.Run)
@@ -162,6 +168,7 @@ func run(ctx context.Context, o options) error {
 			SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
 			WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
 			ManageRules: o.webhook.manageRules, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,
+			Loader: loader,
 		})
 		o.ReadyChecks = append(o.ReadyChecks, func() string {
 			if !bridge.Serving() {

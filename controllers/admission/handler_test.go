@@ -250,7 +250,7 @@ func TestRecordedEntryCarriesLabelsAndOwner(t *testing.T) {
 // blockingLoader never returns before its context ends.
 type blockingLoader struct{}
 
-func (blockingLoader) Load(ctx context.Context, _ kyvernov1.ContextEntry, _ map[string]any) (any, error) {
+func (blockingLoader) Load(ctx context.Context, _ string, _ kyvernov1.ContextEntry, _ map[string]any) (any, error) {
 	<-ctx.Done()
 	time.Sleep(50 * time.Millisecond) // the answer must not wait for the engine
 	return nil, ctx.Err()

@@ -62,6 +62,9 @@ type Options struct {
 	// not decode the API server's answers (the dynamic client is used
 	// otherwise, as with fakes in unit tests).
 	RESTConfig *rest.Config
+	// Loader loads the cluster data context entries read (nil: none, they
+	// are errors).
+	Loader engine.ContextLoader
 	// NoPolicyStatus leaves the policies' status alone (beside a Kyverno
 	// that writes it); by default tally keeps their Ready condition.
 	NoPolicyStatus bool
@@ -233,6 +236,10 @@ func (k *keyedMutex) lock(key string) func() {
 	m.Lock()
 	return m.Unlock
 }
+
+// RescanPolicies queues every resource the policies (by key: "name", or
+// "namespace/name" for a Policy) can match: the data they read changed.
+func (s *Scanner) RescanPolicies(keys []string) { s.enqueuePolicies(keys) }
 
 // Rescan queues one resource (by UID) for evaluation, as a change would:
 // the admission recorder hands over the resources whose results it could

@@ -1,0 +1,384 @@
+// Package data loads the cluster data that policies read: the configMap
+// and apiCall context entries of classic rules (engine.ContextLoader), for
+// the scanner and the admission bridge alike.
+//
+// ConfigMaps are served from one watch of every ConfigMap, started when a
+// policy first reads one (a GET per evaluation would cost the API server one
+// request per resource scanned). apiCall answers are reused for CallTTL,
+// so that a scan pass over many resources makes one request per distinct
+// call, not one per resource. The loader records which policy read which
+// ConfigMap and tells OnChange when one of them changes (R40): the scanner
+// rescans those policies' resources only. Data that cannot be read (a
+// missing ConfigMap, a failing call) is an error naming it, never an empty
+// value (R39).
+package data
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/variables"
+)
+
+// DefaultCallTTL is how long an apiCall answer is reused by default.
+const DefaultCallTTL = 30 * time.Second
+
+// Options configure a Loader.
+type Options struct {
+	// OnChange is told the policies (by key) that read a ConfigMap that
+	// was created, changed or deleted.
+	OnChange func(policies []string)
+	// CallTTL is how long an apiCall answer is reused (DefaultCallTTL).
+	CallTTL  time.Duration
+	Clock    clock.PassiveClock
+	Registry prometheus.Registerer
+}
+
+var gvrConfigMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+// Loader implements engine.ContextLoader against the API server.
+type Loader struct {
+	client dynamic.Interface
+	rest   rest.Interface
+	opts   Options
+
+	requests *prometheus.CounterVec
+
+	mu       sync.Mutex
+	ctx      context.Context
+	source   *watch.Source
+	listed   chan struct{}
+	isListed bool
+	cms      map[string]map[string]any // "namespace/name" -> {data, metadata}
+	readers  map[string]map[string]bool
+	calls    map[string]callEntry
+}
+
+type callEntry struct {
+	at    time.Time
+	value any
+	err   error
+}
+
+var (
+	_ engine.ContextLoader = (*Loader)(nil)
+	_ watch.StreamingSink  = (*Loader)(nil)
+)
+
+// StreamsLists: listed ConfigMaps arrive one by one through Upsert
+// (watch.StreamingSink); Replace receives stubs.
+func (l *Loader) StreamsLists() {}
+
+// New builds a Loader; raw serves apiCall URL paths (any REST client of the
+// cluster: its paths are absolute).
+func New(client dynamic.Interface, raw rest.Interface, opts Options) *Loader {
+	if opts.CallTTL <= 0 {
+		opts.CallTTL = DefaultCallTTL
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	l := &Loader{client: client, rest: raw, opts: opts, listed: make(chan struct{}),
+		cms: map[string]map[string]any{}, readers: map[string]map[string]bool{}, calls: map[string]callEntry{},
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_data_requests_total",
+			Help: "Requests to the API server for data policies read: kind is list-configmaps (the ConfigMap watch's lists) or api-call.",
+		}, []string{"kind"}),
+	}
+	if opts.Registry != nil {
+		opts.Registry.MustRegister(l.requests)
+	}
+	return l
+}
+
+// Run serves loads until ctx ends (before Run, loads fail: no context).
+func (l *Loader) Run(ctx context.Context) error {
+	l.mu.Lock()
+	l.ctx = ctx
+	l.mu.Unlock()
+	<-ctx.Done()
+	l.mu.Lock()
+	src := l.source
+	l.mu.Unlock()
+	if src != nil {
+		<-src.Done()
+	}
+	return nil
+}
+
+// Load implements engine.ContextLoader.
+func (l *Loader) Load(ctx context.Context, policy string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
+	switch {
+	case entry.ConfigMap != nil:
+		return l.configMap(ctx, policy, entry, data)
+	case entry.APICall != nil && entry.APICall.Service != nil:
+		return nil, fmt.Errorf("apiCall.service: calls to services are not made by tally yet")
+	case entry.APICall != nil:
+		return l.apiCall(ctx, entry.APICall, data)
+	case entry.GlobalReference != nil:
+		return nil, fmt.Errorf("globalReference %s: GlobalContextEntries are not loaded by tally yet", entry.GlobalReference.Name)
+	case entry.ImageRegistry != nil:
+		return nil, fmt.Errorf("imageRegistry %s: registry access is not enabled in tally", entry.ImageRegistry.Reference)
+	}
+	return nil, fmt.Errorf("unknown context entry type")
+}
+
+// configMap serves a configMap entry from the watch's cache: the
+// ConfigMap's data and metadata, as Kyverno gives them.
+func (l *Loader) configMap(ctx context.Context, policy string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
+	name, err := variables.SubstituteString(entry.ConfigMap.Name, data)
+	if err != nil {
+		return nil, fmt.Errorf("configMap.name: %w", err)
+	}
+	namespace, err := variables.SubstituteString(entry.ConfigMap.Namespace, data)
+	if err != nil {
+		return nil, fmt.Errorf("configMap.namespace: %w", err)
+	}
+	if namespace == "" {
+		namespace = "default"
+	}
+	key := namespace + "/" + name
+	listed, err := l.watchConfigMaps(policy, key)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-listed:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("configmap %s: ConfigMaps not listed yet: %w", key, ctx.Err())
+	}
+	l.mu.Lock()
+	cm, ok := l.cms[key]
+	l.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("configmap %s not found", key)
+	}
+	return cm, nil
+}
+
+// watchConfigMaps records that a policy reads a ConfigMap, starts the
+// ConfigMap watch if it is not running, and returns the channel closed
+// once it listed them.
+func (l *Loader) watchConfigMaps(policy, key string) (<-chan struct{}, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		return nil, fmt.Errorf("the data loader is not running")
+	}
+	if l.readers[key] == nil {
+		l.readers[key] = map[string]bool{}
+	}
+	l.readers[key][policy] = true
+	if l.source == nil {
+		l.requests.WithLabelValues("list-configmaps").Inc()
+		l.source = watch.Start(l.ctx, l.client, gvrConfigMaps, l)
+	}
+	return l.listed, nil
+}
+
+// view is what a configMap entry reads of a ConfigMap.
+func view(u *unstructured.Unstructured) map[string]any {
+	out := map[string]any{}
+	if d, ok := u.Object["data"]; ok {
+		out["data"] = d
+	}
+	if m, ok := u.Object["metadata"].(map[string]any); ok {
+		meta := maps.Clone(m)
+		delete(meta, "managedFields")
+		out["metadata"] = meta
+	}
+	return out
+}
+
+// Upsert records a ConfigMap (watch.Sink).
+func (l *Loader) Upsert(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+	key := u.GetNamespace() + "/" + u.GetName()
+	v := view(u)
+	l.mu.Lock()
+	old, had := l.cms[key]
+	l.cms[key] = v
+	l.mu.Unlock()
+	if had && sameContent(old, v) {
+		return // a resourceVersion or status change: no policy reads another value
+	}
+	l.changed(key)
+}
+
+// sameContent compares what policies read of a ConfigMap: its data,
+// labels and annotations.
+func sameContent(a, b map[string]any) bool {
+	if !reflect.DeepEqual(a["data"], b["data"]) {
+		return false
+	}
+	am, _ := a["metadata"].(map[string]any)
+	bm, _ := b["metadata"].(map[string]any)
+	return reflect.DeepEqual(am["labels"], bm["labels"]) && reflect.DeepEqual(am["annotations"], bm["annotations"])
+}
+
+// Remove forgets a deleted ConfigMap (watch.Sink).
+func (l *Loader) Remove(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+	key := u.GetNamespace() + "/" + u.GetName()
+	l.mu.Lock()
+	_, had := l.cms[key]
+	delete(l.cms, key)
+	l.mu.Unlock()
+	if had {
+		l.changed(key)
+	}
+}
+
+// Replace forgets the ConfigMaps not in a complete list (watch.Sink).
+func (l *Loader) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	present := make(map[string]bool, len(objs))
+	for _, u := range objs {
+		present[u.GetNamespace()+"/"+u.GetName()] = true
+	}
+	l.mu.Lock()
+	var gone []string
+	for key := range l.cms {
+		if !present[key] {
+			gone = append(gone, key)
+			delete(l.cms, key)
+		}
+	}
+	l.mu.Unlock()
+	for _, key := range gone {
+		l.changed(key)
+	}
+}
+
+// Listed marks the cache complete (watch.Sink).
+func (l *Loader) Listed(schema.GroupVersionResource) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.isListed {
+		l.isListed = true
+		close(l.listed)
+	}
+}
+
+// changed tells OnChange the policies that read a ConfigMap.
+func (l *Loader) changed(key string) {
+	l.mu.Lock()
+	policies := slices.Sorted(maps.Keys(l.readers[key]))
+	listed := l.isListed
+	l.mu.Unlock()
+	if !listed || len(policies) == 0 || l.opts.OnChange == nil {
+		return // the first list is no change: nothing was read before it
+	}
+	l.opts.OnChange(policies)
+}
+
+// Readers returns the policies that read a ConfigMap ("namespace/name").
+func (l *Loader) Readers(key string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.readers[key]))
+}
+
+// apiCall makes a urlPath call (GET, or POST with data), reusing an
+// answer for CallTTL, then applies jmesPath and default.
+func (l *Loader) apiCall(ctx context.Context, call *kyvernov1.ContextAPICall, data map[string]any) (any, error) {
+	path, err := variables.SubstituteString(call.URLPath, data)
+	if err != nil {
+		return nil, fmt.Errorf("apiCall.urlPath: %w", err)
+	}
+	method := call.Method
+	if method == "" {
+		method = "GET"
+	}
+	var body []byte
+	if call.Data != nil && method == "POST" {
+		var raw any
+		if err := json.Unmarshal(call.Data.Raw, &raw); err != nil {
+			return nil, fmt.Errorf("apiCall.data: %w", err)
+		}
+		sub, err := variables.Substitute(raw, data)
+		if err != nil {
+			return nil, fmt.Errorf("apiCall.data: %w", err)
+		}
+		obj := map[string]any{}
+		list, _ := sub.([]any)
+		for _, item := range list {
+			if kv, ok := item.(map[string]any); ok {
+				if k, ok := kv["key"].(string); ok {
+					obj[k] = kv["value"]
+				}
+			}
+		}
+		if body, err = json.Marshal(obj); err != nil {
+			return nil, fmt.Errorf("apiCall.data: %w", err)
+		}
+	}
+	value, err := l.call(ctx, method, path, body)
+	if err == nil && call.JMESPath != "" {
+		expr, serr := variables.SubstituteString(call.JMESPath, data)
+		if serr != nil {
+			return nil, fmt.Errorf("apiCall.jmesPath: %w", serr)
+		}
+		value, err = variables.Query(expr, value)
+		if err != nil {
+			err = fmt.Errorf("apiCall.jmesPath %q: %w", expr, err)
+		}
+	}
+	if (err != nil || value == nil) && call.Default != nil {
+		var def any
+		if derr := json.Unmarshal(call.Default.Raw, &def); derr != nil {
+			return nil, fmt.Errorf("apiCall.default: %w", derr)
+		}
+		return variables.Substitute(def, data)
+	}
+	return value, err
+}
+
+// call makes one API call, or reuses its answer of less than CallTTL ago.
+func (l *Loader) call(ctx context.Context, method, path string, body []byte) (any, error) {
+	key := method + " " + path + " " + string(body)
+	now := l.opts.Clock.Now()
+	l.mu.Lock()
+	e, ok := l.calls[key]
+	l.mu.Unlock()
+	if ok && now.Sub(e.at) < l.opts.CallTTL {
+		return e.value, e.err
+	}
+	l.requests.WithLabelValues("api-call").Inc()
+	req := l.rest.Verb(method).AbsPath(path)
+	if body != nil {
+		req = req.Body(body).SetHeader("Content-Type", "application/json")
+	}
+	var value any
+	raw, err := req.DoRaw(ctx)
+	if err != nil {
+		err = fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w", method, path, err)
+	} else if uerr := json.Unmarshal(raw, &value); uerr != nil {
+		err = fmt.Errorf("failed to fetch data for APICall: %s %s: the answer is not JSON: %w", method, path, uerr)
+	}
+	if ctx.Err() != nil {
+		return value, err // a cut call is not remembered
+	}
+	l.mu.Lock()
+	for k, old := range l.calls { // swept as they expire
+		if now.Sub(old.at) >= l.opts.CallTTL {
+			delete(l.calls, k)
+		}
+	}
+	l.calls[key] = callEntry{at: now, value: value, err: err}
+	l.mu.Unlock()
+	return value, err
+}
