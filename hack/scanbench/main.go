@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/e2e/cluster"
@@ -46,6 +47,7 @@ func main() {
 	namespaces := flag.Int("namespaces", 50, "namespaces to spread them over")
 	corpus := flag.String("corpus", "../shared/corpus", "the corpus holding policy-library/pod-security")
 	flag.StringVar(&policySet, "policy-set", "pod-security", "the policy-library folder of the policies: pod-security (classic), pod-security-cel (validate.cel) or pod-security-vpol (ValidatingPolicies)")
+	flag.BoolVar(&contextPolicies, "context-policies", false, "also install two ClusterPolicies that read the cluster: an apiCall of each Pod's namespace and a ConfigMap")
 	flag.StringVar(&scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
 	flag.IntVar(&workers, "workers", 0, "the scanner's --workers (0: its default)")
 	flag.Parse()
@@ -59,6 +61,8 @@ var (
 	scannerBin string
 	workers    int
 	policySet  string
+	// contextPolicies adds the policies of contextPolicyManifests.
+	contextPolicies bool
 )
 
 func run(pods, namespaces int, corpus string) error {
@@ -94,6 +98,12 @@ func run(pods, namespaces int, corpus string) error {
 		return err
 	}
 	fmt.Printf("installed %d Pod Security Standards policies (%s)\n", len(policies), policySet)
+	if contextPolicies {
+		if err := installContextPolicies(ctx, dyn); err != nil {
+			return err
+		}
+		fmt.Println("installed 2 policies that read the cluster (an apiCall per Pod namespace, a ConfigMap)")
+	}
 
 	bin := scannerBin
 	if bin == "" {
@@ -176,6 +186,10 @@ func run(pods, namespaces int, corpus string) error {
 		fmt.Printf("  CPU during the full scan: %s %.1f s\n", name, cpuAfter[name]-cpuBefore[name])
 	}
 	fmt.Printf("  CPU of the scanner process: %.1f s\n", processCPU(scanner.Process.Pid))
+	if contextPolicies {
+		n, _ := m.Value("tally_data_requests_total")
+		fmt.Printf("  API requests for the data policies read: %.0f (%d namespaces, 1 ConfigMap list)\n", n, namespaces)
+	}
 	if reqAfter, err := reportRequests(ctx, kube); err == nil {
 		for verb, n := range reqAfter {
 			if d := n - reqBefore[verb]; d > 0 {
@@ -463,4 +477,58 @@ func reportRequests(ctx context.Context, kube kubernetes.Interface) (map[string]
 		}
 	}
 	return out, nil
+}
+
+// contextPolicyManifests read the cluster: one apiCall per Pod namespace
+// (the same URL for every Pod of a namespace) and one ConfigMap.
+const contextPolicyManifests = `
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: bench-namespace-known}
+spec:
+  background: true
+  rules:
+  - name: namespace-known
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    context:
+    - name: nsname
+      apiCall: {urlPath: "/api/v1/namespaces/{{ request.namespace }}", jmesPath: "metadata.name"}
+    validate:
+      message: "the namespace {{ request.namespace }} is not known"
+      deny: {conditions: {any: [{key: "{{ nsname }}", operator: NotEquals, value: "{{ request.namespace }}"}]}}
+---
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: bench-allowed-registry}
+spec:
+  background: true
+  rules:
+  - name: allowed-registry
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    context:
+    - name: settings
+      configMap: {name: bench-settings, namespace: default}
+    validate:
+      message: "images must not come from {{ settings.data.denied }}"
+      deny: {conditions: {any: [{key: "{{ request.object.spec.containers[0].image }}", operator: Equals, value: "{{ settings.data.denied }}"}]}}
+`
+
+func installContextPolicies(ctx context.Context, dyn dynamic.Interface) error {
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "bench-settings", "namespace": "default"}, "data": map[string]any{"denied": "evil.example/app:1"}}}
+	if _, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("ConfigMap bench-settings: %w", err)
+	}
+	for _, doc := range strings.Split(contextPolicyManifests, "\n---\n") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			return err
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		gvr := schema.GroupVersionResource{Group: "kyverno.io", Version: "v1", Resource: "clusterpolicies"}
+		if _, err := dyn.Resource(gvr).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("ClusterPolicy %s: %w", u.GetName(), err)
+		}
+	}
+	return nil
 }
