@@ -1,6 +1,10 @@
 package tester
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/tally-dev/tally/engine"
+)
 
 // valueSource serves a test's values for one resource to the engine.
 type valueSource struct {
@@ -84,4 +88,68 @@ func (v *valueSource) ForeachValues(policy, rule string) map[string][]any {
 		return r.ForeachValues
 	}
 	return nil
+}
+
+// ReadValues reads a Values file (cli.kyverno.io Values, as `kyverno apply
+// -f` takes it).
+func ReadValues(path string) (*ValuesSpec, error) {
+	var v ValuesSpec
+	if err := readInto(path, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// ReadUserInfo reads a UserInfo file (`kyverno apply -u`): the requesting
+// user, their roles and cluster roles.
+func ReadUserInfo(path string) (*engine.UserInfo, error) {
+	var u UserInfoSpec
+	if err := readInto(path, &u); err != nil {
+		return nil, err
+	}
+	return &engine.UserInfo{Username: u.UserInfo.Username, UID: u.UserInfo.UID, Groups: u.UserInfo.Groups,
+		Extra: u.UserInfo.Extra, Roles: u.Roles, ClusterRoles: u.ClusterRoles}, nil
+}
+
+// WithGlobalValues returns the values with more global values (--set),
+// which win over the file's.
+func WithGlobalValues(spec *ValuesSpec, set map[string]any) *ValuesSpec {
+	if len(set) == 0 {
+		return spec
+	}
+	return mergeValues(&ValuesSpec{GlobalValues: set}, orEmpty(spec))
+}
+
+func orEmpty(spec *ValuesSpec) *ValuesSpec {
+	if spec == nil {
+		return &ValuesSpec{}
+	}
+	return spec
+}
+
+// ValueSource serves the values of one resource (by name) to the engine.
+func ValueSource(spec *ValuesSpec, resource string) engine.ValueSource {
+	if spec == nil {
+		return nil
+	}
+	return &valueSource{spec: spec, resource: resource}
+}
+
+// NamespaceLabels are the labels the values give namespaces.
+func (v *ValuesSpec) NamespaceLabels(namespace string) map[string]string {
+	if v == nil {
+		return nil
+	}
+	var out map[string]string
+	for _, s := range v.NamespaceSelector {
+		if s.Name == namespace {
+			out = s.Labels
+		}
+	}
+	for _, ns := range v.Namespaces {
+		if ns.Name == namespace {
+			out = ns.Labels
+		}
+	}
+	return out
 }

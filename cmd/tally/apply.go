@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,8 +22,10 @@ type applyOptions struct {
 	policies, resources, exceptions []string
 	policyReport, auditWarn         bool
 	detailed                        bool
-	output                          string
+	output, reportAPI               string
 	warnExitCode                    int
+	valuesFile, userInfo            string
+	set                             []string
 }
 
 func newApplyCommand() *cobra.Command {
@@ -53,9 +56,13 @@ cluster would get instead.`,
 	f.StringSliceVarP(&o.resources, "resource", "r", nil, "resource files or folders, - for standard input (repeatable)")
 	f.StringSliceVarP(&o.exceptions, "exception", "e", nil, "PolicyException files (repeatable)")
 	f.BoolVarP(&o.policyReport, "policy-report", "p", false, "print PolicyReports instead of results")
+	f.StringVar(&o.reportAPI, "report-api", string(report.APIWGPolicy), "API of the reports -p prints: wgpolicyk8s (PolicyReport, ClusterPolicyReport) or openreports (openreports.io Report, ClusterReport)")
 	f.StringVarP(&o.output, "output-format", "o", "table", "output format: table, yaml or json")
 	f.StringVar(&o.output, "output", "table", "alias of --output-format")
 	_ = f.MarkHidden("output")
+	f.StringVarP(&o.valuesFile, "values-file", "f", "", "a Values file (cli.kyverno.io Values): variables, per policy, rule and resource, that the cluster would give")
+	f.StringSliceVarP(&o.set, "set", "s", nil, "global variables, key=value (repeatable, comma-separated)")
+	f.StringVarP(&o.userInfo, "userinfo", "u", "", "a UserInfo file: the requesting user, roles and cluster roles")
 	f.BoolVar(&o.auditWarn, "audit-warn", false, "report failures of Audit rules as warnings")
 	f.IntVar(&o.warnExitCode, "warn-exit-code", 0, "exit code when there are warnings and no failure or error")
 	f.BoolVar(&o.detailed, "detailed-results", false, "list every result, passes included")
@@ -71,6 +78,10 @@ type applied struct {
 
 func runApply(cmd *cobra.Command, o applyOptions) error {
 	stderr := cmd.ErrOrStderr()
+	reportAPI, err := report.ParseAPI(o.reportAPI)
+	if err != nil {
+		return exitError{code: exitCouldNotRun, msg: "--report-api: " + err.Error()}
+	}
 	if len(o.policies) == 0 {
 		return exitError{code: exitCouldNotRun, msg: "no policy given: name policy files or folders as arguments or with --policy"}
 	}
@@ -118,11 +129,22 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 	if len(policies) == 0 || len(resources) == 0 {
 		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("nothing to apply: %d valid policies, %d resources", len(policies), len(resources))}
 	}
+	values, user, err := applyInputs(o)
+	if err != nil {
+		unreadable++
+		fmt.Fprintln(stderr, "error:", err)
+	}
 	var out []applied
 	var summary wgv1alpha2.PolicyReportSummary
 	for _, res := range resources {
 		req := exceptions.Request(res)
 		req.Background = true
+		s := report.SubjectOf(res)
+		req.Values = tester.ValueSource(values, s.Name)
+		req.UserInfo = user
+		if labels := values.NamespaceLabels(s.Namespace); labels != nil {
+			req.NamespaceLabels = labels
+		}
 		ns := report.SubjectOf(res).Namespace
 		for _, p := range policies {
 			rs := p.Evaluate(cmd.Context(), req)
@@ -138,7 +160,7 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		}
 	}
 	if o.policyReport {
-		err = printReports(cmd.OutOrStdout(), o.output, out)
+		err = printReports(cmd.OutOrStdout(), o.output, reportAPI, out)
 	} else {
 		err = printResults(cmd.OutOrStdout(), o.output, out, o.detailed)
 	}
@@ -158,6 +180,38 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		return exitError{code: o.warnExitCode}
 	}
 	return nil
+}
+
+// applyInputs reads the values file, --set and the user info file.
+func applyInputs(o applyOptions) (*tester.ValuesSpec, *engine.UserInfo, error) {
+	var values *tester.ValuesSpec
+	var user *engine.UserInfo
+	var errs []error
+	if o.valuesFile != "" {
+		v, err := tester.ReadValues(o.valuesFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--values-file: %w", err))
+		}
+		values = v
+	}
+	set := map[string]any{}
+	for _, kv := range o.set {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			errs = append(errs, fmt.Errorf("--set %q: want key=value", kv))
+			continue
+		}
+		set[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	values = tester.WithGlobalValues(values, set)
+	if o.userInfo != "" {
+		u, err := tester.ReadUserInfo(o.userInfo)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--userinfo: %w", err))
+		}
+		user = u
+	}
+	return values, user, errors.Join(errs...)
 }
 
 // readStdin reads the resource manifests of standard input.
@@ -209,7 +263,7 @@ func printResults(w io.Writer, format string, out []applied, detailed bool) erro
 	return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output %q (want table, yaml or json)", format)}
 }
 
-func printReports(w io.Writer, format string, out []applied) error {
+func printReports(w io.Writer, format string, api report.API, out []applied) error {
 	now := time.Now()
 	bySubject := map[report.Subject][]wgv1alpha2.PolicyReportResult{}
 	var order []report.Subject
@@ -224,12 +278,11 @@ func printReports(w io.Writer, format string, out []applied) error {
 	}
 	var objs []any
 	for _, s := range order {
-		polr, cpolr := report.Final(s, bySubject[s])
-		if polr != nil {
-			objs = append(objs, polr)
-		} else {
-			objs = append(objs, cpolr)
+		obj, err := report.FinalObject(api, s, bySubject[s])
+		if err != nil {
+			return err
 		}
+		objs = append(objs, obj)
 	}
 	switch format {
 	case "yaml", "table", "":

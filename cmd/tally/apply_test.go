@@ -48,6 +48,49 @@ metadata: {name: lone, namespace: shop}
 spec: {containers: [{name: c, image: nginx}]}
 `
 
+// allowedPolicy reads a ConfigMap a values file (or --set) stands for.
+const allowedPolicy = `apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: allowed-image}
+spec:
+  rules:
+  - name: image
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    context:
+    - name: settings
+      configMap: {name: settings, namespace: default}
+    validate:
+      message: "image must be {{ settings.data.image }}"
+      deny: {conditions: {any: [{key: "{{ request.object.spec.containers[0].image }}", operator: NotEquals, value: "{{ settings.data.image }}"}]}}
+`
+
+const allowedValues = `apiVersion: cli.kyverno.io/v1alpha1
+kind: Values
+globalValues:
+  settings.data.image: nginx
+`
+
+// adminsPolicy passes only for members of the admins group.
+const adminsPolicy = `apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: admins-only}
+spec:
+  background: false
+  rules:
+  - name: admins
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate:
+      message: "only admins"
+      deny: {conditions: {all: [{key: admins, operator: AnyNotIn, value: "{{ request.userInfo.groups }}"}]}}
+`
+
+const userInfo = `apiVersion: cli.kyverno.io/v1alpha1
+kind: UserInfo
+userInfo:
+  username: alice
+  groups: [admins]
+`
+
 // tally apply takes the Kyverno CLI's flags and gives its exit codes: 0
 // when nothing failed, 1 on a fail or error result or unreadable input,
 // --warn-exit-code for warnings alone; bad input is named on stderr.
@@ -56,6 +99,7 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 	files := map[string]string{
 		"good.yaml": goodPolicy, "audit.yaml": auditPolicy, "enforce.yaml": enforcePolicy, "erring.yaml": errorPolicy,
 		"pod.yaml": pod, "lone.yaml": podWithoutTeam, "broken.yaml": "kind: Pod\nmetadata: [\n", "empty.yaml": "",
+		"allowed.yaml": allowedPolicy, "values.yaml": allowedValues, "user.yaml": userInfo, "admins.yaml": adminsPolicy,
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
@@ -129,6 +173,41 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 		"-o json has the report's field names": {
 			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-o", "json"}, code: 0,
 			stdout: []string{`"policy": "require-team"`, `"rule": "team"`, `"result": "pass"`, `"resource": "Pod/shop/web"`},
+		},
+		"-p --report-api openreports prints an openreports.io Report": {
+			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-p", "--report-api", "openreports"}, code: 0,
+			stdout: []string{"apiVersion: openreports.io/v1alpha1", "kind: Report", "policy: require-team"},
+		},
+		"an unknown --report-api exits 1 naming it": {
+			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-p", "--report-api", "polr"}, code: 1,
+			stderr: []string{`report API "polr"`},
+		},
+		"-f gives the variables a cluster would: the policy passes": {
+			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml"), "-f", in("values.yaml")}, code: 0,
+			stdout: []string{"pass: 1, fail: 0"},
+		},
+		"--set gives global variables: the policy fails": {
+			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml"), "--set", "settings.data.image=other"}, code: 1,
+			stdout: []string{"fail: 1"},
+		},
+		"--set wins over the values file": {
+			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml"), "-f", in("values.yaml"), "--set", "settings.data.image=other"}, code: 1,
+			stdout: []string{"fail: 1"},
+		},
+		"a --set without = exits 1 naming it": {
+			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml"), "--set", "novalue"}, code: 1,
+			stderr: []string{`--set "novalue": want key=value`},
+		},
+		"a missing values file exits 1 naming it": {
+			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml"), "-f", in("nothere.yaml")}, code: 1,
+			stderr: []string{"--values-file", "nothere.yaml"},
+		},
+		"-u gives the requesting user": {
+			args: []string{"apply", in("admins.yaml"), "-r", in("pod.yaml"), "-u", in("user.yaml")}, code: 0,
+			stdout: []string{"pass: 1, fail: 0"},
+		},
+		"without -u the policy does not pass": {
+			args: []string{"apply", in("admins.yaml"), "-r", in("pod.yaml")}, code: 1,
 		},
 		"-p prints the PolicyReport": {
 			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-p"}, code: 0,
