@@ -14,10 +14,15 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+# The openreports.io API (tally-merger --report-api openreports): its CRDs are
+# generated from the upstream Go types, pinned in go.mod.
+OPENREPORTS_API := github.com/openreports/reports-api/apis/openreports.io/v1alpha1
+
 ## generate: deepcopy functions and CRD manifests (controller-gen, pinned in go.mod)
 generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=$(OPENREPORTS_API) output:crd:artifacts:config=config/crd/bases
 
 ## verify-generate: fail if the generated files are stale
 verify-generate: generate
@@ -34,10 +39,15 @@ lint:
 controlplane:
 	@bash hack/controlplane/build.sh
 
-## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in
+## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in, and its matrix and lifecycle cases with OpenReports
 test: verify-generate lint fuzz-short
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 -timeout 60m ./...
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-beside-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
+	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -count=1 -timeout 20m ./conformance/ -ginkgo.focus '$(OPENREPORTS_CASES)'
+
+# The matrix and lifecycle cases, run again with the final reports in the
+# openreports.io API (tally-merger --report-api openreports).
+OPENREPORTS_CASES := rules R(07|08|09|10|15|18|19)-
 
 # Fuzz targets, as package:Target. A crash fails the run and leaves the
 # input in the package's testdata/fuzz/<Target>/: fix it and commit the

@@ -1,6 +1,7 @@
 package api
 
 import (
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
@@ -24,6 +25,8 @@ var schemeBuilder = runtime.NewSchemeBuilder(
 	policiesv1.AddToScheme,
 	policiesv1beta1.AddToScheme,
 	policiesv1alpha1.AddToScheme,
+	// Final reports in the OpenReports API (tally-merger --report-api openreports).
+	openreportsv1alpha1.AddToScheme,
 )
 
 // AddToScheme adds every kind of every version in api/ to a scheme.

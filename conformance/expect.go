@@ -411,7 +411,7 @@ func (x *run) checkEvent(ctx context.Context, e EventExpectation) error {
 }
 
 func (x *run) checkCount(ctx context.Context, e CountExpectation) error {
-	list, err := x.dyn.Resource(wgv1alpha2.GroupVersion.WithResource("policyreports")).Namespace(e.Namespace).List(ctx, metav1.ListOptions{})
+	list, err := x.dyn.Resource(x.reportAPI().FinalGVR(e.Namespace)).Namespace(e.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,8 @@ var reportKinds = []schema.GroupVersionResource{
 	{Group: "kyverno.io", Version: "v2", Resource: "clusterbackgroundscanreports"},
 	{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"},
 	{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "clusterpolicyreports"},
+	{Group: "openreports.io", Version: "v1alpha1", Resource: "reports"},
+	{Group: "openreports.io", Version: "v1alpha1", Resource: "clusterreports"},
 }
 
 // ReportCounts counts the report objects of the cluster, by resource (a

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tally-dev/tally/report"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,11 +41,13 @@ import (
 // started as processes against it, and a ValidatingWebhookConfiguration that
 // sends the requests of the cases' namespaces to the bridge on loopback.
 type Local struct {
-	mode    LocalMode
-	cluster *cluster.Cluster
-	kube    kubernetes.Interface
-	dir     string
-	bin     string
+	mode LocalMode
+	// reportAPI is the API the mergers write final reports in.
+	reportAPI report.API
+	cluster   *cluster.Cluster
+	kube      kubernetes.Interface
+	dir       string
+	bin       string
 
 	stopping  atomic.Bool
 	mu        sync.Mutex
@@ -105,11 +109,14 @@ func (l *Local) processes() []string {
 
 // StartLocal starts the cluster and tally in the given mode. dir receives
 // binaries and logs.
-func StartLocal(ctx context.Context, dir string, mode LocalMode) (_ *Local, err error) {
+func StartLocal(ctx context.Context, dir string, mode LocalMode, api report.API) (_ *Local, err error) {
 	if mode == "" {
 		mode = Standalone
 	}
-	l := &Local{mode: mode, dir: dir, procs: map[string]*process{}, ports: map[string]int{}}
+	if api == "" {
+		api = report.APIWGPolicy
+	}
+	l := &Local{mode: mode, dir: dir, reportAPI: api, procs: map[string]*process{}, ports: map[string]int{}}
 	defer func() {
 		if err != nil {
 			_ = l.Stop()
@@ -202,7 +209,7 @@ func (l *Local) args(name string) (binary string, args []string) {
 	if l.mode == BesideKyverno { // as config/overlays/beside-kyverno
 		common = append(common, "--managed-by=kyverno")
 	}
-	return "tally-merger", append(common, "--identity", name)
+	return "tally-merger", append(common, "--identity", name, "--report-api", string(l.reportAPI))
 }
 
 // start starts a process and waits until it answers /healthz.

@@ -6,6 +6,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/tally-dev/tally/report"
+
+	"time"
+
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -13,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"time"
 )
 
 // ProviderFromEnv starts (local) or connects to (kind, kubeconfig) the
@@ -29,7 +32,11 @@ func ProviderFromEnv(ctx context.Context, name string) (Provider, func() error, 
 		if name == "local-beside-kyverno" {
 			mode = BesideKyverno
 		}
-		l, err := StartLocal(ctx, dir, mode)
+		api, err := ReportAPIFromEnv()
+		if err != nil {
+			return nil, nil, err
+		}
+		l, err := StartLocal(ctx, dir, mode, api)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -45,6 +52,17 @@ func ProviderFromEnv(ctx context.Context, name string) (Provider, func() error, 
 		return startKind(ctx)
 	}
 	return nil, nil, fmt.Errorf("%w %q: use local, local-beside-kyverno, kind or kubeconfig", errNoProvider, name)
+}
+
+// ReportAPIFromEnv reads TALLY_CONFORMANCE_REPORT_API: the API the final
+// reports are written in and read from (wgpolicyk8s, the default, or
+// openreports).
+func ReportAPIFromEnv() (report.API, error) {
+	api, err := report.ParseAPI(os.Getenv("TALLY_CONFORMANCE_REPORT_API"))
+	if err != nil {
+		return "", fmt.Errorf("TALLY_CONFORMANCE_REPORT_API: %w", err)
+	}
+	return api, nil
 }
 
 // Deployed is a cluster where the implementation runs as Deployments (tally

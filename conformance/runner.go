@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tally-dev/tally/report"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,8 +26,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-
-	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 )
 
 // CaseLabel marks the namespaces a case creates; a webhook configuration of
@@ -45,6 +45,9 @@ type Runner struct {
 	Settle time.Duration
 	// Logf, if set, receives progress lines.
 	Logf func(format string, args ...any)
+	// ReportAPI is the API final reports are read from
+	// (TALLY_CONFORMANCE_REPORT_API; default wgpolicyk8s).
+	ReportAPI report.API
 
 	dyn      dynamic.Interface
 	kube     kubernetes.Interface
@@ -69,8 +72,12 @@ func NewRunner(p Provider) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
+	api, err := ReportAPIFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	return &Runner{
-		Provider: p, Timeout: 90 * time.Second, Settle: 3 * time.Second,
+		Provider: p, Timeout: 90 * time.Second, Settle: 3 * time.Second, ReportAPI: api,
 		dyn: dyn, kube: kube, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)), warnings: rec,
 	}, nil
 }
@@ -667,6 +674,14 @@ func (x *run) uidOf(ctx context.Context, ref Ref) (types.UID, bool, error) {
 	return u.GetUID(), namespaced, nil
 }
 
+// reportAPI is the API final reports are read from.
+func (x *run) reportAPI() report.API {
+	if x.ReportAPI == "" {
+		return report.APIWGPolicy
+	}
+	return x.ReportAPI
+}
+
 // finalReport returns the PolicyReport or ClusterPolicyReport of a
 // resource, nil if there is none.
 func (x *run) finalReport(ctx context.Context, ref Ref) (*unstructured.Unstructured, error) {
@@ -676,9 +691,9 @@ func (x *run) finalReport(ctx context.Context, ref Ref) (*unstructured.Unstructu
 	}
 	var ri dynamic.ResourceInterface
 	if namespaced && ref.Namespace != "" {
-		ri = x.dyn.Resource(wgv1alpha2.GroupVersion.WithResource("policyreports")).Namespace(ref.Namespace)
+		ri = x.dyn.Resource(x.reportAPI().FinalGVR(ref.Namespace)).Namespace(ref.Namespace)
 	} else {
-		ri = x.dyn.Resource(wgv1alpha2.GroupVersion.WithResource("clusterpolicyreports"))
+		ri = x.dyn.Resource(x.reportAPI().FinalGVR(""))
 	}
 	u, err := ri.Get(ctx, string(uid), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

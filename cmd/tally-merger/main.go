@@ -47,6 +47,7 @@ func main() {
 	flag.DurationVar(&mo.OrphanGrace, "orphan-grace", merge.DefaultOrphanGrace, "check an intermediate report without ownerReference for a deleted resource once it has not changed for this long")
 	flag.DurationVar(&mo.OrphanRecheck, "orphan-recheck", merge.DefaultOrphanRecheck, "check again after this long a resource found alive")
 	flag.StringVar(&mo.ManagedBy, "managed-by", report.ManagedBy, "value of the app.kubernetes.io/managed-by label of the final reports (PolicyReports, ClusterPolicyReports), and the one the merger recognises its own reports by at start-up; beside Kyverno set it to kyverno, which Kyverno's tooling selects reports by (intermediate reports stay labelled tally)")
+	flag.StringVar((*string)(&mo.ReportAPI), "report-api", string(report.APIWGPolicy), "the API of the final reports: wgpolicyk8s (wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport) or openreports (openreports.io/v1alpha1 Report, ClusterReport, as Kyverno 1.15+ can write)")
 	flag.Float64Var(&mo.OrphanQPS, "orphan-qps", merge.DefaultOrphanQPS, "resource reads per second of the orphan check")
 	flag.Parse()
 
@@ -65,6 +66,11 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed strin
 	if err != nil {
 		return err
 	}
+	api, err := report.ParseAPI(string(mo.ReportAPI))
+	if err != nil {
+		return fmt.Errorf("--report-api: %w", err)
+	}
+	mo.ReportAPI = api
 	if errs := validation.IsValidLabelValue(mo.ManagedBy); mo.ManagedBy == "" || len(errs) > 0 {
 		return fmt.Errorf("--managed-by %q is not a label value: %s", mo.ManagedBy, strings.Join(errs, "; "))
 	}

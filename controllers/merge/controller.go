@@ -70,6 +70,9 @@ type Options struct {
 	// at start-up (default report.ManagedBy, "tally"). Beside Kyverno it is
 	// "kyverno", so that Kyverno's tooling finds the reports.
 	ManagedBy string
+	// ReportAPI is the API the final reports are written in (default
+	// wgpolicyk8s.io PolicyReports; openreports.io Reports).
+	ReportAPI report.API
 }
 
 // Merger keeps every resource's final report equal to Merge of its
@@ -136,6 +139,9 @@ func New(client dynamic.Interface, opts Options) *Merger {
 	if opts.ManagedBy == "" {
 		opts.ManagedBy = report.ManagedBy
 	}
+	if opts.ReportAPI == "" {
+		opts.ReportAPI = report.APIWGPolicy
+	}
 	m := &Merger{
 		opts:    opts,
 		client:  client,
@@ -193,7 +199,7 @@ func (m *Merger) Run(ctx context.Context) error {
 	ctx = logr.NewContext(ctx, log)
 	defer m.queue.ShutDown()
 	if m.opts.RESTConfig != nil {
-		raw, err := watch.NewRawClient(m.opts.RESTConfig, wgv1alpha2.GroupVersion)
+		raw, err := watch.NewRawClient(m.opts.RESTConfig, m.opts.ReportAPI.GroupVersion())
 		if err != nil {
 			return fmt.Errorf("final report client: %w", err)
 		}
@@ -296,7 +302,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 		if !hadReport {
 			return nil
 		}
-		gvr := finalGVR(prev.namespace)
+		gvr := m.opts.ReportAPI.FinalGVR(prev.namespace)
 		err := m.client.Resource(gvr).Namespace(prev.namespace).Delete(ctx, uid, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete final report %s/%s: %w", prev.namespace, uid, err)
@@ -307,14 +313,14 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 		m.mu.Unlock()
 		return nil
 	}
-	name, body, digest, err := finalBody(subject, results, m.opts.ManagedBy)
+	name, body, digest, err := finalBody(m.opts.ReportAPI, subject, results, m.opts.ManagedBy)
 	if err != nil {
 		return fmt.Errorf("render final report of %s: %w", uid, err)
 	}
 	if hadReport && prev.digest == digest {
 		return nil
 	}
-	gvr := finalGVR(subject.Namespace)
+	gvr := m.opts.ReportAPI.FinalGVR(subject.Namespace)
 	if err := m.applyFinal(ctx, gvr, subject.Namespace, name, body); err != nil {
 		if reason := watch.Refused(err); reason != "" {
 			// Refused for good (namespace gone or terminating, invalid,
@@ -337,20 +343,14 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	return nil
 }
 
-func finalGVR(namespace string) schema.GroupVersionResource {
-	if namespace == "" {
-		return GVRClusterPolicyReport
-	}
-	return GVRPolicyReport
-}
-
 const seedPageSize = 100
 
 // seed reads the final reports already written, so that unchanged ones are
 // not written again after a restart or failover.
 func (m *Merger) seed(ctx context.Context) error {
 	selector := report.LabelManagedBy + "=" + m.opts.ManagedBy
-	for _, gvr := range []schema.GroupVersionResource{GVRPolicyReport, GVRClusterPolicyReport} {
+	namespaced, cluster := m.opts.ReportAPI.FinalGVRs()
+	for _, gvr := range []schema.GroupVersionResource{namespaced, cluster} {
 		// Small pages: a final report with its managedFields decodes to
 		// tens of KiB, and only its digest is kept.
 		opts := metav1.ListOptions{LabelSelector: selector, Limit: seedPageSize}
@@ -365,7 +365,7 @@ func (m *Merger) seed(ctx context.Context) error {
 					continue // not ours to repair: rewritten on the next change of its resource
 				}
 				s := report.Subject{APIVersion: r.Scope.APIVersion, Kind: r.Scope.Kind, Namespace: r.Scope.Namespace, Name: r.Scope.Name, UID: r.Scope.UID}
-				_, _, d, err := finalBody(s, r.Results, m.opts.ManagedBy)
+				_, _, d, err := finalBody(m.opts.ReportAPI, s, r.Results, m.opts.ManagedBy)
 				if err != nil {
 					continue
 				}

@@ -125,7 +125,7 @@ func TestFinalReportsCarryTheConfiguredManagedBy(t *testing.T) {
 	s := report.Subject{APIVersion: "v1", Kind: "Pod", Namespace: "ns", Name: "p", UID: "uid-1"}
 	results := []wgv1alpha2.PolicyReportResult{res("p", "r", fail, 10)}
 	for _, managedBy := range []string{"tally", "kyverno"} {
-		_, body, _, err := finalBody(s, results, managedBy)
+		_, body, _, err := finalBody(report.APIWGPolicy, s, results, managedBy)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,5 +186,31 @@ func TestStartUpSelectsFinalReportsByTheConfiguredManagedBy(t *testing.T) {
 	}
 	if _, err := client.Resource(GVRPolicyReport).Namespace("ns").Get(ctx, "tally-uid", metav1.GetOptions{}); err != nil {
 		t.Errorf("the report labelled tally, not this merger's, was touched: %v", err)
+	}
+}
+
+func TestFinalReportsInTheOpenReportsAPI(t *testing.T) {
+	results := []wgv1alpha2.PolicyReportResult{{Policy: "p", Rule: "r", Result: "pass", Source: "kyverno"}}
+	for _, tc := range []struct {
+		namespace, kind string
+	}{{"ns", "Report"}, {"", "ClusterReport"}} {
+		s := report.Subject{APIVersion: "v1", Kind: "ConfigMap", Namespace: tc.namespace, Name: "cm", UID: "uid-1"}
+		_, body, _, err := finalBody(report.APIOpenReports, s, results, "tally")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got["apiVersion"] != "openreports.io/v1alpha1" || got["kind"] != tc.kind {
+			t.Errorf("namespace %q: %v/%v, want openreports.io/v1alpha1 %s", tc.namespace, got["apiVersion"], got["kind"], tc.kind)
+		}
+		if res, _ := got["results"].([]any); len(res) != 1 {
+			t.Errorf("results %v, want the one result", got["results"])
+		}
+	}
+	if _, err := report.ParseAPI("policyreports"); err == nil {
+		t.Error("an unknown report API was accepted")
 	}
 }

@@ -38,7 +38,7 @@ type applyMeta struct {
 // finalBody renders the final report of a subject, labelled
 // app.kubernetes.io/managed-by=managedBy, and its digest (what the merger
 // compares to decide whether to write).
-func finalBody(s report.Subject, results []wgv1alpha2.PolicyReportResult, managedBy string) (name string, body []byte, digest uint64, err error) {
+func finalBody(api report.API, s report.Subject, results []wgv1alpha2.PolicyReportResult, managedBy string) (name string, body []byte, digest uint64, err error) {
 	polr, cpolr := report.Final(s, results)
 	var r applyReport
 	if polr != nil {
@@ -46,6 +46,7 @@ func finalBody(s report.Subject, results []wgv1alpha2.PolicyReportResult, manage
 	} else {
 		r = applyReport{APIVersion: cpolr.APIVersion, Kind: cpolr.Kind, Metadata: metaOf(cpolr.ObjectMeta), Scope: cpolr.Scope, Summary: cpolr.Summary, Results: cpolr.Results}
 	}
+	r.APIVersion, r.Kind = api.TypeMeta(s.Namespace)
 	r.Metadata.Labels[report.LabelManagedBy] = managedBy
 	body, err = json.Marshal(&r)
 	if err != nil {

@@ -69,6 +69,8 @@ var AllowedWrites = []WriteGrant{
 	{Group: "reports.kyverno.io", Resource: "clusterephemeralreports", Verbs: []string{"delete"}},
 	{Group: "wgpolicyk8s.io", Resource: "policyreports", Verbs: allWrite},
 	{Group: "wgpolicyk8s.io", Resource: "clusterpolicyreports", Verbs: allWrite},
+	{Group: "openreports.io", Resource: "reports", Verbs: allWrite},
+	{Group: "openreports.io", Resource: "clusterreports", Verbs: allWrite},
 	{Group: "kyverno.io", Resource: "clusterpolicies/status", Verbs: []string{"patch"}},
 	{Group: "kyverno.io", Resource: "policies/status", Verbs: []string{"patch"}},
 	{Group: "policies.kyverno.io", Resource: "validatingpolicies/status", Verbs: []string{"patch"}},
