@@ -5,10 +5,18 @@ GO ?= go
 BIN := bin
 KIND_CLUSTER ?= tally
 CLUSTER_DIR ?= $(CURDIR)/.cluster
+# The release version: the image tag, and the chart's appVersion (which
+# `make chart-version VERSION=...` sets).
+VERSION ?= $(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/tally/Chart.yaml)
+IMAGE ?= ghcr.io/tally-dev/tally
 
-.PHONY: all build test test-unit fuzz fuzz-short generate verify-generate lint controlplane cluster-up cluster-down e2e-kind bench clean
+.PHONY: all help build image chart-version test test-unit fuzz fuzz-short generate verify-generate lint lint-chart controlplane cluster-up cluster-down e2e-kind bench clean
 
 all: build
+
+## help: this list
+help:
+	@awk '/^## / {sub(/^## /, ""); split($$0, a, ": "); printf "  %-16s %s\n", a[1], substr($$0, length(a[1]) + 3)}' $(MAKEFILE_LIST)
 
 ## build: the three binaries into ./bin
 build:
@@ -23,11 +31,31 @@ generate:
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(GO) tool controller-gen crd:allowDangerousTypes=false paths=$(OPENREPORTS_API) output:crd:artifacts:config=config/crd/bases
+	@# The Helm chart reads the same RBAC and CRDs as config/ (copies, checked fresh by verify-generate).
+	rm -rf charts/tally/files && mkdir -p charts/tally/files/rbac charts/tally/files/crd
+	cp config/rbac/service_accounts.yaml config/rbac/scanner_resources.yaml config/rbac/scanner_cluster_role.yaml \
+	   config/rbac/scanner_role.yaml config/rbac/merger_cluster_role.yaml config/rbac/merger_role.yaml charts/tally/files/rbac/
+	cp config/webhook/rbac.yaml charts/tally/files/rbac/webhook.yaml
+	cp config/rbac/ingest-kyverno-reports/cluster_role.yaml charts/tally/files/rbac/ingest_kyverno_reports.yaml
+	cp config/crd/bases/*.yaml charts/tally/files/crd/
 
 ## verify-generate: fail if the generated files are stale
 verify-generate: generate
-	@git diff --exit-code -- api config/crd || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
-	@test -z "$$(git status --porcelain -- api config/crd)" || { echo "untracked generated files: run 'make generate' and commit" >&2; git status --porcelain -- api config/crd >&2; exit 1; }
+	@git diff --exit-code -- api config/crd charts/tally/files || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
+	@test -z "$$(git status --porcelain -- api config/crd charts/tally/files)" || { echo "untracked generated files: run 'make generate' and commit" >&2; git status --porcelain -- api config/crd charts/tally/files >&2; exit 1; }
+
+## image: the container image, tagged $(IMAGE):$(VERSION) (needs Docker)
+image:
+	docker build -t $(IMAGE):$(VERSION) .
+
+## chart-version: set the chart's version and appVersion to VERSION
+chart-version:
+	sed -i -E 's/^version: .*/version: $(patsubst v%,%,$(VERSION))/; s/^appVersion: .*/appVersion: "$(VERSION)"/' charts/tally/Chart.yaml
+
+## lint-chart: helm lint of charts/tally in both modes (helm pinned in go.mod; e2e's TestHelmChart renders it and dry-runs every object on the API server)
+lint-chart:
+	$(GO) tool helm lint --strict charts/tally
+	$(GO) tool helm lint --strict charts/tally --set mode=besideKyverno
 
 ## lint: gofmt, go vet, and go.mod tidy
 lint:
@@ -40,7 +68,7 @@ controlplane:
 	@bash hack/controlplane/build.sh
 
 ## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in, and its matrix and lifecycle cases with OpenReports
-test: verify-generate lint fuzz-short
+test: verify-generate lint lint-chart fuzz-short
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 -timeout 60m ./...
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-beside-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -count=1 -timeout 20m ./conformance/ -ginkgo.focus '$(OPENREPORTS_CASES)'
@@ -84,6 +112,11 @@ fuzz-short:
 ## fuzz: every fuzz target for FUZZTIME (default 2m each)
 fuzz:
 	$(call run-fuzz,$(FUZZTIME))
+
+## bench: every go test benchmark of the hot paths, once each (BENCHTIME, default 1x; compare runs with benchstat); the scan and merge benches against a real API server are hack/scanbench and hack/mergebench (docs/benchmarks.md)
+BENCHTIME ?= 1x
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./engine/... ./memstore/ ./report/ ./controllers/...
 
 ## test-unit: the tests that need no control plane
 test-unit:

@@ -76,6 +76,12 @@ func Deploy(ctx context.Context, cfg *rest.Config, overlayDir string, dryRun boo
 	if err != nil {
 		return err
 	}
+	return DeployObjects(ctx, cfg, objs, dryRun)
+}
+
+// DeployObjects applies rendered objects as Deploy does (CRDs, then
+// Namespaces, then the rest; with dryRun, nothing is stored).
+func DeployObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, dryRun bool) error {
 	a, err := newApplier(cfg)
 	if err != nil {
 		return err
