@@ -25,8 +25,8 @@ func TestEveryCaseLoads(t *testing.T) {
 		}
 		seen[c.Rules[0]] = true
 	}
-	// Every rule has a case named after it, or a README entry saying why not.
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	// Every rule has a case named after it, or a CONTRIBUTING.md entry saying why not.
+	readme, err := os.ReadFile(filepath.Join("..", "CONTRIBUTING.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,24 +36,24 @@ func TestEveryCaseLoads(t *testing.T) {
 		}
 		row := regexp.MustCompile(`(?m)^\| ` + r.ID + ` \|.*\|\s*$`).Find(readme)
 		if row == nil || !strings.Contains(string(row), "difference") && !strings.Contains(string(row), "integration test") {
-			t.Errorf("%s has no case named after it and no README entry explaining why", r.ID)
+			t.Errorf("%s has no case named after it and no CONTRIBUTING.md entry explaining why", r.ID)
 		}
 	}
 }
 
-// The README's rule table names the cases that exist, and every case.
+// CONTRIBUTING.md's rule table names the cases that exist, and every case.
 func TestReadmeTableNamesTheCases(t *testing.T) {
 	cases, err := Load(Cases, "cases")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "CONTRIBUTING.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
 		if !strings.Contains(string(readme), "`"+c.Name+"`") {
-			t.Errorf("README's rule table does not name case %s", c.Name)
+			t.Errorf("CONTRIBUTING.md's rule table does not name case %s", c.Name)
 		}
 	}
 }
