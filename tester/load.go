@@ -119,7 +119,13 @@ func DecodeDocuments(file string, data []byte) ([]Document, error) {
 	return docs, nil
 }
 
-// yamlFiles lists a file, or the YAML files of a folder (not recursive).
+// IsManifest reports whether a file name is a manifest's: .yaml, .yml or
+// .json (JSON is YAML; a file of one object, or of a List).
+func IsManifest(name string) bool {
+	return strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || strings.HasSuffix(name, ".json")
+}
+
+// yamlFiles lists a file, or the manifest files of a folder (not recursive).
 func yamlFiles(path string) ([]string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -134,7 +140,7 @@ func yamlFiles(path string) ([]string, error) {
 	}
 	var out []string
 	for _, e := range entries {
-		if !e.IsDir() && (strings.HasSuffix(e.Name(), ".yaml") || strings.HasSuffix(e.Name(), ".yml")) {
+		if !e.IsDir() && IsManifest(e.Name()) {
 			out = append(out, filepath.Join(path, e.Name()))
 		}
 	}

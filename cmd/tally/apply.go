@@ -214,6 +214,14 @@ func applyInputs(o applyOptions) (*tester.ValuesSpec, *engine.UserInfo, error) {
 	return values, user, errors.Join(errs...)
 }
 
+// reportList is the List -o yaml and -o json print reports in.
+func reportList(objs []any) map[string]any {
+	if objs == nil {
+		objs = []any{}
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "List", "items": objs}
+}
+
 // readStdin reads the resource manifests of standard input.
 func readStdin(r io.Reader) ([]tester.Document, error) {
 	data, err := io.ReadAll(r)
@@ -286,17 +294,9 @@ func printReports(w io.Writer, format string, api report.API, out []applied) err
 	}
 	switch format {
 	case "yaml", "table", "":
-		for i, o := range objs {
-			if i > 0 {
-				fmt.Fprintln(w, "---")
-			}
-			if err := encode(w, "yaml", o); err != nil {
-				return err
-			}
-		}
-		return nil
+		return encode(w, "yaml", reportList(objs))
 	case "json":
-		return encode(w, "json", map[string]any{"apiVersion": "v1", "kind": "List", "items": objs})
+		return encode(w, "json", reportList(objs))
 	}
 	return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output %q (want yaml or json)", format)}
 }

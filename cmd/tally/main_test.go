@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 func TestScanShippedSamples(t *testing.T) {
@@ -73,5 +75,36 @@ func TestConformanceStopsWhenTheClusterDoesNotAnswer(t *testing.T) {
 	}
 	if out.Len() != 0 {
 		t.Errorf("stdout = %q, want nothing: no case ran", out.String())
+	}
+}
+
+// -o yaml and -o json print the same List; JSON manifests are read as YAML ones.
+func TestScanOutputsOneListAndReadsJSON(t *testing.T) {
+	dir := t.TempDir()
+	for name, data := range map[string]string{
+		"policy.yaml": goodPolicy,
+		"pod.json":    `{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop", "labels": {"team": "a"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lists := map[string]map[string]any{}
+	for _, format := range []string{"yaml", "json"} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"scan", dir, "-o", format}, &out, &errOut); code != exitOK {
+			t.Fatalf("-o %s: exit %d: %s", format, code, errOut.String())
+		}
+		var list map[string]any
+		if err := sigsyaml.Unmarshal(out.Bytes(), &list); err != nil {
+			t.Fatalf("-o %s: %v", format, err)
+		}
+		lists[format] = list
+	}
+	for format, list := range lists {
+		items, _ := list["items"].([]any)
+		if list["kind"] != "List" || len(items) != 1 {
+			t.Errorf("-o %s: %v, want a List of the one report (of the JSON Pod)", format, list["kind"])
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/report"
 	"github.com/tally-dev/tally/tester"
 )
 
@@ -108,7 +109,9 @@ read; -n NAMESPACE reads that namespace's PolicyReports only.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.format, "format", "csv", "output format: csv, json (an array) or jsonl (one object a line)")
+	f.StringVarP(&o.format, "output", "o", "csv", "output format: csv, json (an array) or jsonl (one object a line)")
+	f.StringVar(&o.format, "format", "csv", "alias of --output")
+	_ = f.MarkHidden("format")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "read only this namespace's PolicyReports")
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "read every namespace and the ClusterPolicyReports (the default)")
@@ -299,7 +302,7 @@ func readReportFiles(path string) ([]map[string]any, error) {
 			files = append(files, p)
 			return nil
 		}
-		if ext := filepath.Ext(p); !d.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
+		if !d.IsDir() && tester.IsManifest(p) {
 			files = append(files, p)
 		}
 		return nil
@@ -317,7 +320,9 @@ func readReportFiles(path string) ([]map[string]any, error) {
 		for _, d := range docs {
 			kind, _ := d.Object["kind"].(string)
 			apiVersion, _ := d.Object["apiVersion"].(string)
-			if (kind == "PolicyReport" || kind == "ClusterPolicyReport") && strings.HasPrefix(apiVersion, wgv1alpha2.GroupVersion.Group+"/") {
+			wg := (kind == "PolicyReport" || kind == "ClusterPolicyReport") && strings.HasPrefix(apiVersion, wgv1alpha2.GroupVersion.Group+"/")
+			or := (kind == "Report" || kind == "ClusterReport") && strings.HasPrefix(apiVersion, report.OpenReportsGroupVersion.Group+"/")
+			if wg || or {
 				out = append(out, d.Object)
 			}
 		}

@@ -56,7 +56,7 @@ func readScanInput(paths []string, stderr io.Writer) (*scanInput, error) {
 			if err != nil {
 				return err
 			}
-			if !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			if !d.IsDir() && tester.IsManifest(path) {
 				files = append(files, path)
 			}
 			return nil
@@ -184,18 +184,9 @@ func scan(cmd *cobra.Command, in *scanInput, output string) error {
 		}
 		_, err := fmt.Fprintf(w, "%d reports\n", len(rows))
 		return err
-	case "yaml":
-		for i, o := range objs {
-			if i > 0 {
-				fmt.Fprintln(w, "---")
-			}
-			if err := encode(w, "yaml", o); err != nil {
-				return err
-			}
-		}
-		return nil
-	case "json":
-		return encode(w, "json", map[string]any{"apiVersion": "v1", "kind": "List", "items": objs})
+	case "yaml", "json":
+		// The same List in either format, as kubectl prints several objects.
+		return encode(w, output, reportList(objs))
 	}
 	return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output %q (want table, yaml or json)", output)}
 }
