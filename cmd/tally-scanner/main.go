@@ -73,7 +73,7 @@ func main() {
 	flag.StringVar(&o.webhook.clientCA, "webhook-client-ca", "", "PEM file of CAs: the webhook then requires a client certificate signed by one (configure the API server to present one: see README)")
 	flag.BoolVar(&o.webhook.manageRules, "webhook-rules-from-policies", true, "keep the rules of --webhook-configuration's webhooks to the kinds the admission policies match (CREATE and UPDATE), plus kyverno.io policies; false leaves the rules as deployed")
 	flag.BoolVar(&o.webhook.ingest, "ingest-kyverno-reports", false, "fold the admission reports of a Kyverno admission controller running beside tally (EphemeralReports of Kyverno 1.13+, AdmissionReports of 1.10-1.12) into tally's, and delete them; works with or without tally's own webhook")
-	flag.Parse()
+	process.ParseFlags("tally-scanner", "tally-scanner scans the cluster's resources against Kyverno policies in the background and serves the admission\nbridge, writing one AdmissionReport or BackgroundScanReport per resource.", flag.CommandLine, os.Args[1:])
 
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -167,4 +169,28 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Regis
 		runErr = errors.New("lost the leader Lease")
 	}
 	return runErr
+}
+
+// ParseFlags parses a daemon's command line with the flag library and help
+// style of the tally CLI (spf13/pflag, as cobra uses): --flag value or
+// --flag=value, -h/--help printing the description and the flags. The flags
+// are declared on fs (the standard library's, as Bind declares them). It
+// exits 0 after --help and 2 on a bad flag, naming it.
+func ParseFlags(name, description string, fs *flag.FlagSet, args []string) {
+	pfs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	pfs.AddGoFlagSet(fs)
+	pfs.SortFlags = true
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", description, name, pfs.FlagUsages())
+	}
+	pfs.Usage = func() { usage(os.Stderr) }
+	pfs.SetOutput(io.Discard) // errors are printed below, once
+	if err := pfs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			usage(os.Stdout)
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "Error: %v\nRun '%s --help' for usage.\n", err, name)
+		os.Exit(2)
+	}
 }
