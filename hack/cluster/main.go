@@ -82,7 +82,21 @@ func up(dir string) error {
 	deadline := time.After(3 * time.Minute)
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
-			fmt.Printf("cluster is up. export KUBECONFIG=%s  (tests: export E2E_KUBECONFIG=%s)\n", filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "kubeconfig"))
+			kc := filepath.Join(dir, "kubeconfig")
+			fmt.Printf("cluster is up. export KUBECONFIG=%s  (tests: export E2E_KUBECONFIG=%s)\n", kc, kc)
+			fmt.Printf(`
+It is a control plane without nodes: Pods are stored but never run, which is
+all tally needs (it reads and reports; the CRDs are installed). Run tally's
+processes against it by hand, each in its own terminal:
+
+  kubectl --kubeconfig %[1]s create namespace tally-system
+  go run ./cmd/tally-scanner --kubeconfig %[1]s --namespace tally-system --leader-elect=false --webhook-listen=
+  go run ./cmd/tally-merger  --kubeconfig %[1]s --namespace tally-system --leader-elect=false --listen=:8081
+
+then create policies and resources (kubectl apply -f config/samples/policies -f config/samples/resources
+after creating their namespaces) and read the reports: kubectl get polr -A.
+(--webhook-listen= leaves the admission webhook off: the API server would need to reach it.)
+`, kc)
 			return nil
 		}
 		select {
