@@ -130,7 +130,7 @@ func (p *Program) compile(name, text string, want ...*celgo.Type) *expression {
 		e.err = fmt.Errorf("cel environment: %w", err)
 		return e
 	}
-	ast, issues := env.Compile(text)
+	ast, issues := compileCompat(env, text)
 	if issues != nil && issues.Err() != nil {
 		e.err = errors.New("compilation failed: " + issues.String())
 		return e
