@@ -108,3 +108,18 @@ func TestScanOutputsOneListAndReadsJSON(t *testing.T) {
 		}
 	}
 }
+
+// One report is "1 report", not "1 reports".
+func TestScanCountsInEnglish(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(goodPolicy+"---\n"+pod), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"scan", dir}, &out, &errOut); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.HasSuffix(out.String(), "\n1 report\n") {
+		t.Errorf("output %q does not end with 1 report", out.String())
+	}
+}

@@ -182,7 +182,11 @@ func scan(cmd *cobra.Command, in *scanInput, output string) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		_, err := fmt.Fprintf(w, "%d reports\n", len(rows))
+		noun := "reports"
+		if len(rows) == 1 {
+			noun = "report"
+		}
+		_, err := fmt.Fprintf(w, "%d %s\n", len(rows), noun)
 		return err
 	case "yaml", "json":
 		// The same List in either format, as kubectl prints several objects.
