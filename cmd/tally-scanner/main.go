@@ -117,7 +117,8 @@ func run(ctx context.Context, o options) error {
 	var scanner *scan.Scanner
 	// The data policies read: a change rescans the policies that read it.
 	loader := data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg,
-		OnChange: func(policies []string) { scanner.RescanPolicies(policies) }})
+		OnChange:    func(policies []string) { scanner.RescanPolicies(policies) },
+		OnForbidden: func(policy string, err error) { scanner.DataForbidden(policy, err) }})
 	scanner = scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
 		Workers: o.workers, Interval: o.interval, EvalTimeout: o.evalTimeout, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
 		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -44,6 +45,11 @@ type Options struct {
 	// OnChange is told the policies (by key) that read a ConfigMap that
 	// was created, changed or deleted.
 	OnChange func(policies []string)
+	// OnForbidden is told when a policy's data read is refused by RBAC
+	// (what tally's service account may not read): the scanner records it
+	// as an Event on the policy. Called at most once per policy and call
+	// per CallTTL (answers are reused).
+	OnForbidden func(policy string, err error)
 	// CallTTL is how long an apiCall answer is reused (DefaultCallTTL).
 	CallTTL  time.Duration
 	Clock    clock.PassiveClock
@@ -130,7 +136,7 @@ func (l *Loader) Load(ctx context.Context, policy string, entry kyvernov1.Contex
 	case entry.APICall != nil && entry.APICall.Service != nil:
 		return nil, fmt.Errorf("apiCall.service: calls to services are not made by tally yet")
 	case entry.APICall != nil:
-		return l.apiCall(ctx, entry.APICall, data)
+		return l.apiCall(ctx, policy, entry.APICall, data)
 	case entry.GlobalReference != nil:
 		return nil, fmt.Errorf("globalReference %s: GlobalContextEntries are not loaded by tally yet", entry.GlobalReference.Name)
 	case entry.ImageRegistry != nil:
@@ -294,7 +300,7 @@ func (l *Loader) Readers(key string) []string {
 
 // apiCall makes a urlPath call (GET, or POST with data), reusing an
 // answer for CallTTL, then applies jmesPath and default.
-func (l *Loader) apiCall(ctx context.Context, call *kyvernov1.ContextAPICall, data map[string]any) (any, error) {
+func (l *Loader) apiCall(ctx context.Context, policy string, call *kyvernov1.ContextAPICall, data map[string]any) (any, error) {
 	path, err := variables.SubstituteString(call.URLPath, data)
 	if err != nil {
 		return nil, fmt.Errorf("apiCall.urlPath: %w", err)
@@ -326,7 +332,7 @@ func (l *Loader) apiCall(ctx context.Context, call *kyvernov1.ContextAPICall, da
 			return nil, fmt.Errorf("apiCall.data: %w", err)
 		}
 	}
-	value, err := l.call(ctx, method, path, body)
+	value, err := l.call(ctx, policy, method, path, body)
 	if err == nil && call.JMESPath != "" {
 		expr, serr := variables.SubstituteString(call.JMESPath, data)
 		if serr != nil {
@@ -348,7 +354,7 @@ func (l *Loader) apiCall(ctx context.Context, call *kyvernov1.ContextAPICall, da
 }
 
 // call makes one API call, or reuses its answer of less than CallTTL ago.
-func (l *Loader) call(ctx context.Context, method, path string, body []byte) (any, error) {
+func (l *Loader) call(ctx context.Context, policy, method, path string, body []byte) (any, error) {
 	key := method + " " + path + " " + string(body)
 	now := l.opts.Clock.Now()
 	l.mu.Lock()
@@ -364,7 +370,12 @@ func (l *Loader) call(ctx context.Context, method, path string, body []byte) (an
 	}
 	var value any
 	raw, err := req.DoRaw(ctx)
-	if err != nil {
+	if apierrors.IsForbidden(err) {
+		err = fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w (grant tally-scanner read access to it: RBAC aggregated into tally-scanner-resources)", method, path, err)
+		if l.opts.OnForbidden != nil {
+			l.opts.OnForbidden(policy, err)
+		}
+	} else if err != nil {
 		err = fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w", method, path, err)
 	} else if uerr := json.Unmarshal(raw, &value); uerr != nil {
 		err = fmt.Errorf("failed to fetch data for APICall: %s %s: the answer is not JSON: %w", method, path, uerr)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/tally-dev/tally/controllers/watch"
 
 	"github.com/go-logr/logr"
@@ -235,6 +237,16 @@ func (k *keyedMutex) lock(key string) func() {
 	m := &k.stripes[h%uint32(len(k.stripes))]
 	m.Lock()
 	return m.Unlock
+}
+
+// DataForbidden records, as a Warning Event on the policy, that a read of
+// the data it needs was refused (R39).
+func (s *Scanner) DataForbidden(key string, err error) {
+	tp := s.policies.get(key)
+	if tp == nil || tp.object == nil || s.opts.Recorder == nil {
+		return
+	}
+	s.opts.Recorder.Eventf(tp.object, corev1.EventTypeWarning, "DataForbidden", "tally cannot read data the policy needs: %v", err)
 }
 
 // RescanPolicies queues every resource the policies (by key: "name", or
