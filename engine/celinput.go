@@ -15,7 +15,7 @@ func (req *Request) celInput() *cel.Input {
 	if c.cel != nil {
 		return c.cel
 	}
-	in := &cel.Input{}
+	in := &cel.Input{Data: req.Data}
 	var obj, old map[string]any
 	if req.Object != nil {
 		obj, _ = cel.Normalize(req.Object).(map[string]any)

@@ -49,6 +49,9 @@ type Request struct {
 	CELExceptions []*CELException
 	// Params serves the params of ValidatingAdmissionPolicy bindings.
 	Params ParamSource
+	// Data serves the cluster reads of CEL policies (Kyverno's resource
+	// library); nil offline.
+	Data   cel.ClusterData
 	Values ValueSource
 	Loader ContextLoader
 

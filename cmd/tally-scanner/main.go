@@ -127,6 +127,7 @@ func run(ctx context.Context, o options) error {
 		ResultRecorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: scan.ResultEventSource}),
 		SuccessEvents:  o.successEvents,
 		Loader:         loader,
+		Data:           loader,
 	})
 	rescan := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -169,7 +170,7 @@ func run(ctx context.Context, o options) error {
 			SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
 			WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
 			ManageRules: o.webhook.manageRules, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,
-			Loader: loader,
+			Loader: loader, Data: loader,
 		})
 		o.ReadyChecks = append(o.ReadyChecks, func() string {
 			if !bridge.Serving() {

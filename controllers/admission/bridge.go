@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tally-dev/tally/engine/cel"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -77,6 +79,8 @@ type Options struct {
 	WriteWorkers int
 	// Loader resolves context entries that read the cluster (nil: none).
 	Loader engine.ContextLoader
+	// Data serves the cluster reads of CEL policies (nil: none).
+	Data cel.ClusterData
 	// CAValidity and CertValidity of generated certificates (defaults 3y, 1y);
 	// CertCheckInterval is how often they are checked (default 1m).
 	CAValidity, CertValidity, CertCheckInterval time.Duration

@@ -212,6 +212,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		Object: obj, OldObject: old, Operation: string(req.Operation), Subresource: req.SubResource,
 		UserInfo: userInfoOf(req.UserInfo), NamespaceLabels: nsLabels, Exceptions: snap.exceptions,
 		Loader:   b.opts.Loader,
+		Data:     b.opts.Data,
 		Resource: schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
 	}
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -34,6 +35,7 @@ import (
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/variables"
 )
 
@@ -104,7 +106,7 @@ func New(client dynamic.Interface, raw rest.Interface, opts Options) *Loader {
 		cms: map[string]map[string]any{}, readers: map[string]map[string]bool{}, calls: map[string]callEntry{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_data_requests_total",
-			Help: "Requests to the API server for data policies read: kind is list-configmaps (the ConfigMap watch's lists) or api-call.",
+			Help: "Requests to the API server for data policies read: kind is list-configmaps (the ConfigMap watch's lists), api-call, or resource (the resource library of CEL policies).",
 		}, []string{"kind"}),
 	}
 	if opts.Registry != nil {
@@ -392,4 +394,80 @@ func (l *Loader) call(ctx context.Context, policy, method, path string, body []b
 	l.calls[key] = callEntry{at: now, value: value, err: err}
 	l.mu.Unlock()
 	return value, err
+}
+
+var _ cel.ClusterData = (*Loader)(nil)
+
+// GetResource serves resource.Get of CEL policies: one object, read from
+// the API server, each answer reused for CallTTL.
+func (l *Loader) GetResource(ctx context.Context, apiVersion, resource, namespace, name string) (map[string]any, error) {
+	gvr, err := gvrOf(apiVersion, resource)
+	if err != nil {
+		return nil, err
+	}
+	return l.cachedObject(ctx, "get "+gvr.String()+" "+namespace+"/"+name, func() (map[string]any, error) {
+		ri := l.client.Resource(gvr)
+		var r dynamic.ResourceInterface = ri
+		if namespace != "" {
+			r = ri.Namespace(namespace)
+		}
+		u, err := r.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return u.Object, nil
+	})
+}
+
+// ListResources serves resource.List of CEL policies: a list object.
+func (l *Loader) ListResources(ctx context.Context, apiVersion, resource, namespace string) (map[string]any, error) {
+	gvr, err := gvrOf(apiVersion, resource)
+	if err != nil {
+		return nil, err
+	}
+	return l.cachedObject(ctx, "list "+gvr.String()+" "+namespace, func() (map[string]any, error) {
+		ri := l.client.Resource(gvr)
+		var r dynamic.ResourceInterface = ri
+		if namespace != "" {
+			r = ri.Namespace(namespace)
+		}
+		list, err := r.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return list.UnstructuredContent(), nil
+	})
+}
+
+func gvrOf(apiVersion, resource string) (schema.GroupVersionResource, error) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("apiVersion %q: %w", apiVersion, err)
+	}
+	if resource == "" {
+		return schema.GroupVersionResource{}, fmt.Errorf("no resource given")
+	}
+	return gv.WithResource(resource), nil
+}
+
+// cachedObject reads through the call cache: an answer (or error) is
+// reused for CallTTL.
+func (l *Loader) cachedObject(ctx context.Context, key string, read func() (map[string]any, error)) (map[string]any, error) {
+	now := l.opts.Clock.Now()
+	l.mu.Lock()
+	e, ok := l.calls[key]
+	l.mu.Unlock()
+	if ok && now.Sub(e.at) < l.opts.CallTTL {
+		obj, _ := e.value.(map[string]any)
+		return obj, e.err
+	}
+	l.requests.WithLabelValues("resource").Inc()
+	obj, err := read()
+	if ctx.Err() != nil {
+		return obj, err
+	}
+	l.mu.Lock()
+	l.calls[key] = callEntry{at: now, value: obj, err: err}
+	l.mu.Unlock()
+	return obj, err
 }

@@ -21,6 +21,7 @@ import (
 
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/controllers/watch"
 )
@@ -161,3 +162,36 @@ func TestAPICallsAreMadeOncePerURLAndTTL(t *testing.T) {
 }
 
 func yamlUnmarshal(s string, v any) error { return sigsyaml.Unmarshal([]byte(s), v) }
+
+// The resource library of CEL policies reads through the dynamic client,
+// each distinct read once per CallTTL; a missing object is an error.
+func TestResourceReads(t *testing.T) {
+	l, _, clk := running(t, nil, configMap("ns", "settings", map[string]any{"team": "a"}))
+	ctx := context.Background()
+	for range 3 {
+		obj, err := l.GetResource(ctx, "v1", "configmaps", "ns", "settings")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obj["data"].(map[string]any)["team"] != "a" {
+			t.Fatalf("object %v", obj)
+		}
+	}
+	list, err := l.ListResources(ctx, "v1", "configmaps", "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if items, _ := list["items"].([]any); len(items) != 1 {
+		t.Errorf("list %v, want one item", list)
+	}
+	if n := testutil.ToFloat64(l.requests.WithLabelValues("resource")); n != 2 {
+		t.Errorf("%v reads for 3 gets and a list, want 2", n)
+	}
+	clk.Step(DefaultCallTTL)
+	if _, err := l.GetResource(ctx, "v1", "configmaps", "ns", "gone"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("a missing object: %v, want not found", err)
+	}
+	if _, err := l.GetResource(ctx, "a/b/c", "configmaps", "ns", "x"); err == nil || !strings.Contains(err.Error(), `apiVersion "a/b/c"`) {
+		t.Errorf("a bad apiVersion: %v, want it named", err)
+	}
+}

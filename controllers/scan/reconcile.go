@@ -47,7 +47,7 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 		return err
 	}
 	policies := s.policies.active()
-	req := &engine.Request{Object: obj, Background: true, Params: s.params, Loader: s.opts.Loader}
+	req := &engine.Request{Object: obj, Background: true, Params: s.params, Loader: s.opts.Loader, Data: s.opts.Data}
 	if res.Namespace != "" {
 		if ns, _ := r.Namespace(res.Namespace); ns != nil {
 			req.NamespaceLabels = ns.Labels

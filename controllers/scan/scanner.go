@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tally-dev/tally/engine/cel"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tally-dev/tally/controllers/watch"
@@ -67,6 +69,9 @@ type Options struct {
 	// Loader loads the cluster data context entries read (nil: none, they
 	// are errors).
 	Loader engine.ContextLoader
+	// Data serves the cluster reads of CEL policies (nil: none, they are
+	// errors).
+	Data cel.ClusterData
 	// NoPolicyStatus leaves the policies' status alone (beside a Kyverno
 	// that writes it); by default tally keeps their Ready condition.
 	NoPolicyStatus bool

@@ -24,6 +24,8 @@ type Input struct {
 	// Namespace is namespaceObject: nil for cluster-scoped resources.
 	Namespace map[string]any
 	Params    any
+	// Data serves the `resource` library (ModeKyverno); nil offline.
+	Data ClusterData
 	// AllowedImages and AllowedValues are `exceptions.allowedImages` and
 	// `exceptions.allowedValues` (ModeKyverno).
 	AllowedImages, AllowedValues []string
@@ -140,6 +142,8 @@ type activation struct {
 	object, oldObject, request, namespace, params any
 	exceptions                                    any
 	variables                                     *lazy.MapValue
+	data                                          ClusterData
+	mode                                          Mode
 	budget                                        int64
 }
 
@@ -150,6 +154,8 @@ func (p *Program) activation(ctx context.Context, in *Input) *activation {
 		oldObject: in.OldObject,
 		request:   in.Request,
 		params:    in.Params,
+		data:      in.Data,
+		mode:      p.mode,
 		budget:    celconfig.RuntimeCELCostBudget,
 	}
 	if in.Namespace != nil {
@@ -229,6 +235,8 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return a.variables, true
 	case varExceptions:
 		return a.exceptions, a.exceptions != nil
+	case varResource:
+		return resourceLib{ctx: a.ctx, data: a.data}, a.mode == ModeKyverno
 	}
 	return nil, false
 }

@@ -152,7 +152,7 @@ func TestEvaluate(t *testing.T) {
 			spec: Spec{Mode: ModeKyverno, Validations: validations("resource.Get('v1', 'configmaps', 'ns', 'x') != null")},
 			in:   Input{Object: Normalize(pod(1, nil))},
 			check: func(t *testing.T, o Outcome) {
-				if o.Failed != 0 || o.Err == nil || !strings.Contains(o.Err.Error(), "resource.get") {
+				if o.Failed != 0 || o.Err == nil || !strings.Contains(o.Err.Error(), "resource.Get(v1, configmaps, ns, x)") {
 					t.Fatalf("got %+v", o)
 				}
 			},

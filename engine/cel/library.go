@@ -52,6 +52,7 @@ func kyvernoLibraries() []celgo.EnvOption {
 		both("hash", h.name, unary(celgo.StringType, celgo.StringType, fn))
 	}
 	opts = append(opts, imageLibrary()...)
+	opts = append(opts, resourceLibrary()...)
 	opts = append(opts, timeLibrary()...)
 	opts = append(opts, celgo.Function("math.round", celgo.Overload("math_round_double_int", []*celgo.Type{celgo.DoubleType, celgo.IntType}, celgo.DoubleType,
 		celgo.BinaryBinding(roundTo))))
@@ -61,9 +62,7 @@ func kyvernoLibraries() []celgo.EnvOption {
 		ns, name string
 		arities  []int
 	}{
-		{"resource", "get", []int{2, 3, 4}},
-		{"resource", "list", []int{1, 2, 3, 4}},
-		{"resource", "post", []int{3, 4}},
+		// resource.get and resource.list are resourceLibrary's.
 		{"http", "get", []int{1, 2}},
 		{"http", "post", []int{2, 3}},
 		{"globalContext", "get", []int{1, 2}},

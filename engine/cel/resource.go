@@ -1,0 +1,93 @@
+package cel
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+
+	celgo "github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+)
+
+// ClusterData serves Kyverno's `resource` library to ValidatingPolicies:
+// objects of the cluster, read by apiVersion, resource (plural), namespace
+// ("" for a cluster-scoped kind) and name. In a cluster it is the data
+// loader's (its caches and RBAC); offline there is none and the calls are
+// errors naming themselves.
+type ClusterData interface {
+	GetResource(ctx context.Context, apiVersion, resource, namespace, name string) (map[string]any, error)
+	// ListResources returns a list object ({"items": [...]}).
+	ListResources(ctx context.Context, apiVersion, resource, namespace string) (map[string]any, error)
+}
+
+// varResource is the variable Kyverno's resource library is called on.
+const varResource = "resource"
+
+var resourceLibType = types.NewOpaqueType("kyverno.resource")
+
+// resourceLib is the value of `resource` in one evaluation.
+type resourceLib struct {
+	ctx  context.Context
+	data ClusterData
+}
+
+func (r resourceLib) ConvertToNative(t reflect.Type) (any, error) {
+	return nil, fmt.Errorf("%s cannot be converted to %v", resourceLibType, t)
+}
+func (r resourceLib) ConvertToType(t ref.Type) ref.Val {
+	return types.NewErr("type conversion error from %s to %s", resourceLibType, t)
+}
+func (r resourceLib) Equal(other ref.Val) ref.Val { return types.Bool(false) }
+func (r resourceLib) Type() ref.Type              { return resourceLibType }
+func (r resourceLib) Value() any                  { return r }
+
+// resourceLibrary declares `resource` and its Get and List members (each
+// spelled both ways, as Kyverno's).
+func resourceLibrary() []celgo.EnvOption {
+	opts := []celgo.EnvOption{celgo.Variable(varResource, resourceLibType)}
+	str := celgo.StringType
+	for _, name := range []string{"get", "Get"} {
+		opts = append(opts, celgo.Function(name, celgo.MemberOverload("resource_"+name+"_4", []*celgo.Type{resourceLibType, str, str, str, str}, celgo.DynType,
+			celgo.FunctionBinding(func(args ...ref.Val) ref.Val {
+				return resourceCall("resource."+name, args, func(r resourceLib, s []string) (map[string]any, error) {
+					return r.data.GetResource(r.ctx, s[0], s[1], s[2], s[3])
+				})
+			}))))
+	}
+	for _, name := range []string{"list", "List"} {
+		opts = append(opts, celgo.Function(name, celgo.MemberOverload("resource_"+name+"_3", []*celgo.Type{resourceLibType, str, str, str}, celgo.DynType,
+			celgo.FunctionBinding(func(args ...ref.Val) ref.Val {
+				return resourceCall("resource."+name, args, func(r resourceLib, s []string) (map[string]any, error) {
+					return r.data.ListResources(r.ctx, s[0], s[1], s[2])
+				})
+			}))))
+	}
+	return opts
+}
+
+// resourceCall runs a call of the library: its string arguments, the data
+// source of the evaluation, the answer as a CEL value or an error.
+func resourceCall(name string, args []ref.Val, call func(resourceLib, []string) (map[string]any, error)) ref.Val {
+	r, ok := args[0].(resourceLib)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(args[0])
+	}
+	s := make([]string, len(args)-1)
+	for i, a := range args[1:] {
+		v, ok := a.Value().(string)
+		if !ok {
+			return types.MaybeNoSuchOverloadErr(a)
+		}
+		s[i] = v
+	}
+	if r.data == nil {
+		return types.NewErr("%s(%s): no cluster data: tally reads it in a cluster only", name, strings.Join(s, ", "))
+	}
+	obj, err := call(r, s)
+	if err != nil {
+		return types.NewErr("%s(%s): %v", name, strings.Join(s, ", "), err)
+	}
+	return types.DefaultTypeAdapter.NativeToValue(Normalize(obj))
+}

@@ -1,0 +1,59 @@
+package cel
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+)
+
+type fakeData map[string]map[string]any
+
+func (f fakeData) GetResource(_ context.Context, apiVersion, resource, namespace, name string) (map[string]any, error) {
+	if obj, ok := f[apiVersion+"/"+resource+"/"+namespace+"/"+name]; ok {
+		return obj, nil
+	}
+	return nil, errors.New(resource + ` "` + name + `" not found`)
+}
+
+func (f fakeData) ListResources(_ context.Context, apiVersion, resource, namespace string) (map[string]any, error) {
+	var items []any
+	for k, obj := range f {
+		if strings.HasPrefix(k, apiVersion+"/"+resource+"/"+namespace+"/") {
+			items = append(items, obj)
+		}
+	}
+	return map[string]any{"items": items}, nil
+}
+
+// Kyverno's resource library reads the cluster through ClusterData; with
+// none (offline) or for a missing object a call is an error naming it.
+func TestResourceLibrary(t *testing.T) {
+	data := fakeData{"v1/configmaps/ns/settings": {"data": map[string]any{"team": "a"}}}
+	for _, tc := range []struct {
+		expr    string
+		data    ClusterData
+		holds   bool
+		errPart string
+	}{
+		{"resource.Get('v1', 'configmaps', 'ns', 'settings').data.team == 'a'", data, true, ""},
+		{"resource.get('v1', 'configmaps', 'ns', 'settings').data.team == 'b'", data, false, ""},
+		{"size(resource.List('v1', 'configmaps', 'ns').items) == 1", data, true, ""},
+		{"resource.Get('v1', 'configmaps', 'ns', 'gone').data.team == 'a'", data, false, `configmaps "gone" not found`},
+		{"resource.Get('v1', 'configmaps', 'ns', 'settings').data.team == 'a'", nil, false, "no cluster data"},
+	} {
+		p, err := Compile(Spec{Mode: ModeKyverno, Validations: []admissionregistrationv1.Validation{{Expression: tc.expr}}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.expr, err)
+		}
+		out := p.Evaluate(context.Background(), &Input{Object: map[string]any{}, Data: tc.data})
+		if holds := out.Failed == -1; holds != tc.holds {
+			t.Errorf("%s: holds %v, want %v (error %v)", tc.expr, holds, tc.holds, out.Err)
+		}
+		if tc.errPart != "" && (out.Err == nil || !strings.Contains(out.Err.Error(), tc.errPart)) {
+			t.Errorf("%s: error %v, want one saying %q", tc.expr, out.Err, tc.errPart)
+		}
+	}
+}
