@@ -2,6 +2,7 @@ package cel
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -27,6 +28,37 @@ func TestOrValueOnAPlainValue(t *testing.T) {
 		}
 		if out := p.Evaluate(context.Background(), &Input{Object: obj}); out.Failed != -1 || out.Err != nil {
 			t.Errorf("%s: failed validation %d, error %v; want it to hold", e, out.Failed, out.Err)
+		}
+	}
+}
+
+// Variables are evaluated when first read, once: an unread one that would
+// fail costs nothing; a read one that fails names itself.
+func TestVariablesAreLazy(t *testing.T) {
+	vars := []admissionregistrationv1.Variable{
+		{Name: "broken", Expression: "object.nothere.deeper"},
+		{Name: "two", Expression: "1 + 1"},
+		{Name: "four", Expression: "variables.two * variables.two"},
+	}
+	for _, tc := range []struct {
+		expr    string
+		holds   bool
+		errPart string
+	}{
+		{"variables.four == 4", true, ""},
+		{"variables.broken == 1", false, `composited variable "broken" fails to evaluate`},
+		{"has(variables.two)", true, ""},
+	} {
+		p, err := Compile(Spec{Mode: ModeKubernetes, Variables: vars, Validations: []admissionregistrationv1.Validation{{Expression: tc.expr}}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.expr, err)
+		}
+		out := p.Evaluate(context.Background(), &Input{Object: map[string]any{}})
+		if holds := out.Failed == -1; holds != tc.holds {
+			t.Errorf("%s: holds %v, want %v (error %v)", tc.expr, holds, tc.holds, out.Err)
+		}
+		if tc.errPart != "" && (out.Err == nil || !strings.Contains(out.Err.Error(), tc.errPart)) {
+			t.Errorf("%s: error %v, want one saying %q", tc.expr, out.Err, tc.errPart)
 		}
 	}
 }

@@ -5,11 +5,12 @@ import (
 	"fmt"
 
 	celgo "github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/traits"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/cel/environment"
-	"k8s.io/apiserver/pkg/cel/lazy"
 )
 
 // Spec is what a policy gives to compile: its variables, match conditions,
@@ -35,8 +36,10 @@ type Program struct {
 	conditions  []*expression
 	validations []validation
 	annotations []annotation
-	// noVariables is `variables` of a program that declares none.
-	noVariables *lazy.MapValue
+	// varIndex and varType are what each evaluation's `variables`
+	// (varMap) shares: the variables' positions by name, and the CEL type.
+	varIndex map[string]int
+	varType  *types.Type
 }
 
 // expression is one compiled expression; prog is nil when err is set.
@@ -117,7 +120,11 @@ func Compile(spec Spec) (*Program, error) {
 			value: add(fmt.Sprintf("auditAnnotations[%d].valueExpression", i), p.compile(a.Key, a.ValueExpression, celgo.StringType, celgo.NullType)),
 		})
 	}
-	p.noVariables = lazy.NewMapValue(compose.MapType)
+	p.varType = types.NewTypeValue(compose.MapType.TypeName(), traits.IndexerType|traits.FieldTesterType|traits.IterableType)
+	p.varIndex = make(map[string]int, len(p.variables))
+	for i, v := range p.variables {
+		p.varIndex[v.name] = i
+	}
 	return p, errors.Join(errs...)
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/interpreter"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
-	"k8s.io/apiserver/pkg/cel/lazy"
 )
 
 // Input is what one evaluation reads. Object, OldObject, Request, Namespace
@@ -141,7 +140,8 @@ type activation struct {
 	ctx                                           context.Context
 	object, oldObject, request, namespace, params any
 	exceptions                                    any
-	variables                                     *lazy.MapValue
+	variables                                     *varMap
+	vars                                          varMap // variables points here: one allocation
 	data                                          ClusterData
 	mode                                          Mode
 	budget                                        int64
@@ -167,19 +167,10 @@ func (p *Program) activation(ctx context.Context, in *Input) *activation {
 			a.exceptions = map[string][]string{"allowedImages": nonNil(in.AllowedImages), "allowedValues": nonNil(in.AllowedValues)}
 		}
 	}
-	if len(p.variables) == 0 {
-		a.variables = p.noVariables // never written: nothing to evaluate lazily
-		return a
-	}
-	a.variables = lazy.NewMapValue(p.composeEnv.MapType)
-	for _, v := range p.variables {
-		a.variables.Append(v.name, func(*lazy.MapValue) ref.Val {
-			val, err := a.eval(v)
-			if err != nil {
-				return types.NewErr("composited variable %q fails to evaluate: %v", v.name, err)
-			}
-			return val
-		})
+	a.vars = varMap{prog: p, a: a}
+	a.variables = &a.vars
+	if len(p.variables) > 0 {
+		a.variables.vals = make([]ref.Val, len(p.variables))
 	}
 	return a
 }
