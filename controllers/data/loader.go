@@ -357,7 +357,34 @@ func (l *Loader) apiCall(ctx context.Context, policy string, call *kyvernov1.Con
 
 // call makes one API call, or reuses its answer of less than CallTTL ago.
 func (l *Loader) call(ctx context.Context, policy, method, path string, body []byte) (any, error) {
-	key := method + " " + path + " " + string(body)
+	return l.cached(ctx, method+" "+path+" "+string(body), "api-call", func() (any, error) {
+		req := l.rest.Verb(method).AbsPath(path)
+		if body != nil {
+			req = req.Body(body).SetHeader("Content-Type", "application/json")
+		}
+		raw, err := req.DoRaw(ctx)
+		if apierrors.IsForbidden(err) {
+			err = fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w (grant tally-scanner read access to it: RBAC aggregated into tally-scanner-resources)", method, path, err)
+			if l.opts.OnForbidden != nil {
+				l.opts.OnForbidden(policy, err)
+			}
+			return nil, err
+		}
+		if err != nil {
+			return nil, fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w", method, path, err)
+		}
+		var value any
+		if err := json.Unmarshal(raw, &value); err != nil {
+			return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: the answer is not JSON: %w", method, path, err)
+		}
+		return value, nil
+	})
+}
+
+// cached reads through the call cache: an answer (or error) of less than
+// CallTTL ago is reused; a read cut by ctx is not remembered. kind labels
+// the requests metric.
+func (l *Loader) cached(ctx context.Context, key, kind string, read func() (any, error)) (any, error) {
 	now := l.opts.Clock.Now()
 	l.mu.Lock()
 	e, ok := l.calls[key]
@@ -365,25 +392,10 @@ func (l *Loader) call(ctx context.Context, policy, method, path string, body []b
 	if ok && now.Sub(e.at) < l.opts.CallTTL {
 		return e.value, e.err
 	}
-	l.requests.WithLabelValues("api-call").Inc()
-	req := l.rest.Verb(method).AbsPath(path)
-	if body != nil {
-		req = req.Body(body).SetHeader("Content-Type", "application/json")
-	}
-	var value any
-	raw, err := req.DoRaw(ctx)
-	if apierrors.IsForbidden(err) {
-		err = fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w (grant tally-scanner read access to it: RBAC aggregated into tally-scanner-resources)", method, path, err)
-		if l.opts.OnForbidden != nil {
-			l.opts.OnForbidden(policy, err)
-		}
-	} else if err != nil {
-		err = fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w", method, path, err)
-	} else if uerr := json.Unmarshal(raw, &value); uerr != nil {
-		err = fmt.Errorf("failed to fetch data for APICall: %s %s: the answer is not JSON: %w", method, path, uerr)
-	}
+	l.requests.WithLabelValues(kind).Inc()
+	value, err := read()
 	if ctx.Err() != nil {
-		return value, err // a cut call is not remembered
+		return value, err
 	}
 	l.mu.Lock()
 	for k, old := range l.calls { // swept as they expire
@@ -450,24 +462,9 @@ func gvrOf(apiVersion, resource string) (schema.GroupVersionResource, error) {
 	return gv.WithResource(resource), nil
 }
 
-// cachedObject reads through the call cache: an answer (or error) is
-// reused for CallTTL.
+// cachedObject is cached for reads that answer an object.
 func (l *Loader) cachedObject(ctx context.Context, key string, read func() (map[string]any, error)) (map[string]any, error) {
-	now := l.opts.Clock.Now()
-	l.mu.Lock()
-	e, ok := l.calls[key]
-	l.mu.Unlock()
-	if ok && now.Sub(e.at) < l.opts.CallTTL {
-		obj, _ := e.value.(map[string]any)
-		return obj, e.err
-	}
-	l.requests.WithLabelValues("resource").Inc()
-	obj, err := read()
-	if ctx.Err() != nil {
-		return obj, err
-	}
-	l.mu.Lock()
-	l.calls[key] = callEntry{at: now, value: obj, err: err}
-	l.mu.Unlock()
+	v, err := l.cached(ctx, key, "resource", func() (any, error) { return read() })
+	obj, _ := v.(map[string]any)
 	return obj, err
 }

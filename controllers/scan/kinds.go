@@ -402,10 +402,3 @@ func (k *kindWatch) policiesListed() bool {
 	}
 	return true
 }
-
-// isPolicySource reports whether a kind is one of the policy kinds.
-func (k *kindWatch) isPolicySource(gvr schema.GroupVersionResource) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return slices.Contains(k.policySources, gvr)
-}
