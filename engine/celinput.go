@@ -7,7 +7,8 @@ import (
 )
 
 // celInput is the input of every CEL expression evaluated on the request,
-// built once per request: the objects with whole numbers as ints, the
+// built once per request: the objects with whole numbers as ints (as
+// cel.Shared values: every policy reads the same wrapped fields), the
 // admission request (a synthetic CREATE with no user in a background scan,
 // as Kyverno's reports controller builds it) and namespaceObject.
 func (req *Request) celInput() *cel.Input {
@@ -19,11 +20,11 @@ func (req *Request) celInput() *cel.Input {
 	var obj, old map[string]any
 	if req.Object != nil {
 		obj, _ = cel.Normalize(req.Object).(map[string]any)
-		in.Object = obj
+		in.Object = cel.Shared(obj)
 	}
 	if req.OldObject != nil {
 		old, _ = cel.Normalize(req.OldObject).(map[string]any)
-		in.OldObject = old
+		in.OldObject = cel.Shared(old)
 	}
 	res := req.shared().res
 	gvk := schema.GroupVersionKind{Group: res.Group, Version: res.Version, Kind: res.Kind}

@@ -71,7 +71,7 @@ func (e *evaluation) checkCEL(rule *Rule) RuleResult {
 	if e.objOverridden {
 		// Values replaced parts of the object: evaluate what they produced.
 		copied := *in
-		copied.Object = cel.Normalize(e.obj)
+		copied.Object = cel.Shared(cel.Normalize(e.obj))
 		in = &copied
 	}
 	out := c.prog.Evaluate(e.ctx, in)

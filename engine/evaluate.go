@@ -246,7 +246,12 @@ func (e *evaluation) rule(rule *Rule) (RuleResult, bool) {
 	if rule.Err != nil {
 		return e.result(rule, Error, rule.Err.Error()), true
 	}
-	data := cloneTop(e.baseData())
+	data := e.baseData()
+	if len(rule.Raw.Context) > 0 || e.req.Values != nil {
+		// Context entries and rule values write into the rule's data (at
+		// the top level only: setPath copies what it descends into).
+		data = cloneTop(data)
+	}
 	r, ok := e.evaluateRule(rule, data)
 	if ok && rule.propertyVars {
 		r.Properties = substituteProperties(r.Properties, data)
@@ -270,8 +275,8 @@ func substituteProperties(props map[string]string, data map[string]any) map[stri
 	return out
 }
 
-// evaluateRule evaluates a rule that compiled, on a copy of the request data
-// of its own (context entries are loaded into it).
+// evaluateRule evaluates a rule that compiled, on request data of its own
+// when it has context entries or values to load into it.
 func (e *evaluation) evaluateRule(rule *Rule, data map[string]any) (RuleResult, bool) {
 	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
 		if rule.podSecurity != nil {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	apiservercel "k8s.io/apiserver/pkg/cel"
+
 	celgo "github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/traits"
@@ -39,6 +41,10 @@ type Program struct {
 	// varIndex and varType are what each evaluation's `variables`
 	// (varMap) shares: the variables' positions by name, and the CEL type.
 	varIndex map[string]int
+	// escIndex is varIndex by the escaped name expressions use
+	// (`variables.__namespace__`), so that reading a variable needs no
+	// unescaping.
+	escIndex map[string]int
 	varType  *types.Type
 }
 
@@ -122,8 +128,12 @@ func Compile(spec Spec) (*Program, error) {
 	}
 	p.varType = types.NewTypeValue(compose.MapType.TypeName(), traits.IndexerType|traits.FieldTesterType|traits.IterableType)
 	p.varIndex = make(map[string]int, len(p.variables))
+	p.escIndex = make(map[string]int, len(p.variables))
 	for i, v := range p.variables {
 		p.varIndex[v.name] = i
+		if esc, ok := apiservercel.Escape(v.name); ok {
+			p.escIndex[esc] = i
+		}
 	}
 	return p, errors.Join(errs...)
 }

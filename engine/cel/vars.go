@@ -46,6 +46,9 @@ func (m *varMap) Find(key ref.Val) (ref.Val, bool) {
 	if !ok {
 		return types.MaybeNoSuchOverloadErr(key), true
 	}
+	if i, ok := m.prog.escIndex[string(s)]; ok {
+		return m.resolve(i), true
+	}
 	name, ok := apiservercel.Unescape(string(s))
 	if !ok {
 		return nil, false
