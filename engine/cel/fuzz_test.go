@@ -13,7 +13,8 @@ import (
 // FuzzCompileEvaluate compiles arbitrary expressions, in both modes, as a
 // variable, a match condition, a validation and its messageExpression, and
 // evaluates them on arbitrary JSON: compile errors are reported, never a
-// panic; evaluation ends within its deadline with an outcome.
+// panic; evaluation ends within its deadline with an outcome, the same
+// on the object made Shared.
 func FuzzCompileEvaluate(f *testing.F) {
 	for _, seed := range []struct{ expr, obj string }{
 		{"object.spec.containers.all(c, c.image.startsWith('nginx'))", `{"spec":{"containers":[{"image":"nginx"}]}}`},
@@ -57,6 +58,11 @@ func FuzzCompileEvaluate(f *testing.F) {
 			}
 			if o.Failed >= 0 && o.Failed >= p.Validations() {
 				t.Fatalf("failed validation %d of %d", o.Failed, p.Validations())
+			}
+			// The object made Shared gives the same outcome.
+			s := p.Evaluate(context.Background(), &Input{Object: Shared(Normalize(object)), Request: map[string]any{"operation": "CREATE"}})
+			if describe(s) != describe(o) && !strings.Contains(describe(o), "cost") {
+				t.Fatalf("shared object: %s; plain: %s", describe(s), describe(o))
 			}
 		}
 	})
