@@ -144,14 +144,20 @@ func (e *evaluation) loadContext(entries []kyvernov1.ContextEntry, data map[stri
 			if _, ok := lookupPath(data, entry.Name); ok {
 				continue // supplied by a ValueSource
 			}
-			if e.req.Loader == nil {
-				// Offline: references to it fail to resolve. (Kyverno loads
-				// entries when a variable first reads them, so a rule whose
-				// preconditions skip it never fails on them; an error here
-				// would differ from Kyverno's CLI in the corpus.)
+			load := func() (any, error) {
+				if e.req.Loader == nil {
+					return nil, fmt.Errorf("%s: nothing to load it from offline: give %s a value in a values file", describeEntry(entry), entry.Name)
+				}
+				return e.req.Loader.Load(e.ctx, e.policy.policyKey(), *entry, data)
+			}
+			if !strings.Contains(entry.Name, ".") {
+				// Loaded when a variable first reads it, as Kyverno does: a
+				// rule whose preconditions do not read it never loads it, and
+				// a failed load is the error of the variable that read it.
+				data[entry.Name] = variables.NewLazy(entry.Name, load)
 				continue
 			}
-			v, err := e.req.Loader.Load(e.ctx, e.policy.policyKey(), *entry, data)
+			v, err := load()
 			if err != nil {
 				return fmt.Errorf("context entry %s: %w", entry.Name, err)
 			}

@@ -49,6 +49,11 @@ type expression struct {
 	// path is the data path a null result comes from, when the expression is
 	// a simple path (or ends in an || of one): null there may mean "missing".
 	path []step
+	// roots are the names the expression reads from the top of the data;
+	// readsRoot says it reads the top as a whole. Lazy values under those
+	// names are loaded before it is evaluated.
+	roots     []string
+	readsRoot bool
 }
 
 // step is one field or index of a simple path.
@@ -98,7 +103,9 @@ func compileUncached(expr string) (e *expression) {
 	if err != nil {
 		return &expression{err: fmt.Errorf("invalid JMESPath %q: %w", expr, err)}
 	}
-	return &expression{jp: jp, numeric: isNumeric(ast), path: nullPath(ast)}
+	e = &expression{jp: jp, numeric: isNumeric(ast), path: nullPath(ast)}
+	rootReads(ast, &e.roots, &e.readsRoot)
+	return e
 }
 
 // isNumeric reports whether evaluating the node may look at numbers.
@@ -201,6 +208,11 @@ func Query(expr string, data any) (any, error) {
 	e := compile(strings.TrimSpace(expr))
 	if e.err != nil {
 		return nil, e.err
+	}
+	if m, ok := data.(map[string]any); ok {
+		if _, err := e.resolveLazy(m); err != nil {
+			return nil, &VariableError{Expr: strings.TrimSpace(expr), Err: err}
+		}
 	}
 	if e.numeric {
 		data = Normalize(data)

@@ -364,6 +364,12 @@ func (s *substituter) resolve(expr string) (any, error) {
 	if e.err != nil {
 		return nil, &VariableError{Expr: expr, Path: s.pointer(), Err: e.err}
 	}
+	if replaced, err := e.resolveLazy(s.data); err != nil {
+		// A context entry that fails to load is an error in every mode.
+		return nil, &VariableError{Expr: expr, Path: s.pointer(), Err: err}
+	} else if replaced {
+		s.numeric = nil
+	}
 	data := any(s.data)
 	if e.numeric {
 		if s.numeric == nil {

@@ -1,0 +1,105 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/engine"
+)
+
+// countingLoader serves apiCall entries from a map of URL paths and counts
+// the loads.
+type countingLoader struct {
+	answers map[string]any
+	loads   []string
+}
+
+func (l *countingLoader) Load(_ context.Context, _ string, entry kyvernov1.ContextEntry, _ map[string]any) (any, error) {
+	path := entry.APICall.URLPath
+	l.loads = append(l.loads, path)
+	if v, ok := l.answers[path]; ok {
+		return v, nil
+	}
+	return nil, errors.New("failed to fetch data for APICall: failed to GET resource with raw url: " + path + ": not found")
+}
+
+// Context entries load when a variable first reads them, as Kyverno's do:
+// preconditions that do not read one skip the rule without loading it; a
+// failed load is the error of the variable that read it, in Kyverno's words,
+// even in deny conditions (where unresolved variables are otherwise "");
+// an entry read by several variables loads once.
+func TestContextEntriesLoadWhenRead(t *testing.T) {
+	const ctxRule = `    context:
+    - name: ns
+      apiCall: {urlPath: "/api/v1/namespaces/shop"}
+    - name: missing
+      apiCall: {urlPath: "/api/v1/namespaces/nothere"}
+`
+	for name, tc := range map[string]struct {
+		rule      string
+		wantLoads int
+		want      engine.RuleResult
+	}{
+		"preconditions that skip load nothing": {
+			rule: ctxRule + `    preconditions: {all: [{key: "{{ request.object.metadata.name }}", operator: Equals, value: other}]}
+    validate: {message: m, deny: {conditions: {any: [{key: "{{ missing }}", operator: Equals, value: x}]}}}`,
+			want: engine.RuleResult{Result: engine.Skip, Message: "preconditions not met"},
+		},
+		"a read entry loads once": {
+			rule: ctxRule + `    validate:
+      message: "team {{ ns.metadata.labels.team }}"
+      deny: {conditions: {all: [{key: "{{ ns.metadata.labels.team }}", operator: Equals, value: a}, {key: "{{ ns.metadata.name }}", operator: Equals, value: shop}]}}`,
+			wantLoads: 1,
+			want:      engine.RuleResult{Result: engine.Fail, Message: "team a"},
+		},
+		"a failed load is the reading variable's error": {
+			rule: ctxRule + `    validate: {message: m, deny: {conditions: {any: [{key: "{{ request.object.metadata.name }}", operator: Equals, value: "{{ missing }}"}]}}}`,
+			wantLoads: 1,
+			want: engine.RuleResult{Result: engine.Error, Message: "failed to check deny conditions: failed to substitute variables in condition value: " +
+				"failed to resolve missing at path : failed to fetch data for APICall: failed to GET resource with raw url: /api/v1/namespaces/nothere: not found"},
+		},
+		"an entry read inside a function call loads": {
+			rule: ctxRule + `    validate: {message: m, deny: {conditions: {any: [{key: "{{ length(ns.metadata.labels) }}", operator: Equals, value: 1}]}}}`,
+			wantLoads: 1,
+			want:      engine.RuleResult{Result: engine.Fail, Message: "m"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := compile(t, policy("", tc.rule))
+			l := &countingLoader{answers: map[string]any{"/api/v1/namespaces/shop": map[string]any{
+				"metadata": map[string]any{"name": "shop", "labels": map[string]any{"team": "a"}}}}}
+			req := &engine.Request{Object: resource(t, podWithTwoContainers), Background: true, Loader: l}
+			var got []engine.RuleResult
+			for _, r := range p.Evaluate(context.Background(), req) {
+				if r.Rule == "r" {
+					got = append(got, r)
+				}
+			}
+			if len(got) != 1 || got[0].Result != tc.want.Result || !strings.HasPrefix(got[0].Message, tc.want.Message) {
+				t.Fatalf("got %+v, want %s %q", got, tc.want.Result, tc.want.Message)
+			}
+			if len(l.loads) != tc.wantLoads {
+				t.Errorf("loads %v, want %d", l.loads, tc.wantLoads)
+			}
+		})
+	}
+}
+
+// Offline, with nothing to load an entry from, reading it is an error that
+// names it and says how to give it a value, never a silent empty value.
+func TestContextEntriesOfflineAreNeverSilent(t *testing.T) {
+	p := compile(t, policy("", `    context:
+    - name: allowed
+      configMap: {name: allowed-registries, namespace: platform}
+    validate:
+      message: m
+      deny: {conditions: {any: [{key: "{{ request.object.metadata.name }}", operator: AnyNotIn, value: "{{ allowed.data.names }}"}]}}`))
+	got := p.Evaluate(context.Background(), &engine.Request{Object: resource(t, podWithTwoContainers), Background: true})
+	if len(got) != 1 || got[0].Result != engine.Error || !strings.Contains(got[0].Message, "configMap platform/allowed-registries") ||
+		!strings.Contains(got[0].Message, "values file") {
+		t.Fatalf("got %+v, want an error naming the configMap", got)
+	}
+}
