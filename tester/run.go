@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/controllers/data"
 
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -51,6 +52,9 @@ type loaded struct {
 	params     paramObjects
 	userInfo   *engine.UserInfo
 	nsLabels   map[string]map[string]string
+	// cluster serves what policies read of the cluster (context and
+	// clusterResources); nil when the test names neither.
+	cluster *data.Offline
 }
 
 type resource struct {
@@ -297,6 +301,9 @@ func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op 
 		Params:          l.params,
 		Values:          vs,
 	}
+	if l.cluster != nil {
+		req.Loader, req.Data = l.cluster, l.cluster
+	}
 	switch op {
 	case engine.OpDelete:
 		req.Object, req.OldObject = nil, r.obj
@@ -368,6 +375,13 @@ func load(file string, t *Test) (*loaded, error) {
 		for _, d := range docs {
 			l.params = append(l.params, d.Object)
 		}
+	}
+	var clusterFiles []string
+	if t.Context != "" {
+		clusterFiles = rel([]string{t.Context})
+	}
+	if l.cluster, err = ReadContext(append(clusterFiles, rel(t.ClusterResources)...)...); err != nil {
+		errs = append(errs, err)
 	}
 	if t.Variables != "" {
 		var v ValuesSpec

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/data"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
 	"github.com/tally-dev/tally/tester"
@@ -24,8 +26,43 @@ type applyOptions struct {
 	detailed                        bool
 	output, reportAPI               string
 	warnExitCode                    int
-	valuesFile, userInfo            string
-	set                             []string
+	data                            dataOptions
+}
+
+// dataOptions are what the cluster would give policies, offline: values,
+// the requesting user and the objects policies read (apply and scan).
+type dataOptions struct {
+	valuesFile, userInfo string
+	set, contextFiles    []string
+}
+
+func (o *dataOptions) addFlags(f *pflag.FlagSet) {
+	f.StringVarP(&o.valuesFile, "values-file", "f", "", "a Values file (cli.kyverno.io Values): variables, per policy, rule and resource, that the cluster would give")
+	f.StringSliceVarP(&o.set, "set", "s", nil, "global variables, key=value (repeatable, comma-separated)")
+	f.StringVarP(&o.userInfo, "userinfo", "u", "", "a UserInfo file: the requesting user, roles and cluster roles")
+	f.StringSliceVar(&o.contextFiles, "context-file", nil, "context files (cli.kyverno.io Context: spec.resources) or manifests: the objects configMap and apiCall context entries and CEL resource.Get/List read (repeatable)")
+}
+
+// dataInputs are what dataOptions name, read.
+type dataInputs struct {
+	values *tester.ValuesSpec
+	user   *engine.UserInfo
+	// cluster serves context entries and the CEL resource library; nil
+	// when no context file is given.
+	cluster *data.Offline
+}
+
+// request fills in a request for res what the inputs give it.
+func (in *dataInputs) request(req *engine.Request, res map[string]any) {
+	s := report.SubjectOf(res)
+	req.Values = tester.ValueSource(in.values, s.Name)
+	req.UserInfo = in.user
+	if labels := in.values.NamespaceLabels(s.Namespace); labels != nil {
+		req.NamespaceLabels = labels
+	}
+	if in.cluster != nil {
+		req.Loader, req.Data = in.cluster, in.cluster
+	}
 }
 
 func newApplyCommand() *cobra.Command {
@@ -60,9 +97,7 @@ cluster would get instead.`,
 	f.StringVarP(&o.output, "output-format", "o", "table", "output format: table, yaml or json")
 	f.StringVar(&o.output, "output", "table", "alias of --output-format")
 	_ = f.MarkHidden("output")
-	f.StringVarP(&o.valuesFile, "values-file", "f", "", "a Values file (cli.kyverno.io Values): variables, per policy, rule and resource, that the cluster would give")
-	f.StringSliceVarP(&o.set, "set", "s", nil, "global variables, key=value (repeatable, comma-separated)")
-	f.StringVarP(&o.userInfo, "userinfo", "u", "", "a UserInfo file: the requesting user, roles and cluster roles")
+	o.data.addFlags(f)
 	f.BoolVar(&o.auditWarn, "audit-warn", false, "report failures of Audit rules as warnings")
 	f.IntVar(&o.warnExitCode, "warn-exit-code", 0, "exit code when there are warnings and no failure or error")
 	f.BoolVar(&o.detailed, "detailed-results", false, "list every result, passes included")
@@ -129,7 +164,7 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 	if len(policies) == 0 || len(resources) == 0 {
 		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("nothing to apply: %d valid policies, %d resources", len(policies), len(resources))}
 	}
-	values, user, err := applyInputs(o)
+	inputs, err := o.data.read()
 	if err != nil {
 		unreadable++
 		fmt.Fprintln(stderr, "error:", err)
@@ -139,12 +174,7 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 	for _, res := range resources {
 		req := exceptions.Request(res)
 		req.Background = true
-		s := report.SubjectOf(res)
-		req.Values = tester.ValueSource(values, s.Name)
-		req.UserInfo = user
-		if labels := values.NamespaceLabels(s.Namespace); labels != nil {
-			req.NamespaceLabels = labels
-		}
+		inputs.request(req, res)
 		ns := report.SubjectOf(res).Namespace
 		for _, p := range policies {
 			rs := p.Evaluate(cmd.Context(), req)
@@ -183,16 +213,15 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 }
 
 // applyInputs reads the values file, --set and the user info file.
-func applyInputs(o applyOptions) (*tester.ValuesSpec, *engine.UserInfo, error) {
-	var values *tester.ValuesSpec
-	var user *engine.UserInfo
+func (o dataOptions) read() (*dataInputs, error) {
+	in := &dataInputs{}
 	var errs []error
 	if o.valuesFile != "" {
 		v, err := tester.ReadValues(o.valuesFile)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--values-file: %w", err))
 		}
-		values = v
+		in.values = v
 	}
 	set := map[string]any{}
 	for _, kv := range o.set {
@@ -203,15 +232,20 @@ func applyInputs(o applyOptions) (*tester.ValuesSpec, *engine.UserInfo, error) {
 		}
 		set[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
-	values = tester.WithGlobalValues(values, set)
+	in.values = tester.WithGlobalValues(in.values, set)
 	if o.userInfo != "" {
 		u, err := tester.ReadUserInfo(o.userInfo)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--userinfo: %w", err))
 		}
-		user = u
+		in.user = u
 	}
-	return values, user, errors.Join(errs...)
+	cluster, err := tester.ReadContext(o.contextFiles...)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--context-file: %w", err))
+	}
+	in.cluster = cluster
+	return in, errors.Join(errs...)
 }
 
 // reportList is the List -o yaml and -o json print reports in.

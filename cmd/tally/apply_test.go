@@ -64,6 +64,18 @@ spec:
       deny: {conditions: {any: [{key: "{{ request.object.spec.containers[0].image }}", operator: NotEquals, value: "{{ settings.data.image }}"}]}}
 `
 
+// allowedContext is a context file holding the ConfigMap allowedPolicy reads.
+const allowedContext = `apiVersion: cli.kyverno.io/v1alpha1
+kind: Context
+metadata: {name: context}
+spec:
+  resources:
+  - apiVersion: v1
+    kind: ConfigMap
+    metadata: {name: settings, namespace: default}
+    data: {image: nginx}
+`
+
 const allowedValues = `apiVersion: cli.kyverno.io/v1alpha1
 kind: Values
 globalValues:
@@ -99,7 +111,7 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 	files := map[string]string{
 		"good.yaml": goodPolicy, "audit.yaml": auditPolicy, "enforce.yaml": enforcePolicy, "erring.yaml": errorPolicy,
 		"pod.yaml": pod, "lone.yaml": podWithoutTeam, "broken.yaml": "kind: Pod\nmetadata: [\n", "empty.yaml": "",
-		"allowed.yaml": allowedPolicy, "values.yaml": allowedValues, "user.yaml": userInfo, "admins.yaml": adminsPolicy,
+		"allowed.yaml": allowedPolicy, "values.yaml": allowedValues, "context.yaml": allowedContext, "user.yaml": userInfo, "admins.yaml": adminsPolicy,
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
@@ -201,6 +213,22 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 		"a missing values file exits 1 naming it": {
 			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml"), "-f", in("nothere.yaml")}, code: 1,
 			stderr: []string{"--values-file", "nothere.yaml"},
+		},
+		"--context-file gives the objects policies read: the policy passes": {
+			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml"), "--context-file", in("context.yaml")}, code: 0,
+			stdout: []string{"pass: 1, fail: 0"},
+		},
+		"an object the context lacks is an error naming it": {
+			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml"), "--context-file", in("pod.yaml")}, code: 1,
+			stdout: []string{"configmap default/settings not found in the context", "error: 1"},
+		},
+		"without values or context, reading the cluster is an error naming it, never a silent value": {
+			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml")}, code: 1,
+			stdout: []string{"configMap default/settings", "values file", "error: 1"},
+		},
+		"scan takes the context file too": {
+			args: []string{"scan", in("allowed.yaml"), in("pod.yaml"), "--context-file", in("context.yaml"), "-o", "yaml"}, code: 0,
+			stdout: []string{"policy: allowed-image", "result: pass"},
 		},
 		"-u gives the requesting user": {
 			args: []string{"apply", in("admins.yaml"), "-r", in("pod.yaml"), "-u", in("user.yaml")}, code: 0,

@@ -21,6 +21,7 @@ import (
 
 func newScanCommand() *cobra.Command {
 	var output string
+	var data dataOptions
 	cmd := &cobra.Command{
 		Use:   "scan PATH...",
 		Short: "Run the whole pipeline over folders of manifests and print the PolicyReports",
@@ -30,10 +31,11 @@ would, merge the results exactly as tally-merger does, and print the final
 PolicyReports and ClusterPolicyReports: a table by default, or -o yaml|json.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runScan(cmd, args, output)
+			return runScan(cmd, args, output, data)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
+	data.addFlags(cmd.Flags())
 	return cmd
 }
 
@@ -42,6 +44,7 @@ type scanInput struct {
 	infos      map[string]merge.PolicyInfo
 	exceptions tester.Exceptions
 	resources  []map[string]any
+	data       *dataInputs
 	// invalid counts the policies refused (reported on stderr).
 	invalid int
 }
@@ -118,9 +121,12 @@ func readScanInput(paths []string, stderr io.Writer) (*scanInput, error) {
 	return in, nil
 }
 
-func runScan(cmd *cobra.Command, paths []string, output string) error {
+func runScan(cmd *cobra.Command, paths []string, output string, data dataOptions) error {
 	in, err := readScanInput(paths, cmd.ErrOrStderr())
 	if err != nil {
+		return exitError{code: exitCouldNotRun, msg: err.Error()}
+	}
+	if in.data, err = data.read(); err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
 	}
 	if err := scan(cmd, in, output); err != nil {
@@ -144,6 +150,9 @@ func scan(cmd *cobra.Command, in *scanInput, output string) error {
 	for _, res := range in.resources {
 		req := in.exceptions.Request(res)
 		req.Background = true
+		if in.data != nil {
+			in.data.request(req, res)
+		}
 		var background []wgv1alpha2.PolicyReportResult
 		for _, p := range in.policies {
 			if !p.Spec.BackgroundEnabled() {

@@ -303,56 +303,9 @@ func (l *Loader) Readers(key string) []string {
 // apiCall makes a urlPath call (GET, or POST with data), reusing an
 // answer for CallTTL, then applies jmesPath and default.
 func (l *Loader) apiCall(ctx context.Context, policy string, call *kyvernov1.ContextAPICall, data map[string]any) (any, error) {
-	path, err := variables.SubstituteString(call.URLPath, data)
-	if err != nil {
-		return nil, fmt.Errorf("apiCall.urlPath: %w", err)
-	}
-	method := call.Method
-	if method == "" {
-		method = "GET"
-	}
-	var body []byte
-	if call.Data != nil && method == "POST" {
-		var raw any
-		if err := json.Unmarshal(call.Data.Raw, &raw); err != nil {
-			return nil, fmt.Errorf("apiCall.data: %w", err)
-		}
-		sub, err := variables.Substitute(raw, data)
-		if err != nil {
-			return nil, fmt.Errorf("apiCall.data: %w", err)
-		}
-		obj := map[string]any{}
-		list, _ := sub.([]any)
-		for _, item := range list {
-			if kv, ok := item.(map[string]any); ok {
-				if k, ok := kv["key"].(string); ok {
-					obj[k] = kv["value"]
-				}
-			}
-		}
-		if body, err = json.Marshal(obj); err != nil {
-			return nil, fmt.Errorf("apiCall.data: %w", err)
-		}
-	}
-	value, err := l.call(ctx, policy, method, path, body)
-	if err == nil && call.JMESPath != "" {
-		expr, serr := variables.SubstituteString(call.JMESPath, data)
-		if serr != nil {
-			return nil, fmt.Errorf("apiCall.jmesPath: %w", serr)
-		}
-		value, err = variables.Query(expr, value)
-		if err != nil {
-			err = fmt.Errorf("apiCall.jmesPath %q: %w", expr, err)
-		}
-	}
-	if (err != nil || value == nil) && call.Default != nil {
-		var def any
-		if derr := json.Unmarshal(call.Default.Raw, &def); derr != nil {
-			return nil, fmt.Errorf("apiCall.default: %w", derr)
-		}
-		return variables.Substitute(def, data)
-	}
-	return value, err
+	return apiCall(call, data, func(method, path string, body []byte) (any, error) {
+		return l.call(ctx, policy, method, path, body)
+	})
 }
 
 // call makes one API call, or reuses its answer of less than CallTTL ago.
@@ -467,4 +420,59 @@ func (l *Loader) cachedObject(ctx context.Context, key string, read func() (map[
 	v, err := l.cached(ctx, key, "resource", func() (any, error) { return read() })
 	obj, _ := v.(map[string]any)
 	return obj, err
+}
+
+// apiCall evaluates a urlPath entry: its path and data with variables
+// substituted, the call made by do, then jmesPath and default applied.
+func apiCall(call *kyvernov1.ContextAPICall, data map[string]any, do func(method, path string, body []byte) (any, error)) (any, error) {
+	path, err := variables.SubstituteString(call.URLPath, data)
+	if err != nil {
+		return nil, fmt.Errorf("apiCall.urlPath: %w", err)
+	}
+	method := call.Method
+	if method == "" {
+		method = "GET"
+	}
+	var body []byte
+	if call.Data != nil && method == "POST" {
+		var raw any
+		if err := json.Unmarshal(call.Data.Raw, &raw); err != nil {
+			return nil, fmt.Errorf("apiCall.data: %w", err)
+		}
+		sub, err := variables.Substitute(raw, data)
+		if err != nil {
+			return nil, fmt.Errorf("apiCall.data: %w", err)
+		}
+		obj := map[string]any{}
+		list, _ := sub.([]any)
+		for _, item := range list {
+			if kv, ok := item.(map[string]any); ok {
+				if k, ok := kv["key"].(string); ok {
+					obj[k] = kv["value"]
+				}
+			}
+		}
+		if body, err = json.Marshal(obj); err != nil {
+			return nil, fmt.Errorf("apiCall.data: %w", err)
+		}
+	}
+	value, err := do(method, path, body)
+	if err == nil && call.JMESPath != "" {
+		expr, serr := variables.SubstituteString(call.JMESPath, data)
+		if serr != nil {
+			return nil, fmt.Errorf("apiCall.jmesPath: %w", serr)
+		}
+		value, err = variables.Query(expr, value)
+		if err != nil {
+			err = fmt.Errorf("apiCall.jmesPath %q: %w", expr, err)
+		}
+	}
+	if (err != nil || value == nil) && call.Default != nil {
+		var def any
+		if derr := json.Unmarshal(call.Default.Raw, &def); derr != nil {
+			return nil, fmt.Errorf("apiCall.default: %w", derr)
+		}
+		return variables.Substitute(def, data)
+	}
+	return value, err
 }

@@ -1,0 +1,158 @@
+package data
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/engine/cel"
+	"github.com/tally-dev/tally/engine/variables"
+)
+
+// Offline serves what policies read from the cluster out of a fixed set of
+// objects, as the Kyverno CLI does from a context file (`kyverno apply
+// --context-file`, `context:` of kyverno-test.yaml) or a test's
+// clusterResources: configMap entries, apiCall urlPath GETs (an object or
+// a list, as the API server would answer them) and CEL resource.Get/List.
+// What is not among the objects is an error naming it, in the API
+// server's words ("secrets \"x\" not found"). Safe for concurrent use (it
+// never changes).
+type Offline struct {
+	// byResource holds the objects by group/version/resource (the plural
+	// guessed from the kind, as Kubernetes' REST mapper guesses it).
+	byResource map[schema.GroupVersionResource][]map[string]any
+}
+
+// NewOffline returns an Offline serving objs. Objects without apiVersion,
+// kind or name are refused with an error naming them.
+func NewOffline(objs []map[string]any) (*Offline, error) {
+	o := &Offline{byResource: map[schema.GroupVersionResource][]map[string]any{}}
+	for i, obj := range objs {
+		u := unstructured.Unstructured{Object: obj}
+		gvk := u.GroupVersionKind()
+		if gvk.Version == "" || gvk.Kind == "" || u.GetName() == "" {
+			return nil, fmt.Errorf("context resource %d (%s %q): apiVersion, kind and metadata.name are required", i+1, gvk.Kind, u.GetName())
+		}
+		gvr, _ := meta.UnsafeGuessKindToResource(gvk)
+		o.byResource[gvr] = append(o.byResource[gvr], obj)
+	}
+	return o, nil
+}
+
+var _ cel.ClusterData = (*Offline)(nil)
+
+// Load implements engine.ContextLoader.
+func (o *Offline) Load(_ context.Context, _ string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
+	switch {
+	case entry.ConfigMap != nil:
+		name, err := variables.SubstituteString(entry.ConfigMap.Name, data)
+		if err != nil {
+			return nil, fmt.Errorf("configMap.name: %w", err)
+		}
+		namespace, err := variables.SubstituteString(entry.ConfigMap.Namespace, data)
+		if err != nil {
+			return nil, fmt.Errorf("configMap.namespace: %w", err)
+		}
+		if namespace == "" {
+			namespace = "default"
+		}
+		cm, err := o.get(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, namespace, name)
+		if err != nil {
+			return nil, fmt.Errorf("configmap %s/%s not found in the context", namespace, name)
+		}
+		return view(&unstructured.Unstructured{Object: cm}), nil
+	case entry.APICall != nil && entry.APICall.Service != nil:
+		return nil, fmt.Errorf("apiCall.service: calls to services are not made offline")
+	case entry.APICall != nil:
+		return apiCall(entry.APICall, data, func(method, path string, _ []byte) (any, error) {
+			if method != "GET" {
+				return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: only GET is served offline", method, path)
+			}
+			v, err := o.serve(path)
+			if err != nil {
+				return nil, fmt.Errorf("failed to fetch data for APICall: failed to GET resource with raw url: %s: %w", path, err)
+			}
+			return v, nil
+		})
+	case entry.GlobalReference != nil:
+		return nil, fmt.Errorf("globalReference %s: GlobalContextEntries are not served offline", entry.GlobalReference.Name)
+	case entry.ImageRegistry != nil:
+		return nil, fmt.Errorf("imageRegistry %s: registries are not read offline", entry.ImageRegistry.Reference)
+	}
+	return nil, fmt.Errorf("unknown context entry type")
+}
+
+// serve answers a GET of an API path: /api/v1/... or /apis/GROUP/VERSION/...,
+// then [namespaces/NS/]RESOURCE[/NAME] (or namespaces/NAME itself).
+func (o *Offline) serve(path string) (any, error) {
+	path, _, _ = strings.Cut(path, "?")
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	var gv schema.GroupVersion
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		gv, parts = schema.GroupVersion{Version: parts[1]}, parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		gv, parts = schema.GroupVersion{Group: parts[1], Version: parts[2]}, parts[3:]
+	default:
+		return nil, fmt.Errorf("%q is not an API path (/api/v1/... or /apis/GROUP/VERSION/...)", path)
+	}
+	namespace := ""
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		namespace, parts = parts[1], parts[2:]
+	}
+	switch len(parts) {
+	case 1:
+		return o.list(gv.WithResource(parts[0]), namespace), nil
+	case 2:
+		return o.get(gv.WithResource(parts[0]), namespace, parts[1])
+	}
+	return nil, fmt.Errorf("%q: subresources are not served offline", path)
+}
+
+func (o *Offline) get(gvr schema.GroupVersionResource, namespace, name string) (map[string]any, error) {
+	for _, obj := range o.byResource[gvr] {
+		u := unstructured.Unstructured{Object: obj}
+		if u.GetName() == name && u.GetNamespace() == namespace {
+			return obj, nil
+		}
+	}
+	return nil, fmt.Errorf("%s %q not found", gvr.Resource, name)
+}
+
+// list is a list object of the objects stored under exactly namespace
+// ("" lists every namespace's), as the Kyverno CLI's context serves them.
+func (o *Offline) list(gvr schema.GroupVersionResource, namespace string) map[string]any {
+	items := []any{}
+	kind := "List"
+	for _, obj := range o.byResource[gvr] {
+		u := unstructured.Unstructured{Object: obj}
+		kind = u.GetKind() + "List"
+		if namespace == "" || u.GetNamespace() == namespace {
+			items = append(items, obj)
+		}
+	}
+	return map[string]any{"apiVersion": gvr.GroupVersion().String(), "kind": kind, "metadata": map[string]any{}, "items": items}
+}
+
+// GetResource serves CEL's resource.Get.
+func (o *Offline) GetResource(_ context.Context, apiVersion, resource, namespace, name string) (map[string]any, error) {
+	gvr, err := gvrOf(apiVersion, resource)
+	if err != nil {
+		return nil, err
+	}
+	return o.get(gvr, namespace, name)
+}
+
+// ListResources serves CEL's resource.List.
+func (o *Offline) ListResources(_ context.Context, apiVersion, resource, namespace string) (map[string]any, error) {
+	gvr, err := gvrOf(apiVersion, resource)
+	if err != nil {
+		return nil, err
+	}
+	return o.list(gvr, namespace), nil
+}

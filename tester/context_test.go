@@ -1,0 +1,54 @@
+package tester
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A test's context file and clusterResources are what its policies read
+// of the cluster: a ValidatingPolicy's resource.Get and a classic apiCall
+// entry both read them, and what they lack is an error naming it.
+func TestContextFileAndClusterResources(t *testing.T) {
+	file := filepath.Join("testdata", "context", TestFileName)
+	outcomes, err := RunFile(context.Background(), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outcomes) != 6 {
+		t.Fatalf("%d outcomes, want 6", len(outcomes))
+	}
+	for _, o := range outcomes {
+		if o.Status != Passed {
+			t.Errorf("%s on %s: expected %s, got %s (%s)", o.Policy, o.Resource, o.Expected, o.Got, o.Reason)
+		}
+	}
+	docs, err := ReadDocuments(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	test, err := testOf(file, docs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := load(file, test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"team-from-namespace": `namespaces "lost" not found`,
+		"approved-secrets":    `failed to GET resource with raw url: /api/v1/namespaces/lost/secrets/db: secrets "db" not found`,
+	}
+	for _, r := range l.resources {
+		if r.name != "stray" {
+			continue
+		}
+		for _, p := range l.policies {
+			got := l.evaluate(context.Background(), p, r, "")
+			if len(got) != 1 || !strings.Contains(got[0].Message, want[p.Name]) {
+				t.Errorf("%s on stray: got %+v, want an error containing %q", p.Name, got, want[p.Name])
+			}
+		}
+	}
+}
