@@ -27,6 +27,7 @@ type applyOptions struct {
 	output, reportAPI               string
 	warnExitCode                    int
 	data                            dataOptions
+	cluster                         clusterOptions
 }
 
 // dataOptions are what the cluster would give policies, offline: values,
@@ -101,7 +102,7 @@ cluster would get instead.`,
 	f.BoolVar(&o.auditWarn, "audit-warn", false, "report failures of Audit rules as warnings")
 	f.IntVar(&o.warnExitCode, "warn-exit-code", 0, "exit code when there are warnings and no failure or error")
 	f.BoolVar(&o.detailed, "detailed-results", false, "list every result, passes included")
-	_ = cmd.MarkFlagRequired("resource")
+	o.cluster.addFlags(f)
 	return cmd
 }
 
@@ -161,6 +162,24 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 			resources = append(resources, d.Object)
 		}
 	}
+	var live *liveCluster
+	switch {
+	case o.cluster.cluster:
+		if live, err = o.cluster.connect(cmd.Context()); err != nil {
+			return exitError{code: exitCouldNotRun, msg: err.Error()}
+		}
+		defer live.close()
+		objs, err := live.resources(cmd.Context(), policies, o.cluster.namespace)
+		if err != nil {
+			unreadable++
+			fmt.Fprintln(stderr, "error:", err)
+		}
+		resources = append(resources, objs...)
+	case len(o.resources) == 0:
+		return exitError{code: exitCouldNotRun, msg: "no resource given: name manifests with -r/--resource, or read a cluster with --cluster"}
+	case o.cluster.namespace != "" || o.cluster.kubeconfig != "":
+		return exitError{code: exitCouldNotRun, msg: "--namespace and --kubeconfig read a cluster: add --cluster"}
+	}
 	if len(policies) == 0 || len(resources) == 0 {
 		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("nothing to apply: %d valid policies, %d resources", len(policies), len(resources))}
 	}
@@ -175,6 +194,9 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		req := exceptions.Request(res)
 		req.Background = true
 		inputs.request(req, res)
+		if live != nil {
+			live.request(req, report.SubjectOf(res).Namespace)
+		}
 		ns := report.SubjectOf(res).Namespace
 		for _, p := range policies {
 			rs := p.Evaluate(cmd.Context(), req)
