@@ -50,6 +50,7 @@ func main() {
 	flag.BoolVar(&contextPolicies, "context-policies", false, "also install two ClusterPolicies that read the cluster: an apiCall of each Pod's namespace and a ConfigMap")
 	flag.StringVar(&scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
 	flag.IntVar(&workers, "workers", 0, "the scanner's --workers (0: its default)")
+	flag.DurationVar(&idle, "idle", 0, "after the full scan, measure the scanner's CPU over this long with nothing changing (SCANBENCH_IDLECPU=file: a CPU profile of it)")
 	flag.Parse()
 	if err := run(*pods, *namespaces, *corpus); err != nil {
 		fmt.Fprintln(os.Stderr, "scanbench:", err)
@@ -63,6 +64,7 @@ var (
 	policySet  string
 	// contextPolicies adds the policies of contextPolicyManifests.
 	contextPolicies bool
+	idle            time.Duration
 )
 
 func run(pods, namespaces int, corpus string) error {
@@ -201,6 +203,24 @@ func run(pods, namespaces int, corpus string) error {
 		if err := benchutil.Fetch(m.Base+"/debug/pprof/heap", out); err != nil {
 			return err
 		}
+	}
+
+	// 1b. Nothing changes: what the scanner spends idle.
+	if idle > 0 {
+		writesBefore, _ := m.Value("tally_scan_report_writes_total")
+		cpu0 := processCPU(scanner.Process.Pid)
+		api0 := childCPU()
+		if out := os.Getenv("SCANBENCH_IDLECPU"); out != "" {
+			if err := benchutil.Fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", m.Base, int(idle.Seconds())), out); err != nil {
+				return err
+			}
+		} else {
+			time.Sleep(idle)
+		}
+		api1 := childCPU()
+		writesAfter, _ := m.Value("tally_scan_report_writes_total")
+		fmt.Printf("idle %s: scanner CPU %.2f s, kube-apiserver %.2f s, etcd %.2f s; %.0f API writes\n", idle,
+			processCPU(scanner.Process.Pid)-cpu0, api1["kube-apiserver"]-api0["kube-apiserver"], api1["etcd"]-api0["etcd"], writesAfter-writesBefore)
 	}
 
 	// 2. Forced full rescan with nothing changed.
