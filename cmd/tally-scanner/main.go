@@ -46,6 +46,7 @@ type options struct {
 	policyStatus   bool
 	successEvents  bool
 	webhook        webhookOptions
+	http           data.HTTPOptions
 }
 
 type webhookOptions struct {
@@ -63,6 +64,15 @@ func main() {
 	flag.StringVar(&o.stateConfigMap, "state-configmap", "tally-scan-state", "ConfigMap persisting each policy's last complete scan")
 	flag.BoolVar(&o.policyStatus, "policy-status", true, "keep each policy's Ready condition (turn off beside a Kyverno that writes it)")
 	flag.BoolVar(&o.successEvents, "generate-success-events", false, "also emit an Event (Normal, PolicyApplied) on a resource when a background result becomes a pass, as Kyverno's generateSuccessEvents; violations always get one (Warning, PolicyViolation), once per change to fail")
+	flag.Func("http-allow", "URL patterns (* and ? wildcards; comma-separated, repeatable) of the services policies may call: apiCall.service entries and CEL's http.Get/Post; none by default", func(v string) error {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				o.http.Allow = append(o.http.Allow, p)
+			}
+		}
+		return nil
+	})
+	flag.DurationVar(&o.http.Timeout, "http-timeout", data.DefaultHTTPTimeout, "time limit of one call to a service")
 	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
 	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
@@ -116,7 +126,7 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	var scanner *scan.Scanner
 	// The data policies read: a change rescans the policies that read it.
-	loader := data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg,
+	loader := data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg, HTTP: o.http,
 		OnChange:    func(policies []string) { scanner.RescanPolicies(policies) },
 		OnForbidden: func(policy string, err error) { scanner.DataForbidden(policy, err) }})
 	scanner = scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{

@@ -52,6 +52,8 @@ type Options struct {
 	// as an Event on the policy. Called at most once per policy and call
 	// per CallTTL (answers are reused).
 	OnForbidden func(policy string, err error)
+	// HTTP says which services policies may call, and for how long.
+	HTTP HTTPOptions
 	// CallTTL is how long an apiCall answer is reused (DefaultCallTTL).
 	CallTTL  time.Duration
 	Clock    clock.PassiveClock
@@ -67,6 +69,7 @@ type Loader struct {
 	opts   Options
 
 	requests *prometheus.CounterVec
+	http     *httpClients
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -102,11 +105,14 @@ func New(client dynamic.Interface, raw rest.Interface, opts Options) *Loader {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	l := &Loader{client: client, rest: raw, opts: opts, listed: make(chan struct{}),
+	if opts.HTTP.Timeout <= 0 {
+		opts.HTTP.Timeout = DefaultHTTPTimeout
+	}
+	l := &Loader{client: client, rest: raw, opts: opts, listed: make(chan struct{}), http: &httpClients{timeout: opts.HTTP.Timeout},
 		cms: map[string]map[string]any{}, readers: map[string]map[string]bool{}, calls: map[string]callEntry{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_data_requests_total",
-			Help: "Requests to the API server for data policies read: kind is list-configmaps (the ConfigMap watch's lists), api-call, or resource (the resource library of CEL policies).",
+			Help: "Requests for data policies read: kind is list-configmaps (the ConfigMap watch's lists), api-call, resource (the resource library of CEL policies), or http (calls to services: apiCall.service, CEL's http library).",
 		}, []string{"kind"}),
 	}
 	if opts.Registry != nil {
@@ -136,7 +142,7 @@ func (l *Loader) Load(ctx context.Context, policy string, entry kyvernov1.Contex
 	case entry.ConfigMap != nil:
 		return l.configMap(ctx, policy, entry, data)
 	case entry.APICall != nil && entry.APICall.Service != nil:
-		return nil, fmt.Errorf("apiCall.service: calls to services are not made by tally yet")
+		return l.serviceCall(ctx, entry.APICall, data)
 	case entry.APICall != nil:
 		return l.apiCall(ctx, policy, entry.APICall, data)
 	case entry.GlobalReference != nil:

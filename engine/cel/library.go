@@ -53,6 +53,7 @@ func kyvernoLibraries() []celgo.EnvOption {
 	}
 	opts = append(opts, imageLibrary()...)
 	opts = append(opts, resourceLibrary()...)
+	opts = append(opts, httpLibrary()...)
 	opts = append(opts, timeLibrary()...)
 	opts = append(opts, celgo.Function("math.round", celgo.Overload("math_round_double_int", []*celgo.Type{celgo.DoubleType, celgo.IntType}, celgo.DoubleType,
 		celgo.BinaryBinding(roundTo))))
@@ -63,8 +64,6 @@ func kyvernoLibraries() []celgo.EnvOption {
 		arities  []int
 	}{
 		// resource.get and resource.list are resourceLibrary's.
-		{"http", "get", []int{1, 2}},
-		{"http", "post", []int{2, 3}},
 		{"globalContext", "get", []int{1, 2}},
 		{"image", "getMetadata", []int{1}},
 	} {
