@@ -56,13 +56,13 @@ func TestContextEntriesLoadWhenRead(t *testing.T) {
 			want:      engine.RuleResult{Result: engine.Fail, Message: "team a"},
 		},
 		"a failed load is the reading variable's error": {
-			rule: ctxRule + `    validate: {message: m, deny: {conditions: {any: [{key: "{{ request.object.metadata.name }}", operator: Equals, value: "{{ missing }}"}]}}}`,
+			rule:      ctxRule + `    validate: {message: m, deny: {conditions: {any: [{key: "{{ request.object.metadata.name }}", operator: Equals, value: "{{ missing }}"}]}}}`,
 			wantLoads: 1,
 			want: engine.RuleResult{Result: engine.Error, Message: "failed to check deny conditions: failed to substitute variables in condition value: " +
 				"failed to resolve missing at path : failed to fetch data for APICall: failed to GET resource with raw url: /api/v1/namespaces/nothere: not found"},
 		},
 		"an entry read inside a function call loads": {
-			rule: ctxRule + `    validate: {message: m, deny: {conditions: {any: [{key: "{{ length(ns.metadata.labels) }}", operator: Equals, value: 1}]}}}`,
+			rule:      ctxRule + `    validate: {message: m, deny: {conditions: {any: [{key: "{{ length(ns.metadata.labels) }}", operator: Equals, value: 1}]}}}`,
 			wantLoads: 1,
 			want:      engine.RuleResult{Result: engine.Fail, Message: "m"},
 		},

@@ -7,7 +7,7 @@ import (
 )
 
 // ReadContext reads what policies may read of the cluster offline: context
-// files (cli.kyverno.io Context: spec.resources; the `context:` of a test,
+// files (cli.kyverno.io Context: spec.resources and spec.images; the `context:` of a test,
 // `--context-file` of apply and scan), ClusterResource files
 // (spec.resources) and plain manifests (a test's clusterResources). It
 // returns nil when no file is given: then every read is an error that says
@@ -16,7 +16,7 @@ func ReadContext(files ...string) (*data.Offline, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
-	var objs []map[string]any
+	var objs, images []map[string]any
 	for _, f := range files {
 		docs, err := ReadManifests(f)
 		if err != nil {
@@ -38,12 +38,23 @@ func ReadContext(files ...string) (*data.Offline, error) {
 					}
 					objs = append(objs, obj)
 				}
+				imgs, _ := spec["images"].([]any)
+				for i, r := range imgs {
+					img, ok := r.(map[string]any)
+					if !ok {
+						return nil, fmt.Errorf("%s: %s: spec.images[%d] is not an object", f, kind, i)
+					}
+					images = append(images, img)
+				}
 				continue
 			}
 			objs = append(objs, d.Object)
 		}
 	}
 	o, err := data.NewOffline(objs)
+	if err == nil {
+		err = o.AddImages(images)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%v: %w", files, err)
 	}

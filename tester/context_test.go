@@ -8,16 +8,17 @@ import (
 )
 
 // A test's context file and clusterResources are what its policies read
-// of the cluster: a ValidatingPolicy's resource.Get and a classic apiCall
-// entry both read them, and what they lack is an error naming it.
+// of the cluster: a ValidatingPolicy's resource.Get and image.GetMetadata
+// and a classic apiCall entry read them, and what they lack is an error
+// naming it.
 func TestContextFileAndClusterResources(t *testing.T) {
 	file := filepath.Join("testdata", "context", TestFileName)
 	outcomes, err := RunFile(context.Background(), file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(outcomes) != 6 {
-		t.Fatalf("%d outcomes, want 6", len(outcomes))
+	if len(outcomes) != 8 {
+		t.Fatalf("%d outcomes, want 8", len(outcomes))
 	}
 	for _, o := range outcomes {
 		if o.Status != Passed {
@@ -41,10 +42,16 @@ func TestContextFileAndClusterResources(t *testing.T) {
 		"approved-secrets":    `failed to GET resource with raw url: /api/v1/namespaces/lost/secrets/db: secrets "db" not found`,
 	}
 	for _, r := range l.resources {
+		if r.name == "wrong-team" {
+			got := l.evaluate(context.Background(), l.policies[2], r, "")
+			if len(got) != 1 || !strings.Contains(got[0].Message, "image data for busybox not found in the context") {
+				t.Errorf("image-not-root on wrong-team: got %+v", got)
+			}
+		}
 		if r.name != "stray" {
 			continue
 		}
-		for _, p := range l.policies {
+		for _, p := range l.policies[:2] {
 			got := l.evaluate(context.Background(), p, r, "")
 			if len(got) != 1 || !strings.Contains(got[0].Message, want[p.Name]) {
 				t.Errorf("%s on stray: got %+v, want an error containing %q", p.Name, got, want[p.Name])

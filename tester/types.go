@@ -18,13 +18,13 @@ type Test struct {
 	UserInfo   string      `json:"userinfo,omitempty"`
 	Exceptions []string    `json:"exceptions,omitempty"`
 	// ParamResources are the params objects of ValidatingAdmissionPolicy bindings.
-	ParamResources []string       `json:"paramResources,omitempty"`
+	ParamResources []string `json:"paramResources,omitempty"`
 	// Context is a context file (cli.kyverno.io Context) and
 	// ClusterResources are manifests: what policies read of the cluster.
-	Context          string   `json:"context,omitempty"`
-	ClusterResources []string `json:"clusterResources,omitempty"`
-	Results        []TestResult   `json:"results"`
-	Extra          map[string]any `json:"-"`
+	Context          string         `json:"context,omitempty"`
+	ClusterResources []string       `json:"clusterResources,omitempty"`
+	Results          []TestResult   `json:"results"`
+	Extra            map[string]any `json:"-"`
 }
 
 // TestResult is one expected result: a policy's rule on some resources.

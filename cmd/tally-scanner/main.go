@@ -47,6 +47,7 @@ type options struct {
 	successEvents  bool
 	webhook        webhookOptions
 	http           data.HTTPOptions
+	images         data.RegistryOptions
 }
 
 type webhookOptions struct {
@@ -73,6 +74,15 @@ func main() {
 		return nil
 	})
 	flag.DurationVar(&o.http.Timeout, "http-timeout", data.DefaultHTTPTimeout, "time limit of one call to a service")
+	flag.BoolVar(&o.images.Enabled, "registry-access", false, "let policies read image registries (imageRegistry context entries, CEL's image.GetMetadata); each image digest is read once")
+	flag.Func("image-pull-secrets", "pull secrets (in --namespace; comma-separated, repeatable) for registry reads, besides those an entry names; grant tally-scanner get on them", func(v string) error {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				o.images.PullSecrets = append(o.images.PullSecrets, p)
+			}
+		}
+		return nil
+	})
 	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
 	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
@@ -126,7 +136,8 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	var scanner *scan.Scanner
 	// The data policies read: a change rescans the policies that read it.
-	loader := data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg, HTTP: o.http,
+	o.images.Client, o.images.Namespace = kube, o.Namespace
+	loader := data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg, HTTP: o.http, Images: o.images,
 		OnChange:    func(policies []string) { scanner.RescanPolicies(policies) },
 		OnForbidden: func(policy string, err error) { scanner.DataForbidden(policy, err) }})
 	scanner = scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{

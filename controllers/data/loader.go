@@ -54,6 +54,8 @@ type Options struct {
 	OnForbidden func(policy string, err error)
 	// HTTP says which services policies may call, and for how long.
 	HTTP HTTPOptions
+	// Images says whether policies may read image registries.
+	Images RegistryOptions
 	// CallTTL is how long an apiCall answer is reused (DefaultCallTTL).
 	CallTTL  time.Duration
 	Clock    clock.PassiveClock
@@ -70,6 +72,7 @@ type Loader struct {
 
 	requests *prometheus.CounterVec
 	http     *httpClients
+	reg      *registry
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -108,11 +111,11 @@ func New(client dynamic.Interface, raw rest.Interface, opts Options) *Loader {
 	if opts.HTTP.Timeout <= 0 {
 		opts.HTTP.Timeout = DefaultHTTPTimeout
 	}
-	l := &Loader{client: client, rest: raw, opts: opts, listed: make(chan struct{}), http: &httpClients{timeout: opts.HTTP.Timeout},
+	l := &Loader{client: client, rest: raw, opts: opts, listed: make(chan struct{}), http: &httpClients{timeout: opts.HTTP.Timeout}, reg: &registry{},
 		cms: map[string]map[string]any{}, readers: map[string]map[string]bool{}, calls: map[string]callEntry{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_data_requests_total",
-			Help: "Requests for data policies read: kind is list-configmaps (the ConfigMap watch's lists), api-call, resource (the resource library of CEL policies), or http (calls to services: apiCall.service, CEL's http library).",
+			Help: "Requests for data policies read: kind is list-configmaps (the ConfigMap watch's lists), api-call, resource (the resource library of CEL policies), http (calls to services: apiCall.service, CEL's http library), or registry (image references resolved: imageRegistry entries, CEL's image.GetMetadata).",
 		}, []string{"kind"}),
 	}
 	if opts.Registry != nil {
@@ -148,7 +151,7 @@ func (l *Loader) Load(ctx context.Context, policy string, entry kyvernov1.Contex
 	case entry.GlobalReference != nil:
 		return nil, fmt.Errorf("globalReference %s: GlobalContextEntries are not loaded by tally yet", entry.GlobalReference.Name)
 	case entry.ImageRegistry != nil:
-		return nil, fmt.Errorf("imageRegistry %s: registry access is not enabled in tally", entry.ImageRegistry.Reference)
+		return l.imageRegistry(ctx, entry.ImageRegistry, data)
 	}
 	return nil, fmt.Errorf("unknown context entry type")
 }

@@ -3,6 +3,7 @@ package data
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -26,6 +27,38 @@ type Offline struct {
 	// byResource holds the objects by group/version/resource (the plural
 	// guessed from the kind, as Kubernetes' REST mapper guesses it).
 	byResource map[schema.GroupVersionResource][]map[string]any
+	// images are a context file's spec.images, by image.
+	images map[string]map[string]any
+}
+
+// AddImages adds the images of a context file (spec.images: image,
+// resolvedImage, registry, repository, tag, digest, imageIndex, manifest,
+// config), served to image.GetMetadata and imageRegistry entries.
+func (o *Offline) AddImages(images []map[string]any) error {
+	for i, img := range images {
+		ref, _ := img["image"].(string)
+		if ref == "" {
+			return fmt.Errorf("context image %d: image is required", i+1)
+		}
+		if o.images == nil {
+			o.images = map[string]map[string]any{}
+		}
+		md := maps.Clone(img)
+		if _, ok := md["configData"]; !ok {
+			md["configData"] = md["config"]
+		}
+		o.images[ref] = md
+	}
+	return nil
+}
+
+// ImageMetadata serves image.GetMetadata offline.
+func (o *Offline) ImageMetadata(_ context.Context, ref string, _ []string, _ bool) (map[string]any, error) {
+	md, ok := o.images[ref]
+	if !ok {
+		return nil, fmt.Errorf("image data for %s not found in the context", ref)
+	}
+	return md, nil
 }
 
 // NewOffline returns an Offline serving objs. Objects without apiVersion,
@@ -82,7 +115,15 @@ func (o *Offline) Load(_ context.Context, _ string, entry kyvernov1.ContextEntry
 	case entry.GlobalReference != nil:
 		return nil, fmt.Errorf("globalReference %s: GlobalContextEntries are not served offline", entry.GlobalReference.Name)
 	case entry.ImageRegistry != nil:
-		return nil, fmt.Errorf("imageRegistry %s: registries are not read offline", entry.ImageRegistry.Reference)
+		ref, err := variables.SubstituteString(entry.ImageRegistry.Reference, data)
+		if err != nil {
+			return nil, fmt.Errorf("imageRegistry.reference: %w", err)
+		}
+		md, err := o.ImageMetadata(context.Background(), ref, nil, false)
+		if err != nil || entry.ImageRegistry.JMESPath == "" {
+			return md, err
+		}
+		return variables.Query(entry.ImageRegistry.JMESPath, md)
 	}
 	return nil, fmt.Errorf("unknown context entry type")
 }

@@ -54,6 +54,7 @@ func kyvernoLibraries() []celgo.EnvOption {
 	opts = append(opts, imageLibrary()...)
 	opts = append(opts, resourceLibrary()...)
 	opts = append(opts, httpLibrary()...)
+	opts = append(opts, imageDataLibrary()...)
 	opts = append(opts, timeLibrary()...)
 	opts = append(opts, celgo.Function("math.round", celgo.Overload("math_round_double_int", []*celgo.Type{celgo.DoubleType, celgo.IntType}, celgo.DoubleType,
 		celgo.BinaryBinding(roundTo))))
@@ -65,7 +66,6 @@ func kyvernoLibraries() []celgo.EnvOption {
 	}{
 		// resource.get and resource.list are resourceLibrary's.
 		{"globalContext", "get", []int{1, 2}},
-		{"image", "getMetadata", []int{1}},
 	} {
 		both(call.ns, call.name, func(id string) []celgo.FunctionOpt {
 			var overloads []celgo.FunctionOpt
