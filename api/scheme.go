@@ -7,6 +7,7 @@ import (
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov1alpha2 "github.com/tally-dev/tally/api/kyverno/v1alpha2"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	kyvernov2alpha1 "github.com/tally-dev/tally/api/kyverno/v2alpha1"
 	kyvernov2beta1 "github.com/tally-dev/tally/api/kyverno/v2beta1"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	policiesv1alpha1 "github.com/tally-dev/tally/api/policies/v1alpha1"
@@ -18,6 +19,7 @@ import (
 var schemeBuilder = runtime.NewSchemeBuilder(
 	kyvernov1.AddToScheme,
 	kyvernov2.AddToScheme,
+	kyvernov2alpha1.AddToScheme,
 	kyvernov2beta1.AddToScheme,
 	kyvernov1alpha2.AddToScheme,
 	wgv1alpha2.AddToScheme,

@@ -219,7 +219,14 @@ func (v *validatingPolicy) evaluateVariant(e *evaluation, variant *vpolVariant) 
 		copied.AllowedImages, copied.AllowedValues = images, values
 		in = &copied
 	}
-	o := variant.prog.Evaluate(e.ctx, in)
+	ctx := e.ctx
+	if in.Data != nil {
+		// The data it reads is recorded against the policy (rescanned when
+		// a GlobalContextEntry it reads changes).
+		plain := e.policy.Name[strings.LastIndex(e.policy.Name, "/")+1:]
+		ctx = cel.WithPolicy(ctx, v.kind+"/"+plain)
+	}
+	o := variant.prog.Evaluate(ctx, in)
 	switch {
 	case o.NotMet || (o.ConditionErr != nil && v.ignore):
 		r := e.vpolResult(Skip, "", "skip", nil)

@@ -73,6 +73,7 @@ type Loader struct {
 	requests *prometheus.CounterVec
 	http     *httpClients
 	reg      *registry
+	global   *globalContext
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -118,6 +119,7 @@ func New(client dynamic.Interface, raw rest.Interface, opts Options) *Loader {
 			Help: "Requests for data policies read: kind is list-configmaps (the ConfigMap watch's lists), api-call, resource (the resource library of CEL policies), http (calls to services: apiCall.service, CEL's http library), or registry (image references resolved: imageRegistry entries, CEL's image.GetMetadata).",
 		}, []string{"kind"}),
 	}
+	l.global = &globalContext{l: l, listed: make(chan struct{}), entries: map[string]*globalEntry{}, readers: map[string]map[string]bool{}}
 	if opts.Registry != nil {
 		opts.Registry.MustRegister(l.requests)
 	}
@@ -149,7 +151,7 @@ func (l *Loader) Load(ctx context.Context, policy string, entry kyvernov1.Contex
 	case entry.APICall != nil:
 		return l.apiCall(ctx, policy, entry.APICall, data)
 	case entry.GlobalReference != nil:
-		return nil, fmt.Errorf("globalReference %s: GlobalContextEntries are not loaded by tally yet", entry.GlobalReference.Name)
+		return l.globalReference(ctx, policy, entry.GlobalReference, data)
 	case entry.ImageRegistry != nil:
 		return l.imageRegistry(ctx, entry.ImageRegistry, data)
 	}
@@ -320,27 +322,40 @@ func (l *Loader) apiCall(ctx context.Context, policy string, call *kyvernov1.Con
 // call makes one API call, or reuses its answer of less than CallTTL ago.
 func (l *Loader) call(ctx context.Context, policy, method, path string, body []byte) (any, error) {
 	return l.cached(ctx, method+" "+path+" "+string(body), "api-call", func() (any, error) {
-		req := l.rest.Verb(method).AbsPath(path)
-		if body != nil {
-			req = req.Body(body).SetHeader("Content-Type", "application/json")
+		v, err := l.fetch(ctx, method, path, body)
+		if apierrors.IsForbidden(err) && l.opts.OnForbidden != nil {
+			l.opts.OnForbidden(policy, err)
 		}
-		raw, err := req.DoRaw(ctx)
-		if apierrors.IsForbidden(err) {
-			err = fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w (grant tally-scanner read access to it: RBAC aggregated into tally-scanner-resources)", method, path, err)
-			if l.opts.OnForbidden != nil {
-				l.opts.OnForbidden(policy, err)
-			}
-			return nil, err
-		}
-		if err != nil {
-			return nil, fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w", method, path, err)
-		}
-		var value any
-		if err := json.Unmarshal(raw, &value); err != nil {
-			return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: the answer is not JSON: %w", method, path, err)
-		}
-		return value, nil
+		return v, err
 	})
+}
+
+// fetch makes one API call: its answer as JSON, or an error naming the
+// call (and, when RBAC refused it, the grant to add).
+func (l *Loader) fetch(ctx context.Context, method, path string, body []byte) (any, error) {
+	req := l.rest.Verb(method).AbsPath(path)
+	if body != nil {
+		req = req.Body(body).SetHeader("Content-Type", "application/json")
+	}
+	raw, err := req.DoRaw(ctx)
+	if apierrors.IsForbidden(err) {
+		return nil, fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w (grant tally-scanner read access to it: RBAC aggregated into tally-scanner-resources)", method, path, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w", method, path, err)
+	}
+	var value any
+	if err := json.Unmarshal(raw, &value); err != nil {
+		return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: the answer is not JSON: %w", method, path, err)
+	}
+	return value, nil
+}
+
+// context is the loader's run context (nil before Run).
+func (l *Loader) context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ctx
 }
 
 // cached reads through the call cache: an answer (or error) of less than
@@ -485,3 +500,9 @@ func apiCall(call *kyvernov1.ContextAPICall, data map[string]any, do func(method
 	}
 	return value, err
 }
+
+var (
+	_ cel.HTTPData   = (*Loader)(nil)
+	_ cel.ImageData  = (*Loader)(nil)
+	_ cel.GlobalData = (*Loader)(nil)
+)

@@ -235,6 +235,9 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return a.exceptions, a.exceptions != nil
 	case varResource:
 		return resourceLib{ctx: a.ctx, data: a.data}, a.mode == ModeKyverno
+	case varGlobalContext:
+		g, _ := a.data.(GlobalData)
+		return globalLib{ctx: a.ctx, data: g}, a.mode == ModeKyverno
 	case varImage:
 		i, _ := a.data.(ImageData)
 		return imageLib{ctx: a.ctx, data: i}, a.mode == ModeKyverno

@@ -24,9 +24,9 @@ import (
 // (json.unmarshal and json.Unmarshal), and so does tally.
 //
 // The calls that read a cluster (resource.*, http.*, globalContext.*,
-// image.GetMetadata) are declared so that policies using them compile; until
-// tally loads cluster data they fail with an error naming the call, which
-// the policy's result reports.
+// image.GetMetadata) are members of variables served by the evaluation's
+// data (Input.Data); without it they fail with an error naming the call,
+// which the policy's result reports.
 func kyvernoLibraries() []celgo.EnvOption {
 	var opts []celgo.EnvOption
 	// both declares ns.name and ns.Name, each with its own overload ids.
@@ -55,31 +55,12 @@ func kyvernoLibraries() []celgo.EnvOption {
 	opts = append(opts, resourceLibrary()...)
 	opts = append(opts, httpLibrary()...)
 	opts = append(opts, imageDataLibrary()...)
+	opts = append(opts, globalContextLibrary()...)
 	opts = append(opts, timeLibrary()...)
 	opts = append(opts, celgo.Function("math.round", celgo.Overload("math_round_double_int", []*celgo.Type{celgo.DoubleType, celgo.IntType}, celgo.DoubleType,
 		celgo.BinaryBinding(roundTo))))
 	opts = append(opts, celgo.Function("parseServiceAccount", celgo.Overload("parseServiceAccount_string", []*celgo.Type{celgo.StringType}, celgo.DynType, celgo.UnaryBinding(parseServiceAccount))))
 	both("user", "parseServiceAccount", unary(celgo.StringType, celgo.DynType, parseServiceAccount))
-	for _, call := range []struct {
-		ns, name string
-		arities  []int
-	}{
-		// resource.get and resource.list are resourceLibrary's.
-		{"globalContext", "get", []int{1, 2}},
-	} {
-		both(call.ns, call.name, func(id string) []celgo.FunctionOpt {
-			var overloads []celgo.FunctionOpt
-			for _, n := range call.arities {
-				args := make([]*celgo.Type, n)
-				for i := range args {
-					args[i] = celgo.DynType
-				}
-				overloads = append(overloads, celgo.Overload(fmt.Sprintf("%s_%d", id, n), args, celgo.DynType,
-					celgo.FunctionBinding(noClusterData(call.ns+"."+call.name))))
-			}
-			return overloads
-		})
-	}
 	return opts
 }
 
@@ -185,11 +166,5 @@ func timeLibrary() []celgo.EnvOption {
 				u := ts.UTC()
 				return types.String(fmt.Sprintf("%d %d %d %d %d", u.Minute(), u.Hour(), u.Day(), int(u.Month()), int(u.Weekday())))
 			}))),
-	}
-}
-
-func noClusterData(call string) func(...ref.Val) ref.Val {
-	return func(...ref.Val) ref.Val {
-		return types.NewErr("%s: tally does not load cluster data for CEL policies yet", call)
 	}
 }
