@@ -132,7 +132,7 @@ func RunWith(ctx context.Context, paths []string, opts Options) (*Report, error)
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		outs, invalid, err := runFile(ctx, f)
+		outs, invalid, err := runFile(ctx, f, nil)
 		for _, o := range outs {
 			if opts.Selector.selects(o) {
 				rep.Outcomes = append(rep.Outcomes, o)

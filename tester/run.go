@@ -10,6 +10,7 @@ import (
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/controllers/data"
+	"github.com/tally-dev/tally/engine/cel"
 
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -55,6 +56,10 @@ type loaded struct {
 	// cluster serves what policies read of the cluster (context and
 	// clusterResources); nil when the test names neither.
 	cluster *data.Offline
+	// live, when set, serves every context entry (RunFileLive); the values
+	// naming contextNames are dropped.
+	live         *Live
+	contextNames map[string]bool
 }
 
 type resource struct {
@@ -66,13 +71,30 @@ type resource struct {
 // means the file itself could not be read; problems with what it names are
 // reported on the affected expectations.
 func RunFile(ctx context.Context, file string) ([]Outcome, error) {
-	out, _, err := runFile(ctx, file)
+	out, _, err := runFile(ctx, file, nil)
+	return out, err
+}
+
+// Live is a cluster a test's policies read instead of the values its
+// values file gives their context entries: the data loader of a scanner
+// (integration tests run the corpus's policies that read the cluster
+// against objects made for them).
+type Live struct {
+	Loader engine.ContextLoader
+	Data   cel.ClusterData
+}
+
+// RunFileLive is RunFile with the policies reading live: the values that
+// name a context entry of a policy are dropped (request values and the
+// like stay), and every context entry is loaded by live.
+func RunFileLive(ctx context.Context, file string, live *Live) ([]Outcome, error) {
+	out, _, err := runFile(ctx, file, live)
 	return out, err
 }
 
 // runFile is RunFile that also returns why each policy the file names was
 // refused (one line per policy, naming its file and field paths).
-func runFile(ctx context.Context, file string) ([]Outcome, []string, error) {
+func runFile(ctx context.Context, file string, live *Live) ([]Outcome, []string, error) {
 	docs, err := ReadDocuments(file)
 	if err != nil {
 		return nil, nil, err
@@ -84,7 +106,7 @@ func runFile(ctx context.Context, file string) ([]Outcome, []string, error) {
 		if err != nil {
 			return out, invalid, err
 		}
-		outs, inv := runTest(ctx, file, t)
+		outs, inv := runTest(ctx, file, t, live)
 		out = append(out, outs...)
 		invalid = append(invalid, inv...)
 	}
@@ -107,8 +129,22 @@ func testOf(file string, d Document) (*Test, error) {
 	return &t, nil
 }
 
-func runTest(ctx context.Context, file string, t *Test) ([]Outcome, []string) {
+func runTest(ctx context.Context, file string, t *Test, live *Live) ([]Outcome, []string) {
 	l, loadErr := load(file, t)
+	if live != nil {
+		l.live = live
+		l.contextNames = map[string]bool{}
+		for _, lp := range l.policies {
+			if lp.Policy == nil {
+				continue
+			}
+			for _, r := range lp.Policy.Rules {
+				for _, c := range r.Raw.Context {
+					l.contextNames[c.Name] = true
+				}
+			}
+		}
+	}
 	var invalid []string
 	for _, lp := range l.policies {
 		if lp.Invalid != nil {
@@ -285,7 +321,7 @@ func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op 
 	if lp.Policy == nil {
 		return nil
 	}
-	vs := &valueSource{spec: l.test.Values, resource: r.name}
+	vs := &valueSource{spec: l.test.Values, resource: r.name, drop: l.contextNames}
 	if op == "" {
 		if v, ok := vs.PolicyValues(lp.Name)["request.operation"].(string); ok {
 			op = strings.ToUpper(v)
@@ -303,6 +339,9 @@ func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op 
 	}
 	if l.cluster != nil {
 		req.Loader, req.Data = l.cluster, l.cluster
+	}
+	if l.live != nil {
+		req.Loader, req.Data = l.live.Loader, l.live.Data
 	}
 	switch op {
 	case engine.OpDelete:

@@ -10,6 +10,24 @@ import (
 type valueSource struct {
 	spec     *ValuesSpec
 	resource string
+	// drop are context entry names whose values are left out (the data is
+	// read live).
+	drop map[string]bool
+}
+
+// kept is values without those naming a dropped entry.
+func (v *valueSource) kept(values map[string]any) map[string]any {
+	if len(v.drop) == 0 || len(values) == 0 {
+		return values
+	}
+	out := make(map[string]any, len(values))
+	for k, val := range values {
+		root, _, _ := strings.Cut(k, ".")
+		if !v.drop[root] {
+			out[k] = val
+		}
+	}
+	return out
 }
 
 func (v *valueSource) policy(name string) *PolicyValues {
@@ -28,6 +46,10 @@ func (v *valueSource) policy(name string) *PolicyValues {
 
 // PolicyValues are the global values overlaid with the resource's values.
 func (v *valueSource) PolicyValues(policy string) map[string]any {
+	return v.kept(v.policyValues(policy))
+}
+
+func (v *valueSource) policyValues(policy string) map[string]any {
 	if v.spec == nil {
 		return nil
 	}
@@ -77,7 +99,7 @@ func (v *valueSource) rule(policy, rule string) *RuleValues {
 // RuleValues are the values of a rule.
 func (v *valueSource) RuleValues(policy, rule string) map[string]any {
 	if r := v.rule(policy, rule); r != nil {
-		return r.Values
+		return v.kept(r.Values)
 	}
 	return nil
 }

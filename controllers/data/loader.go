@@ -18,8 +18,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/url"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -333,7 +335,19 @@ func (l *Loader) call(ctx context.Context, policy, method, path string, body []b
 // fetch makes one API call: its answer as JSON, or an error naming the
 // call (and, when RBAC refused it, the grant to add).
 func (l *Loader) fetch(ctx context.Context, method, path string, body []byte) (any, error) {
-	req := l.rest.Verb(method).AbsPath(path)
+	abs, query, _ := strings.Cut(path, "?")
+	req := l.rest.Verb(method).AbsPath(abs)
+	if query != "" {
+		params, err := url.ParseQuery(query)
+		if err != nil {
+			return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: the query: %w", method, path, err)
+		}
+		for k, vs := range params {
+			for _, v := range vs {
+				req = req.Param(k, v)
+			}
+		}
+	}
 	if body != nil {
 		req = req.Body(body).SetHeader("Content-Type", "application/json")
 	}
