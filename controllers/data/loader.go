@@ -4,9 +4,10 @@
 //
 // ConfigMaps are served from one watch of every ConfigMap, started when a
 // policy first reads one (a GET per evaluation would cost the API server one
-// request per resource scanned). apiCall answers are reused for CallTTL,
-// so that a scan pass over many resources makes one request per distinct
-// call, not one per resource. The loader records which policy read which
+// request per resource scanned). apiCall answers are reused while they keep
+// being read (CallTTL after the last read, CallMaxAge at most), so that a
+// scan pass over many resources makes one request per distinct call, not
+// one per resource. The loader records which policy read which
 // ConfigMap and tells OnChange when one of them changes (R40): the scanner
 // rescans those policies' resources only. Data that cannot be read (a
 // missing ConfigMap, a failing call) is an error naming it, never an empty
@@ -41,8 +42,15 @@ import (
 	"github.com/tally-dev/tally/engine/variables"
 )
 
-// DefaultCallTTL is how long an apiCall answer is reused by default.
-const DefaultCallTTL = 30 * time.Second
+// DefaultCallTTL is how long an answer is reused after it was last read,
+// by default; DefaultCallMaxAge bounds how old a reused answer may be.
+// A scan pass reads the same URL over and over, each read extending the
+// answer's life: a pass of up to DefaultCallMaxAge makes one request per
+// distinct call, and data no longer read is read anew after the TTL.
+const (
+	DefaultCallTTL    = 30 * time.Second
+	DefaultCallMaxAge = 5 * time.Minute
+)
 
 // Options configure a Loader.
 type Options struct {
@@ -58,8 +66,10 @@ type Options struct {
 	HTTP HTTPOptions
 	// Images says whether policies may read image registries.
 	Images RegistryOptions
-	// CallTTL is how long an apiCall answer is reused (DefaultCallTTL).
-	CallTTL  time.Duration
+	// CallTTL is how long an answer is reused after its last read
+	// (DefaultCallTTL); CallMaxAge how old it may get (DefaultCallMaxAge).
+	CallTTL    time.Duration
+	CallMaxAge time.Duration
 	Clock    clock.PassiveClock
 	Registry prometheus.Registerer
 }
@@ -84,13 +94,18 @@ type Loader struct {
 	isListed bool
 	cms      map[string]map[string]any // "namespace/name" -> {data, metadata}
 	readers  map[string]map[string]bool
-	calls    map[string]callEntry
+	calls    map[string]*callEntry
 }
 
 type callEntry struct {
-	at    time.Time
-	value any
-	err   error
+	at, used time.Time
+	value    any
+	err      error
+}
+
+// fresh reports whether an answer may still be reused at now.
+func (l *Loader) fresh(e *callEntry, now time.Time) bool {
+	return now.Sub(e.used) < l.opts.CallTTL && now.Sub(e.at) < l.opts.CallMaxAge
 }
 
 var (
@@ -108,6 +123,9 @@ func New(client dynamic.Interface, raw rest.Interface, opts Options) *Loader {
 	if opts.CallTTL <= 0 {
 		opts.CallTTL = DefaultCallTTL
 	}
+	if opts.CallMaxAge < opts.CallTTL {
+		opts.CallMaxAge = max(DefaultCallMaxAge, opts.CallTTL)
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -115,7 +133,7 @@ func New(client dynamic.Interface, raw rest.Interface, opts Options) *Loader {
 		opts.HTTP.Timeout = DefaultHTTPTimeout
 	}
 	l := &Loader{client: client, rest: raw, opts: opts, listed: make(chan struct{}), http: &httpClients{timeout: opts.HTTP.Timeout}, reg: &registry{},
-		cms: map[string]map[string]any{}, readers: map[string]map[string]bool{}, calls: map[string]callEntry{},
+		cms: map[string]map[string]any{}, readers: map[string]map[string]bool{}, calls: map[string]*callEntry{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_data_requests_total",
 			Help: "Requests for data policies read: kind is list-configmaps (the ConfigMap watch's lists), api-call, resource (the resource library of CEL policies), http (calls to services: apiCall.service, CEL's http library), or registry (image references resolved: imageRegistry entries, CEL's image.GetMetadata).",
@@ -379,10 +397,12 @@ func (l *Loader) cached(ctx context.Context, key, kind string, read func() (any,
 	now := l.opts.Clock.Now()
 	l.mu.Lock()
 	e, ok := l.calls[key]
-	l.mu.Unlock()
-	if ok && now.Sub(e.at) < l.opts.CallTTL {
+	if ok && l.fresh(e, now) {
+		e.used = now
+		l.mu.Unlock()
 		return e.value, e.err
 	}
+	l.mu.Unlock()
 	l.requests.WithLabelValues(kind).Inc()
 	value, err := read()
 	if ctx.Err() != nil {
@@ -390,11 +410,11 @@ func (l *Loader) cached(ctx context.Context, key, kind string, read func() (any,
 	}
 	l.mu.Lock()
 	for k, old := range l.calls { // swept as they expire
-		if now.Sub(old.at) >= l.opts.CallTTL {
+		if !l.fresh(old, now) {
 			delete(l.calls, k)
 		}
 	}
-	l.calls[key] = callEntry{at: now, value: value, err: err}
+	l.calls[key] = &callEntry{at: now, used: now, value: value, err: err}
 	l.mu.Unlock()
 	return value, err
 }

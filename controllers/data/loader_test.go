@@ -148,6 +148,24 @@ func TestAPICallsAreMadeOncePerURLAndTTL(t *testing.T) {
 	if n := calls.Load(); n != 3 {
 		t.Errorf("%d calls after the TTL, want 3", n)
 	}
+	// Read on and on (a long scan pass), an answer lives until its max age.
+	load := func() {
+		if _, err := l.Load(ctx, "pol", e, map[string]any{"request": map[string]any{"namespace": "a"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range int(DefaultCallMaxAge/(DefaultCallTTL/2)) - 1 {
+		clk.Step(DefaultCallTTL / 2)
+		load()
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("%d calls while read every %v for almost %v, want 3 (no new call)", n, DefaultCallTTL/2, DefaultCallMaxAge)
+	}
+	clk.Step(DefaultCallTTL / 2)
+	load()
+	if n := calls.Load(); n != 4 {
+		t.Errorf("%d calls past the max age, want 4", n)
+	}
 
 	// A failing call is an error naming the URL, or the default when given.
 	_, err := l.Load(ctx, "pol", entry(t, `{name: m, apiCall: {urlPath: /api/v1/namespaces/missing}}`), nil)
