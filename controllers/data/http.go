@@ -99,7 +99,7 @@ func (l *Loader) HTTPCall(ctx context.Context, method, url string, body any, hea
 	for _, k := range keys {
 		key += " " + k + "=" + headers[k]
 	}
-	return l.cached(ctx, key, "http", func() (any, error) {
+	return l.cached(ctx, key, "http", func(ctx context.Context) (any, error) {
 		cl, err := l.http.client(caBundle)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", method, url, err)

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -52,6 +53,9 @@ const (
 	DefaultCallMaxAge = 5 * time.Minute
 )
 
+// ReadTimeout bounds one read of the cluster or a service.
+const ReadTimeout = 30 * time.Second
+
 // Options configure a Loader.
 type Options struct {
 	// OnChange is told the policies (by key) that read a ConfigMap that
@@ -70,8 +74,8 @@ type Options struct {
 	// (DefaultCallTTL); CallMaxAge how old it may get (DefaultCallMaxAge).
 	CallTTL    time.Duration
 	CallMaxAge time.Duration
-	Clock    clock.PassiveClock
-	Registry prometheus.Registerer
+	Clock      clock.PassiveClock
+	Registry   prometheus.Registerer
 }
 
 var gvrConfigMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
@@ -95,6 +99,8 @@ type Loader struct {
 	cms      map[string]map[string]any // "namespace/name" -> {data, metadata}
 	readers  map[string]map[string]bool
 	calls    map[string]*callEntry
+	// flight makes concurrent reads of one key one request.
+	flight singleflight.Group
 }
 
 type callEntry struct {
@@ -341,7 +347,7 @@ func (l *Loader) apiCall(ctx context.Context, policy string, call *kyvernov1.Con
 
 // call makes one API call, or reuses its answer of less than CallTTL ago.
 func (l *Loader) call(ctx context.Context, policy, method, path string, body []byte) (any, error) {
-	return l.cached(ctx, method+" "+path+" "+string(body), "api-call", func() (any, error) {
+	return l.cached(ctx, method+" "+path+" "+string(body), "api-call", func(ctx context.Context) (any, error) {
 		v, err := l.fetch(ctx, method, path, body)
 		if apierrors.IsForbidden(err) && l.opts.OnForbidden != nil {
 			l.opts.OnForbidden(policy, err)
@@ -393,7 +399,7 @@ func (l *Loader) context() context.Context {
 // cached reads through the call cache: an answer (or error) of less than
 // CallTTL ago is reused; a read cut by ctx is not remembered. kind labels
 // the requests metric.
-func (l *Loader) cached(ctx context.Context, key, kind string, read func() (any, error)) (any, error) {
+func (l *Loader) cached(ctx context.Context, key, kind string, read func(context.Context) (any, error)) (any, error) {
 	now := l.opts.Clock.Now()
 	l.mu.Lock()
 	e, ok := l.calls[key]
@@ -403,20 +409,35 @@ func (l *Loader) cached(ctx context.Context, key, kind string, read func() (any,
 		return e.value, e.err
 	}
 	l.mu.Unlock()
-	l.requests.WithLabelValues(kind).Inc()
-	value, err := read()
-	if ctx.Err() != nil {
-		return value, err
+	type answer struct {
+		value any
+		err   error
 	}
-	l.mu.Lock()
-	for k, old := range l.calls { // swept as they expire
-		if !l.fresh(old, now) {
-			delete(l.calls, k)
+	// Concurrent reads of one key make one request, which outlives a
+	// caller that gives up (bounded by ReadTimeout): its answer serves
+	// the others.
+	ch := l.flight.DoChan(key, func() (any, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReadTimeout)
+		defer cancel()
+		l.requests.WithLabelValues(kind).Inc()
+		value, err := read(rctx)
+		l.mu.Lock()
+		for k, old := range l.calls { // swept as they expire
+			if !l.fresh(old, now) {
+				delete(l.calls, k)
+			}
 		}
+		l.calls[key] = &callEntry{at: now, used: now, value: value, err: err}
+		l.mu.Unlock()
+		return answer{value, err}, nil
+	})
+	select {
+	case r := <-ch:
+		a := r.Val.(answer)
+		return a.value, a.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: %w", key, ctx.Err())
 	}
-	l.calls[key] = &callEntry{at: now, used: now, value: value, err: err}
-	l.mu.Unlock()
-	return value, err
 }
 
 var _ cel.ClusterData = (*Loader)(nil)
@@ -428,7 +449,7 @@ func (l *Loader) GetResource(ctx context.Context, apiVersion, resource, namespac
 	if err != nil {
 		return nil, err
 	}
-	return l.cachedObject(ctx, "get "+gvr.String()+" "+namespace+"/"+name, func() (map[string]any, error) {
+	return l.cachedObject(ctx, "get "+gvr.String()+" "+namespace+"/"+name, func(ctx context.Context) (map[string]any, error) {
 		ri := l.client.Resource(gvr)
 		var r dynamic.ResourceInterface = ri
 		if namespace != "" {
@@ -448,7 +469,7 @@ func (l *Loader) ListResources(ctx context.Context, apiVersion, resource, namesp
 	if err != nil {
 		return nil, err
 	}
-	return l.cachedObject(ctx, "list "+gvr.String()+" "+namespace, func() (map[string]any, error) {
+	return l.cachedObject(ctx, "list "+gvr.String()+" "+namespace, func(ctx context.Context) (map[string]any, error) {
 		ri := l.client.Resource(gvr)
 		var r dynamic.ResourceInterface = ri
 		if namespace != "" {
@@ -474,8 +495,8 @@ func gvrOf(apiVersion, resource string) (schema.GroupVersionResource, error) {
 }
 
 // cachedObject is cached for reads that answer an object.
-func (l *Loader) cachedObject(ctx context.Context, key string, read func() (map[string]any, error)) (map[string]any, error) {
-	v, err := l.cached(ctx, key, "resource", func() (any, error) { return read() })
+func (l *Loader) cachedObject(ctx context.Context, key string, read func(context.Context) (map[string]any, error)) (map[string]any, error) {
+	v, err := l.cached(ctx, key, "resource", func(ctx context.Context) (any, error) { return read(ctx) })
 	obj, _ := v.(map[string]any)
 	return obj, err
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -211,5 +212,24 @@ func TestResourceReads(t *testing.T) {
 	}
 	if _, err := l.GetResource(ctx, "a/b/c", "configmaps", "ns", "x"); err == nil || !strings.Contains(err.Error(), `apiVersion "a/b/c"`) {
 		t.Errorf("a bad apiVersion: %v, want it named", err)
+	}
+}
+
+// Concurrent loads of one URL (workers scanning the Pods of one namespace)
+// make one request.
+func TestConcurrentLoadsShareOneCall(t *testing.T) {
+	l, calls, _ := running(t, nil)
+	e := entry(t, `{name: n, apiCall: {urlPath: "/api/v1/namespaces/shared"}}`)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			if _, err := l.Load(context.Background(), "pol", e, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d calls for 32 concurrent loads of one URL, want 1", n)
 	}
 }

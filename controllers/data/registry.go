@@ -57,7 +57,7 @@ func (l *Loader) ImageMetadata(ctx context.Context, ref string, secrets []string
 	}
 	pull := append(slices.Clone(l.opts.Images.PullSecrets), secrets...)
 	key := "image " + r.Name() + " " + fmt.Sprint(pull)
-	v, err := l.cached(ctx, key, "registry", func() (any, error) {
+	v, err := l.cached(ctx, key, "registry", func(ctx context.Context) (any, error) {
 		var kc authn.Keychain = authn.DefaultKeychain
 		if l.opts.Images.Client != nil && len(pull) > 0 {
 			k, err := kauth.New(ctx, l.opts.Images.Client, kauth.Options{Namespace: l.opts.Images.Namespace,
