@@ -1,10 +1,12 @@
 // Package benchutil holds what tally's bench commands (hack/scanbench,
-// hack/mergebench) share: reading a process's peak memory and a daemon's
+// hack/mergebench, hack/pipelinebench) share: the benchmark Pods, the CPU of
+// processes, reading a process's peak memory and a daemon's
 // metrics and readiness, free loopback addresses, saving profiles.
 package benchutil
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +14,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // PeakRSS reads a process's peak resident set (VmHWM) in KiB, 0 if unknown.
@@ -93,4 +103,106 @@ func (d Daemon) Ready() bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+func CreatePods(ctx context.Context, kube kubernetes.Interface, pods, namespaces int) error {
+	for i := range namespaces {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%02d", i)}}
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= pods {
+					return
+				}
+				if _, err := kube.CoreV1().Pods(fmt.Sprintf("bench-%02d", i%namespaces)).Create(ctx, BenchPod(i), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// BenchPod is a realistic Pod; one in ten is privileged, one in five runs as root.
+func BenchPod(i int) *corev1.Pod {
+	f, t := false, true
+	sc := &corev1.SecurityContext{AllowPrivilegeEscalation: &f, RunAsNonRoot: &t,
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	if i%10 == 0 {
+		sc = &corev1.SecurityContext{Privileged: &t}
+	} else if i%5 == 0 {
+		sc.RunAsNonRoot = nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%05d", i), Labels: map[string]string{"app": fmt.Sprintf("app-%d", i%100), "team": "bench"},
+			Annotations: map[string]string{"prometheus.io/scrape": "true"}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{
+				{Name: "app", Image: fmt.Sprintf("registry.example.com/bench/app-%d:1.%d.0", i%100, i%7), SecurityContext: sc,
+					Ports: []corev1.ContainerPort{{ContainerPort: 8080}}},
+				{Name: "sidecar", Image: "envoyproxy/envoy:v1.30.1", SecurityContext: sc.DeepCopy()},
+			},
+			Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+}
+
+// ChildCPU sums the CPU seconds (user+system) of this process's children by
+// command name: the control plane it started.
+func ChildCPU() map[string]float64 {
+	out := map[string]float64{}
+	me := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, ppid, cpu, ok := ProcStat(pid)
+		if ok && ppid == me {
+			out[comm] += cpu
+		}
+	}
+	return out
+}
+
+func ProcessCPU(pid int) float64 {
+	_, _, cpu, _ := ProcStat(pid)
+	return cpu
+}
+
+// ProcStat reads a process's command, parent and CPU seconds from /proc.
+func ProcStat(pid int) (comm string, ppid int, cpu float64, ok bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", 0, 0, false
+	}
+	s := string(data)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return "", 0, 0, false
+	}
+	comm = s[open+1 : closing]
+	f := strings.Fields(s[closing+1:])
+	if len(f) < 13 {
+		return "", 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return comm, ppid, (utime + stime) / 100, true // USER_HZ is 100 on Linux
 }

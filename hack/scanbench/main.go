@@ -23,11 +23,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -91,7 +88,7 @@ func run(pods, namespaces int, corpus string) error {
 	}
 
 	start := time.Now()
-	if err := createPods(ctx, kube, pods, namespaces); err != nil {
+	if err := benchutil.CreatePods(ctx, kube, pods, namespaces); err != nil {
 		return err
 	}
 	fmt.Printf("created %d pods in %d namespaces in %s\n", pods, namespaces, time.Since(start).Round(time.Millisecond))
@@ -116,7 +113,7 @@ func run(pods, namespaces int, corpus string) error {
 			return fmt.Errorf("build tally-scanner: %w", err)
 		}
 	}
-	cpuBefore := childCPU()
+	cpuBefore := benchutil.ChildCPU()
 	reqBefore, err := reportRequests(ctx, kube)
 	if err != nil {
 		return err
@@ -183,11 +180,11 @@ func run(pods, namespaces int, corpus string) error {
 	rss := benchutil.PeakRSS(scanner.Process.Pid)
 	fmt.Printf("full scan: %s to all reports written; %d reports; %.0f API writes; scanner peak RSS %.1f MiB\n",
 		full.Round(time.Millisecond), reports, writes, float64(rss)/1024)
-	cpuAfter := childCPU()
+	cpuAfter := benchutil.ChildCPU()
 	for _, name := range []string{"kube-apiserver", "etcd"} {
 		fmt.Printf("  CPU during the full scan: %s %.1f s\n", name, cpuAfter[name]-cpuBefore[name])
 	}
-	fmt.Printf("  CPU of the scanner process: %.1f s\n", processCPU(scanner.Process.Pid))
+	fmt.Printf("  CPU of the scanner process: %.1f s\n", benchutil.ProcessCPU(scanner.Process.Pid))
 	if contextPolicies {
 		n, _ := m.Value("tally_data_requests_total")
 		fmt.Printf("  API requests for the data policies read: %.0f (%d namespaces, 1 ConfigMap list)\n", n, namespaces)
@@ -208,8 +205,8 @@ func run(pods, namespaces int, corpus string) error {
 	// 1b. Nothing changes: what the scanner spends idle.
 	if idle > 0 {
 		writesBefore, _ := m.Value("tally_scan_report_writes_total")
-		cpu0 := processCPU(scanner.Process.Pid)
-		api0 := childCPU()
+		cpu0 := benchutil.ProcessCPU(scanner.Process.Pid)
+		api0 := benchutil.ChildCPU()
 		if out := os.Getenv("SCANBENCH_IDLECPU"); out != "" {
 			if err := benchutil.Fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", m.Base, int(idle.Seconds())), out); err != nil {
 				return err
@@ -217,10 +214,10 @@ func run(pods, namespaces int, corpus string) error {
 		} else {
 			time.Sleep(idle)
 		}
-		api1 := childCPU()
+		api1 := benchutil.ChildCPU()
 		writesAfter, _ := m.Value("tally_scan_report_writes_total")
 		fmt.Printf("idle %s: scanner CPU %.2f s, kube-apiserver %.2f s, etcd %.2f s; %.0f API writes\n", idle,
-			processCPU(scanner.Process.Pid)-cpu0, api1["kube-apiserver"]-api0["kube-apiserver"], api1["etcd"]-api0["etcd"], writesAfter-writesBefore)
+			benchutil.ProcessCPU(scanner.Process.Pid)-cpu0, api1["kube-apiserver"]-api0["kube-apiserver"], api1["etcd"]-api0["etcd"], writesAfter-writesBefore)
 	}
 
 	// 2. Forced full rescan with nothing changed.
@@ -256,62 +253,6 @@ func run(pods, namespaces int, corpus string) error {
 	fmt.Printf("one policy (%s) edited: %s to settle; %.0f resources evaluated; %.0f API writes; scanner peak RSS %.1f MiB\n",
 		target, edit.Round(time.Millisecond), evalEdit-evalAfter, after-before, float64(benchutil.PeakRSS(scanner.Process.Pid))/1024)
 	return nil
-}
-
-func createPods(ctx context.Context, kube kubernetes.Interface, pods, namespaces int) error {
-	for i := range namespaces {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%02d", i)}}
-		if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= pods {
-					return
-				}
-				if _, err := kube.CoreV1().Pods(fmt.Sprintf("bench-%02d", i%namespaces)).Create(ctx, benchPod(i), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
-// benchPod is a realistic Pod; one in ten is privileged, one in five runs as root.
-func benchPod(i int) *corev1.Pod {
-	f, t := false, true
-	sc := &corev1.SecurityContext{AllowPrivilegeEscalation: &f, RunAsNonRoot: &t,
-		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
-	if i%10 == 0 {
-		sc = &corev1.SecurityContext{Privileged: &t}
-	} else if i%5 == 0 {
-		sc.RunAsNonRoot = nil
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%05d", i), Labels: map[string]string{"app": fmt.Sprintf("app-%d", i%100), "team": "bench"},
-			Annotations: map[string]string{"prometheus.io/scrape": "true"}},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{
-				{Name: "app", Image: fmt.Sprintf("registry.example.com/bench/app-%d:1.%d.0", i%100, i%7), SecurityContext: sc,
-					Ports: []corev1.ContainerPort{{ContainerPort: 8080}}},
-				{Name: "sidecar", Image: "envoyproxy/envoy:v1.30.1", SecurityContext: sc.DeepCopy()},
-			},
-			Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-		},
-	}
 }
 
 var gvrClusterPolicy = scan.GVRClusterPolicy
@@ -424,52 +365,6 @@ func (m *metricsClient) waitSettled(before float64, timeout time.Duration) error
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("scanner did not settle after %s", timeout)
-}
-
-// childCPU sums the CPU seconds (user+system) of this process's children by
-// command name: the control plane it started.
-func childCPU() map[string]float64 {
-	out := map[string]float64{}
-	me := os.Getpid()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		comm, ppid, cpu, ok := procStat(pid)
-		if ok && ppid == me {
-			out[comm] += cpu
-		}
-	}
-	return out
-}
-
-func processCPU(pid int) float64 {
-	_, _, cpu, _ := procStat(pid)
-	return cpu
-}
-
-// procStat reads a process's command, parent and CPU seconds from /proc.
-func procStat(pid int) (comm string, ppid int, cpu float64, ok bool) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", 0, 0, false
-	}
-	s := string(data)
-	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || closing < open {
-		return "", 0, 0, false
-	}
-	comm = s[open+1 : closing]
-	f := strings.Fields(s[closing+1:])
-	if len(f) < 13 {
-		return "", 0, 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return comm, ppid, (utime + stime) / 100, true // USER_HZ is 100 on Linux
 }
 
 // reportRequests reads the API server's apiserver_request_total for the

@@ -1,0 +1,403 @@
+// Command pipelinebench measures the whole reporting pipeline as a user
+// sees it, and what it costs the cluster: on the local control plane (etcd,
+// kube-apiserver, kube-controller-manager), tally-scanner and tally-merger
+// run with the Pod Security Standards policies while N Pods are created;
+// it reports the time from the last Pod to the last PolicyReport, the CPU
+// and peak memory of the API server, etcd and tally's processes, the
+// objects kept and etcd's size, an idle stretch after, and how long a new
+// Pod waits for its PolicyReport. --baseline creates the same Pods with
+// nothing reporting, so that the API server's cost of reporting can be
+// told apart from the cost of the Pods.
+//
+//	go run ./hack/pipelinebench --pods 10000 [--baseline] [--idle 60s]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/tally-dev/tally/e2e/cluster"
+	"github.com/tally-dev/tally/hack/benchutil"
+	"github.com/tally-dev/tally/internal/pss"
+)
+
+var (
+	gvrClusterPolicy = schema.GroupVersionResource{Group: "kyverno.io", Version: "v1", Resource: "clusterpolicies"}
+	gvrPolicyReports = schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"}
+)
+
+type options struct {
+	pods, namespaces, latencyPods int
+	corpus, scannerBin, mergerBin string
+	baseline                      bool
+	idle                          time.Duration
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.pods, "pods", 1000, "Pods to create")
+	flag.IntVar(&o.namespaces, "namespaces", 50, "namespaces to spread them over")
+	flag.IntVar(&o.latencyPods, "latency-pods", 50, "Pods created one by one afterwards, to time each one's PolicyReport")
+	flag.StringVar(&o.corpus, "corpus", "../shared/corpus", "the corpus holding policy-library/pod-security")
+	flag.StringVar(&o.scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
+	flag.StringVar(&o.mergerBin, "merger-bin", "", "a prebuilt tally-merger (default: build ./cmd/tally-merger)")
+	flag.BoolVar(&o.baseline, "baseline", false, "create the Pods with nothing reporting")
+	flag.DurationVar(&o.idle, "idle", time.Minute, "the idle stretch measured after the full scan")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "pipelinebench:", err)
+		os.Exit(1)
+	}
+}
+
+// daemon is a running tally process.
+type daemon struct {
+	benchutil.Daemon
+	cmd *exec.Cmd
+	log string
+}
+
+func start(bin, name, kubeconfig string, extra ...string) (*daemon, error) {
+	addr, err := benchutil.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.CreateTemp("", name+"-pipelinebench-*.log")
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--namespace", "default",
+		"--listen", addr, "--profiling", "--kube-api-qps", "500", "--kube-api-burst", "1000"}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	logf.Close()
+	return &daemon{Daemon: benchutil.Daemon{Base: "http://" + addr}, cmd: cmd, log: logf.Name()}, nil
+}
+
+func (d *daemon) stop() {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (d *daemon) cpu() float64 { return benchutil.ProcessCPU(d.cmd.Process.Pid) }
+func (d *daemon) rss() float64 { return float64(benchutil.PeakRSS(d.cmd.Process.Pid)) / 1024 }
+
+// build compiles a command into a temporary binary unless one is given.
+func build(root, given, pkg string) (string, error) {
+	if given != "" {
+		return given, nil
+	}
+	bin := filepath.Join(os.TempDir(), filepath.Base(pkg)+"-pipelinebench")
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
+	return bin, cmd.Run()
+}
+
+func run(o options) error {
+	ctx := context.Background()
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	c, err := cluster.Start(ctx, cluster.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	if err := cluster.InstallCRDs(c.Config); err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	var scanner, merger *daemon
+	if !o.baseline {
+		n, err := installPolicies(ctx, dyn, filepath.Join(o.corpus, "policy-library", "pod-security"))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("installed %d Pod Security Standards ClusterPolicies\n", n)
+		sbin, err := build(root, o.scannerBin, "./cmd/tally-scanner")
+		if err != nil {
+			return err
+		}
+		mbin, err := build(root, o.mergerBin, "./cmd/tally-merger")
+		if err != nil {
+			return err
+		}
+		if scanner, err = start(sbin, "tally-scanner", c.Kubeconfig, "--webhook-listen", ""); err != nil {
+			return err
+		}
+		defer scanner.stop()
+		if merger, err = start(mbin, "tally-merger", c.Kubeconfig); err != nil {
+			return err
+		}
+		defer merger.stop()
+		if err := waitFor(2*time.Minute, func() bool { return scanner.Ready() && merger.Ready() }); err != nil {
+			return fmt.Errorf("tally not ready: %w (logs %s, %s)", err, scanner.log, merger.log)
+		}
+	}
+
+	cpu0 := benchutil.ChildCPU()
+	var tally0 [2]float64
+	if !o.baseline {
+		tally0 = [2]float64{scanner.cpu(), merger.cpu()}
+	}
+	t0 := time.Now()
+	if err := benchutil.CreatePods(ctx, kube, o.pods, o.namespaces); err != nil {
+		return err
+	}
+	lastPod := time.Now()
+	fmt.Printf("created %d Pods in %d namespaces in %s\n", o.pods, o.namespaces, lastPod.Sub(t0).Round(time.Millisecond))
+	if !o.baseline {
+		err := waitFor(30*time.Minute, func() bool {
+			w, err := merger.Value("tally_merge_report_writes_total")
+			return err == nil && w >= float64(o.pods) && scanner.Ready()
+		})
+		if err != nil {
+			return fmt.Errorf("PolicyReports not all written: %w (logs %s, %s)", err, scanner.log, merger.log)
+		}
+		done := time.Now()
+		fmt.Printf("every Pod has its PolicyReport: %s after the last Pod (%s from the first)\n",
+			done.Sub(lastPod).Round(100*time.Millisecond), done.Sub(t0).Round(100*time.Millisecond))
+	}
+	cpu1 := benchutil.ChildCPU()
+	fmt.Printf("CPU from the first Pod to the last PolicyReport: kube-apiserver %.1f s, etcd %.1f s, kube-controller-manager %.1f s",
+		cpu1["kube-apiserver"]-cpu0["kube-apiserver"], cpu1["etcd"]-cpu0["etcd"], cpu1["kube-controller"]-cpu0["kube-controller"])
+	if !o.baseline {
+		fmt.Printf(", tally-scanner %.1f s, tally-merger %.1f s", scanner.cpu()-tally0[0], merger.cpu()-tally0[1])
+	}
+	fmt.Println()
+	pids := childPIDs()
+	fmt.Printf("peak memory: kube-apiserver %.0f MiB, etcd %.0f MiB", rssMiB(pids["kube-apiserver"]), rssMiB(pids["etcd"]))
+	if !o.baseline {
+		fmt.Printf(", tally-scanner %.0f MiB, tally-merger %.0f MiB", scanner.rss(), merger.rss())
+	}
+	fmt.Println()
+
+	// Nothing changes.
+	i0 := benchutil.ChildCPU()
+	var t1 [2]float64
+	if !o.baseline {
+		t1 = [2]float64{scanner.cpu(), merger.cpu()}
+	}
+	time.Sleep(o.idle)
+	i1 := benchutil.ChildCPU()
+	fmt.Printf("idle %s: kube-apiserver %.2f s, etcd %.2f s", o.idle, i1["kube-apiserver"]-i0["kube-apiserver"], i1["etcd"]-i0["etcd"])
+	if !o.baseline {
+		fmt.Printf(", tally-scanner %.2f s, tally-merger %.2f s", scanner.cpu()-t1[0], merger.cpu()-t1[1])
+	}
+	fmt.Println(" of CPU")
+	fmt.Println("kept:")
+	if err := storage(ctx, kube, dyn); err != nil {
+		return err
+	}
+
+	if !o.baseline && o.latencyPods > 0 {
+		if err := latency(ctx, kube, dyn, o.latencyPods); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// latency creates Pods one by one and times each one's PolicyReport.
+func latency(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, n int) error {
+	const ns = "bench-latency"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	w, err := dyn.Resource(gvrPolicyReports).Namespace(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	// A report's name is its resource's UID; one may show before the
+	// Create call returns (early).
+	var mu sync.Mutex
+	created := map[string]time.Time{}
+	early := map[string]time.Time{}
+	seen := map[string]time.Duration{}
+	go func() {
+		for ev := range w.ResultChan() {
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			name := u.GetName()
+			now := time.Now()
+			mu.Lock()
+			if at, ok := created[name]; ok {
+				if _, dup := seen[name]; !dup {
+					seen[name] = now.Sub(at)
+				}
+			} else if _, dup := early[name]; !dup {
+				early[name] = now
+			}
+			mu.Unlock()
+		}
+	}()
+	for i := range n {
+		p := benchutil.BenchPod(100000 + i)
+		at := time.Now()
+		out, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		created[string(out.UID)] = at
+		if t, ok := early[string(out.UID)]; ok {
+			seen[string(out.UID)] = t.Sub(at)
+		}
+		mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+	}
+	_ = waitFor(2*time.Minute, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= n })
+	mu.Lock()
+	defer mu.Unlock()
+	var d []time.Duration
+	for _, v := range seen {
+		d = append(d, v)
+	}
+	slices.Sort(d)
+	if len(d) == 0 {
+		return fmt.Errorf("no PolicyReport of the %d new Pods appeared", n)
+	}
+	q := func(f float64) time.Duration { return d[min(len(d)-1, int(f*float64(len(d))))].Round(time.Millisecond) }
+	fmt.Printf("new Pods (%d, one per 200 ms): PolicyReport after p50 %s, p99 %s, max %s; %d of %d got one\n",
+		n, q(0.5), q(0.99), d[len(d)-1].Round(time.Millisecond), len(d), n)
+	return nil
+}
+
+// storage prints the objects the API server keeps and their JSON size (read
+// with paged LISTs, after the measured stretches), and etcd's size.
+func storage(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface) error {
+	for _, gvr := range []schema.GroupVersionResource{
+		{Version: "v1", Resource: "pods"},
+		{Group: "kyverno.io", Version: "v2", Resource: "backgroundscanreports"},
+		{Group: "kyverno.io", Version: "v2", Resource: "admissionreports"},
+		{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"},
+		{Version: "v1", Resource: "events"},
+	} {
+		n, bytes, managed := 0, 0, 0
+		opts := metav1.ListOptions{Limit: 500}
+		for {
+			list, err := dyn.Resource(gvr).List(ctx, opts)
+			if err != nil {
+				return fmt.Errorf("list %s: %w", gvr.Resource, err)
+			}
+			for _, item := range list.Items {
+				n++
+				data, _ := json.Marshal(item.Object)
+				bytes += len(data)
+				if mf := item.GetManagedFields(); len(mf) > 0 {
+					m, _ := json.Marshal(mf)
+					managed += len(m)
+				}
+			}
+			if opts.Continue = list.GetContinue(); opts.Continue == "" {
+				break
+			}
+		}
+		avg := 0
+		if n > 0 {
+			avg = bytes / n
+		}
+		fmt.Printf("  %s: %d objects, %.1f MiB of JSON (%d bytes each on average, %.1f MiB of it managedFields)\n",
+			gvr.Resource, n, float64(bytes)/(1<<20), avg, float64(managed)/(1<<20))
+	}
+	data, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	size := 0.0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "apiserver_storage_size_bytes{") {
+			fields := strings.Fields(line)
+			if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
+				size += v
+			}
+		}
+	}
+	fmt.Printf("  etcd database: %.1f MiB\n", size/(1<<20))
+	return nil
+}
+
+func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string) (int, error) {
+	docs, err := pss.Read(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, obj := range docs {
+		u := &unstructured.Unstructured{Object: obj}
+		if _, err := dyn.Resource(gvrClusterPolicy).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return 0, fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return len(docs), nil
+}
+
+// childPIDs are this process's children by command name.
+func childPIDs() map[string]int {
+	out := map[string]int{}
+	me := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if comm, ppid, _, ok := benchutil.ProcStat(pid); ok && ppid == me {
+			out[comm] = pid
+		}
+	}
+	return out
+}
+
+func rssMiB(pid int) float64 { return float64(benchutil.PeakRSS(pid)) / 1024 }
+
+func waitFor(timeout time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if ok() {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("not after %s", timeout)
+}
