@@ -18,6 +18,14 @@ import (
 // its results in the store and writes its report if the content changed. A
 // resource no longer in the store has its report deleted.
 func (s *Scanner) reconcile(ctx context.Context, uid string) error {
+	return s.reconcileOnly(ctx, uid, nil)
+}
+
+// reconcileOnly is reconcile evaluating one policy only (only non-nil: a
+// policy's scheduled scan): the stored results of the others are kept as
+// they are, so that a policy's periodic scan costs that policy's
+// evaluation, not every policy's.
+func (s *Scanner) reconcileOnly(ctx context.Context, uid string, only *trackedPolicy) error {
 	if !s.kinds.policiesListed() {
 		// Policies, exceptions and namespaces arrive first (streamed): a
 		// resource evaluated before would be written twice.
@@ -47,6 +55,9 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 		return err
 	}
 	policies := s.policies.active()
+	if only != nil {
+		policies = []*trackedPolicy{only}
+	}
 	req := &engine.Request{Object: obj, Background: true, Params: s.params, Loader: s.opts.Loader, Data: s.opts.Data}
 	if res.Namespace != "" {
 		if ns, _ := r.Namespace(res.Namespace); ns != nil {
@@ -109,6 +120,14 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 		var err error
 		if before, err = w.Results(uid); err != nil {
 			return err
+		}
+		if only != nil {
+			source, name := only.compiled.Source, only.compiled.Name
+			for _, b := range before {
+				if e := b.Value(); e.Source != source || e.Policy != name {
+					fresh = append(fresh, b)
+				}
+			}
 		}
 		if changed, err = w.SetResults(uid, fresh); err != nil {
 			return err

@@ -199,7 +199,7 @@ func (s *Scanner) RescanAll(ctx context.Context) error {
 	for i, r := range all {
 		uids[i] = r.UID
 	}
-	if err := s.reconcileAll(ctx, uids); err != nil {
+	if err := s.reconcileAll(ctx, uids, nil); err != nil {
 		return err
 	}
 	for _, tp := range s.policies.active() {
@@ -208,9 +208,10 @@ func (s *Scanner) RescanAll(ctx context.Context) error {
 	return nil
 }
 
-// scanPolicy reconciles every stored resource a policy can match.
+// scanPolicy re-evaluates one policy on every stored resource it can match
+// (the results of the other policies are kept).
 func (s *Scanner) scanPolicy(ctx context.Context, tp *trackedPolicy) error {
-	return s.reconcileAll(ctx, s.resourcesOf(tp))
+	return s.reconcileAll(ctx, s.resourcesOf(tp), tp)
 }
 
 func (s *Scanner) resourcesOf(tp *trackedPolicy) []string {
@@ -229,8 +230,10 @@ func (s *Scanner) resourcesOf(tp *trackedPolicy) []string {
 	return uids
 }
 
-// reconcileAll reconciles resources with the scanner's worker count.
-func (s *Scanner) reconcileAll(ctx context.Context, uids []string) error {
+// reconcileAll reconciles resources with the scanner's worker count (only
+// non-nil: evaluating that policy alone).
+func (s *Scanner) reconcileAll(ctx context.Context, uids []string, only *trackedPolicy) error {
+	reconcile := func(ctx context.Context, uid string) error { return s.reconcileOnly(ctx, uid, only) }
 	work := make(chan string)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -241,7 +244,7 @@ func (s *Scanner) reconcileAll(ctx context.Context, uids []string) error {
 			defer wg.Done()
 			for uid := range work {
 				// A panic is recovered, counted and retried later by the queue.
-				if err, panicked := s.queue.Guard(ctx, "periodic scan", uid, s.reconcile); err != nil && !panicked {
+				if err, panicked := s.queue.Guard(ctx, "periodic scan", uid, reconcile); err != nil && !panicked {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err

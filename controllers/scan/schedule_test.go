@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -149,5 +151,63 @@ func TestIntervalScheduleSpreadsFirstScans(t *testing.T) {
 	}
 	if got := lastScan(t, store, "hourly"); !got.Equal(hourly) {
 		t.Errorf("the hourly policy was rescanned within 10s: %s -> %s", hourly, got)
+	}
+}
+
+// A policy's scheduled scan evaluates that policy alone: the stored results
+// of the other policies are kept as they are (a full rescan replaces them).
+func TestAPolicyScanEvaluatesThatPolicyOnly(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := testScanner(t, Options{Clock: clk, NoPolicyStatus: true})
+	s.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
+		{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: metav1.Verbs{"list", "watch"}}}}}}
+	s.kinds.remember(gvrConfigMaps, "", "ConfigMap")
+	s.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true}
+	ctx := context.Background()
+	work := func() {
+		for s.queue.Len() > 0 {
+			if !s.queue.ProcessNext(ctx, "scan", s.reconcile) {
+				return
+			}
+		}
+	}
+	s.Upsert(GVRClusterPolicy, churnPolicy("a", "team required (a)"))
+	s.Upsert(GVRClusterPolicy, churnPolicy("b", "team required (b)"))
+	s.upsertResource(gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "cm", "namespace": "ns", "uid": "uid-cm", "resourceVersion": "1"}}})
+	work()
+	messages := func() map[string]string {
+		rs, err := s.store.Read().Results("uid-cm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, r := range rs {
+			out[r.Value().Policy] = r.Value().Message
+		}
+		return out
+	}
+	// Stand-ins for what each policy's last evaluation stored.
+	if err := s.store.Write(func(w *memstore.WriteTxn) error {
+		var rs []memstore.Result
+		for _, p := range []string{"a", "b"} {
+			rs = append(rs, memstore.NewResult(memstore.Entry{Policy: p, Rule: "require-team", Result: "fail", Message: "stale " + p, Source: "kyverno"}, clk.Now()))
+		}
+		_, err := w.SetResults("uid-cm", rs)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.scanPolicy(ctx, s.policies.get("a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := messages(); got["a"] == "stale a" || got["b"] != "stale b" {
+		t.Errorf("after a's scan: %v; want a's result recomputed and b's kept", got)
+	}
+	if err := s.RescanAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := messages(); got["b"] == "stale b" {
+		t.Errorf("after a full rescan: %v; want b's result recomputed", got)
 	}
 }
