@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -88,15 +88,27 @@ func reportGVR(namespace string) schema.GroupVersionResource {
 	return GVRBackgroundScanReport
 }
 
-// digestOf hashes what tally writes of a report: its spec and the resource
-// hash label (the merger compares it with the admission report's).
-func digestOf(specJSON []byte, resourceHash string) uint64 {
-	h := fnv.New64a()
-	// A hash.Hash's Write never returns an error.
-	_, _ = h.Write(specJSON)
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(resourceHash))
-	return h.Sum64()
+// digestSeed keys the report digests of this process (they are compared
+// within it only).
+var digestSeed = maphash.MakeSeed()
+
+// digestOf hashes what tally writes of a report: its owner, the resource
+// hash label (the merger compares it with the admission report's) and the
+// results (each entry and when it changed; the order does not matter). It
+// costs no encoding: an unchanged report, the common case of every
+// periodic scan, is recognised without building it.
+func digestOf(apiVersion, kind, name, uid, namespace, resourceHash string, results []memstore.Result) uint64 {
+	var h maphash.Hash
+	h.SetSeed(digestSeed)
+	for _, s := range []string{apiVersion, kind, name, uid, namespace, resourceHash} {
+		h.WriteString(s)
+		h.WriteByte(0)
+	}
+	var sum uint64
+	for _, r := range results {
+		sum += maphash.Comparable(digestSeed, r)
+	}
+	return h.Sum64() ^ sum*0x9e3779b97f4a7c15 ^ uint64(len(results))
 }
 
 // ensure makes the report of res hold exactly results (nil/empty: no report).
@@ -104,26 +116,12 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	if len(results) == 0 {
 		return w.remove(ctx, res.UID)
 	}
-	entries := make([]wgv1alpha2.PolicyReportResult, 0, len(results))
-	for _, r := range results {
-		entries = append(entries, reportResult(r))
-	}
-	report.Sort(entries)
 	apiVersion := res.Version
 	if res.Group != "" {
 		apiVersion = res.Group + "/" + res.Version
 	}
-	spec := kyvernov2.ReportSpec{
-		Owner:   metav1.OwnerReference{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)},
-		Results: entries,
-		Summary: wgv1alpha2.SummaryOf(entries),
-	}
 	hash := fmt.Sprintf("%x", res.Hash)
-	specJSON, err := json.Marshal(&spec)
-	if err != nil {
-		return fmt.Errorf("encode report of %s: %w", res.UID, err)
-	}
-	digest := digestOf(specJSON, hash)
+	digest := digestOf(apiVersion, res.Kind, res.Name, res.UID, res.Namespace, hash, results)
 	w.mu.Lock()
 	prev, ok := w.written[res.UID]
 	refused, wasRefused := w.refused[res.UID]
@@ -133,6 +131,20 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	}
 	if wasRefused && refused.digest == digest && w.clock.Now().Before(refused.retryAt) {
 		return nil // refused for good a moment ago: not retried hot
+	}
+	entries := make([]wgv1alpha2.PolicyReportResult, 0, len(results))
+	for _, r := range results {
+		entries = append(entries, reportResult(r))
+	}
+	report.Sort(entries)
+	spec := kyvernov2.ReportSpec{
+		Owner:   metav1.OwnerReference{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)},
+		Results: entries,
+		Summary: wgv1alpha2.SummaryOf(entries),
+	}
+	specJSON, err := json.Marshal(&spec)
+	if err != nil {
+		return fmt.Errorf("encode report of %s: %w", res.UID, err)
 	}
 	kind := "BackgroundScanReport"
 	if res.Namespace == "" {
@@ -301,11 +313,12 @@ func (w *reportWriter) seed(ctx context.Context) (map[string][]wgv1alpha2.Policy
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil {
 					continue // not ours to repair: it is rewritten when its resource is scanned
 				}
-				specJSON, err := json.Marshal(&r.Spec)
-				if err != nil {
-					continue
+				stored := make([]memstore.Result, len(r.Spec.Results))
+				for i, e := range r.Spec.Results {
+					stored[i] = storedResult(e)
 				}
-				d := digestOf(specJSON, r.Labels[report.LabelResourceHash])
+				o := r.Spec.Owner
+				d := digestOf(o.APIVersion, o.Kind, o.Name, r.Name, r.Namespace, r.Labels[report.LabelResourceHash], stored)
 				w.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d}
 				out[r.Name] = r.Spec.Results
 			}

@@ -10,6 +10,10 @@
 // told apart from the cost of the Pods.
 //
 //	go run ./hack/pipelinebench --pods 10000 [--baseline] [--idle 60s]
+//
+// PIPELINEBENCH_APICPU=file saves a 30 s CPU profile of the API server from
+// the first Pod on; PIPELINEBENCH_APIHEAP=file its heap once every
+// PolicyReport is written.
 package main
 
 import (
@@ -173,6 +177,18 @@ func run(o options) error {
 		}
 	}
 
+	if out := os.Getenv("PIPELINEBENCH_APICPU"); out != "" {
+		// A CPU profile of the API server over the first 30 s of the pipeline.
+		go func() {
+			data, err := kube.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "30").DoRaw(ctx)
+			if err == nil {
+				err = os.WriteFile(out, data, 0o644)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "API server CPU profile:", err)
+			}
+		}()
+	}
 	cpu0 := benchutil.ChildCPU()
 	var tally0 [2]float64
 	if !o.baseline {
@@ -209,6 +225,16 @@ func run(o options) error {
 		fmt.Printf(", tally-scanner %.0f MiB, tally-merger %.0f MiB", scanner.rss(), merger.rss())
 	}
 	fmt.Println()
+	if out := os.Getenv("PIPELINEBENCH_APIHEAP"); out != "" {
+		// The API server's heap once every report is written.
+		data, err := kube.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(out, data, 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("API server heap profile: %w", err)
+		}
+	}
 
 	// Nothing changes.
 	i0 := benchutil.ChildCPU()
