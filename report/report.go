@@ -17,6 +17,7 @@ import (
 // Values of the `process` property and of labels tally sets.
 const (
 	Source            = "kyverno"
+	PropertyProcess   = "process"
 	ProcessBackground = "background scan"
 	ProcessAdmission  = "admission review"
 	LabelManagedBy    = "app.kubernetes.io/managed-by"
@@ -26,8 +27,8 @@ const (
 // sharedProps are the properties of most results, shared (never modified)
 // so that a store of 100,000 results does not hold 100,000 identical maps.
 var sharedProps = map[string]map[string]string{
-	ProcessBackground: {"process": ProcessBackground},
-	ProcessAdmission:  {"process": ProcessAdmission},
+	ProcessBackground: {PropertyProcess: ProcessBackground},
+	ProcessAdmission:  {PropertyProcess: ProcessAdmission},
 }
 
 // Result makes a report entry of an engine result. now is when the result
@@ -40,7 +41,7 @@ func Result(p *engine.Policy, r engine.RuleResult, process string, now time.Time
 		for k, v := range r.Properties {
 			props[k] = v
 		}
-		props["process"] = process
+		props[PropertyProcess] = process
 		if len(r.Exceptions) > 0 {
 			props["exceptions"] = strings.Join(r.Exceptions, ",")
 		}
@@ -135,4 +136,27 @@ func Final(s Subject, results []wgv1alpha2.PolicyReportResult) (polr *wgv1alpha2
 		TypeMeta:   metav1.TypeMeta{APIVersion: wgv1alpha2.GroupVersion.String(), Kind: "ClusterPolicyReport"},
 		ObjectMeta: Meta(s), Scope: Scope(s), Summary: summary, Results: results,
 	}
+}
+
+// WithProcess returns results with the process property set where it is
+// missing (a BackgroundScanReport's results leave it out: it is always
+// "background scan"). Properties maps are copied, never modified.
+func WithProcess(results []wgv1alpha2.PolicyReportResult, process string) []wgv1alpha2.PolicyReportResult {
+	for i := range results {
+		p := results[i].Properties
+		if _, ok := p[PropertyProcess]; ok {
+			continue
+		}
+		if len(p) == 0 {
+			results[i].Properties = sharedProps[process]
+			continue
+		}
+		c := make(map[string]string, len(p)+1)
+		for k, v := range p {
+			c[k] = v
+		}
+		c[PropertyProcess] = process
+		results[i].Properties = c
+	}
+	return results
 }

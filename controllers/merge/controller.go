@@ -313,7 +313,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 		m.mu.Unlock()
 		return nil
 	}
-	name, body, digest, err := finalBody(m.opts.ReportAPI, subject, results, m.opts.ManagedBy)
+	final, body, digest, err := finalBody(m.opts.ReportAPI, subject, results, m.opts.ManagedBy)
 	if err != nil {
 		return fmt.Errorf("render final report of %s: %w", uid, err)
 	}
@@ -321,7 +321,8 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 		return nil
 	}
 	gvr := m.opts.ReportAPI.FinalGVR(subject.Namespace)
-	if err := m.applyFinal(ctx, gvr, subject.Namespace, name, body); err != nil {
+	name := final.Metadata.Name
+	if err := m.writeFinal(ctx, gvr, &final, body, hadReport); err != nil {
 		if reason := watch.Refused(err); reason != "" {
 			// Refused for good (namespace gone or terminating, invalid,
 			// forbidden, kind not served): retrying the same write cannot
@@ -330,7 +331,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 			m.metrics.dropped.WithLabelValues(reason).Inc()
 			return nil
 		}
-		return fmt.Errorf("apply final report %s/%s: %w", subject.Namespace, name, err)
+		return fmt.Errorf("write final report %s/%s: %w", subject.Namespace, name, err)
 	}
 	op := "update"
 	if !hadReport {
@@ -402,6 +403,8 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 			// went, are dropped).
 			ReportsDisabled: u.GetLabels()[labelVAPReports] != "true" || u.GetLabels()[labelReportsDisable] == "true",
 			Scored:          u.GetAnnotations()[engine.AnnotationScored] != "false",
+			Category:        u.GetAnnotations()[engine.AnnotationCategory],
+			Severity:        u.GetAnnotations()[engine.AnnotationSeverity],
 		}, nil
 	}
 	var compiled *engine.Policy
@@ -433,6 +436,8 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 		Rules:           map[string]bool{},
 		ReportsDisabled: u.GetLabels()[labelReportsDisable] == "true",
 		Scored:          compiled.Scored,
+		Category:        compiled.Category,
+		Severity:        compiled.Severity,
 	}
 	for _, r := range compiled.Rules {
 		info.Rules[r.Name] = true
@@ -457,6 +462,8 @@ func celPolicyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 		AnyRule:         true,
 		ReportsDisabled: u.GetLabels()[labelReportsDisable] == "true",
 		Scored:          vp.Annotations[engine.AnnotationScored] != "false",
+		Category:        vp.Annotations[engine.AnnotationCategory],
+		Severity:        vp.Annotations[engine.AnnotationSeverity],
 	}
 	return PolicyKey(engine.SourceValidatingPolicy, name), info, nil
 }

@@ -19,6 +19,9 @@ type PolicyInfo struct {
 	ReportsDisabled bool
 	// Scored is false for policies annotated policies.kyverno.io/scored: "false" (R24).
 	Scored bool
+	// Category and Severity are the policy's annotations: results that do
+	// not carry them (the scanner's leave them out) get them.
+	Category, Severity string
 }
 
 // Filter limits what is reported (R27). Empty fields allow everything.
@@ -107,6 +110,12 @@ func Merge(in Input) []wgv1alpha2.PolicyReportResult {
 			continue
 		}
 		r.Scored = p.Scored
+		if r.Category == "" {
+			r.Category = p.Category
+		}
+		if r.Severity == "" {
+			r.Severity = wgv1alpha2.Severity(p.Severity)
+		}
 		if !p.Scored && r.Result == wgv1alpha2.ResultFail {
 			r.Result = wgv1alpha2.ResultWarn
 		}

@@ -101,6 +101,9 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 	part := &st.background
 	if isAdmission(gvr) {
 		part = &st.admission
+	} else {
+		// The scanner leaves out what every background result has.
+		r.Spec.Results = report.WithProcess(r.Spec.Results, report.ProcessBackground)
 	}
 	prev := *part
 	*part = reportPart{

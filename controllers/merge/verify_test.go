@@ -150,7 +150,9 @@ func TestRefusedFinalReportWritesAreDropped(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			client := dynfake.NewSimpleDynamicClient(runtime.NewScheme())
-			client.PrependReactor("patch", "policyreports", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
+			for _, verb := range []string{"create", "patch"} {
+				client.PrependReactor(verb, "policyreports", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
+			}
 			m := New(client, Options{Registry: prometheus.NewRegistry()})
 			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
 			m.Upsert(GVRBackgroundScanReport, intermediate("BackgroundScanReport", "h", fail, 10))

@@ -2,6 +2,7 @@ package scan
 
 import (
 	"encoding/json"
+	"maps"
 	"sync"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/memstore"
+	"github.com/tally-dev/tally/report"
 )
 
 // The store keeps each result as an interned memstore.Entry and a time;
@@ -24,6 +26,24 @@ func storedResult(r wgv1alpha2.PolicyReportResult) memstore.Result {
 		Category: r.Category, Severity: string(r.Severity), Source: r.Source, Scored: r.Scored,
 		Properties: encodeProperties(r.Properties),
 	}, time.Unix(r.Timestamp.Seconds, int64(r.Timestamp.Nanos)))
+}
+
+// slim drops from a background result what the merger derives again: the
+// category and severity (the policy's annotations) and the process property
+// (every result of a BackgroundScanReport is a background scan's). Fewer
+// bytes for the API server to store, decode and keep in its watch cache.
+func slim(r wgv1alpha2.PolicyReportResult) wgv1alpha2.PolicyReportResult {
+	r.Category, r.Severity = "", ""
+	if r.Properties[report.PropertyProcess] == report.ProcessBackground {
+		if len(r.Properties) == 1 {
+			r.Properties = nil
+		} else {
+			p := maps.Clone(r.Properties) // shared: never modified
+			delete(p, report.PropertyProcess)
+			r.Properties = p
+		}
+	}
+	return r
 }
 
 // reportResult makes the report entry of a store result. Its Properties map

@@ -102,7 +102,7 @@ func (s *Scanner) reconcileOnly(ctx context.Context, uid string, only *trackedPo
 				continue // one entry per (policy, rule)
 			}
 			seen[rr.Rule] = true
-			fresh = append(fresh, storedResult(report.Result(tp.compiled, rr, report.ProcessBackground, now)))
+			fresh = append(fresh, storedResult(slim(report.Result(tp.compiled, rr, report.ProcessBackground, now))))
 		}
 	}
 	if err := ctx.Err(); err != nil {
