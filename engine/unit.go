@@ -165,4 +165,3 @@ func (p *Policy) Warns() bool {
 // NamespacedValidatingPolicy or ValidatingAdmissionPolicy): its results are
 // told apart by source and policy, not by rule.
 func (p *Policy) CEL() bool { return p.vpol != nil || p.vap != nil }
-
