@@ -78,7 +78,7 @@ func TestRenderOverlays(t *testing.T) {
 		}
 		return m
 	}
-	standalone := with(map[string]int{"CustomResourceDefinition": 14, "Role": 3, "RoleBinding": 3, "Service": 3, "ValidatingWebhookConfiguration": 1})
+	standalone := with(map[string]int{"CustomResourceDefinition": 15, "Role": 3, "RoleBinding": 3, "Service": 3, "ValidatingWebhookConfiguration": 1})
 	for _, tc := range []struct {
 		overlay string
 		kinds   map[string]int
