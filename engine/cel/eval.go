@@ -237,13 +237,13 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return resourceLib{ctx: a.ctx, data: a.data}, a.mode == ModeKyverno
 	case varGlobalContext:
 		g, _ := a.data.(GlobalData)
-		return globalLib{ctx: a.ctx, data: g}, a.mode == ModeKyverno
+		return globalLib{typ: globalLibType, ctx: a.ctx, data: g}, a.mode == ModeKyverno
 	case varImage:
 		i, _ := a.data.(ImageData)
-		return imageLib{ctx: a.ctx, data: i}, a.mode == ModeKyverno
+		return imageLib{typ: imageLibType, ctx: a.ctx, data: i}, a.mode == ModeKyverno
 	case varHTTP:
 		h, _ := a.data.(HTTPData)
-		return httpLib{ctx: a.ctx, data: h}, a.mode == ModeKyverno
+		return httpLib{typ: httpLibType, ctx: a.ctx, data: h}, a.mode == ModeKyverno
 	}
 	return nil, false
 }

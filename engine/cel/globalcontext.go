@@ -2,8 +2,6 @@ package cel
 
 import (
 	"context"
-	"fmt"
-	"reflect"
 
 	celgo "github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -38,20 +36,7 @@ const varGlobalContext = "globalContext"
 var globalLibType = types.NewOpaqueType("kyverno.globalContext")
 
 // globalLib is the value of `globalContext` in one evaluation.
-type globalLib struct {
-	ctx  context.Context
-	data GlobalData
-}
-
-func (g globalLib) ConvertToNative(t reflect.Type) (any, error) {
-	return nil, fmt.Errorf("%s cannot be converted to %v", globalLibType, t)
-}
-func (g globalLib) ConvertToType(t ref.Type) ref.Val {
-	return types.NewErr("type conversion error from %s to %s", globalLibType, t)
-}
-func (g globalLib) Equal(other ref.Val) ref.Val { return types.Bool(false) }
-func (g globalLib) Type() ref.Type              { return globalLibType }
-func (g globalLib) Value() any                  { return g }
+type globalLib = libValue[GlobalData]
 
 // globalContextLibrary declares `globalContext` and its Get member (both
 // spellings), with and without a projection.

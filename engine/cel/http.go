@@ -23,21 +23,27 @@ const varHTTP = "http"
 
 var httpLibType = types.NewOpaqueType("kyverno.http")
 
-// httpLib is the value of `http` in one evaluation.
-type httpLib struct {
+// libValue is the value of a library variable (`http`, `image`,
+// `globalContext`) in one evaluation: the evaluation's context and the data
+// serving the library (nil when there is none).
+type libValue[D any] struct {
+	typ  *types.Type
 	ctx  context.Context
-	data HTTPData
+	data D
 }
 
-func (h httpLib) ConvertToNative(t reflect.Type) (any, error) {
-	return nil, fmt.Errorf("%s cannot be converted to %v", httpLibType, t)
+func (l libValue[D]) ConvertToNative(t reflect.Type) (any, error) {
+	return nil, fmt.Errorf("%s cannot be converted to %v", l.typ, t)
 }
-func (h httpLib) ConvertToType(t ref.Type) ref.Val {
-	return types.NewErr("type conversion error from %s to %s", httpLibType, t)
+func (l libValue[D]) ConvertToType(t ref.Type) ref.Val {
+	return types.NewErr("type conversion error from %s to %s", l.typ, t)
 }
-func (h httpLib) Equal(other ref.Val) ref.Val { return types.Bool(false) }
-func (h httpLib) Type() ref.Type              { return httpLibType }
-func (h httpLib) Value() any                  { return h }
+func (l libValue[D]) Equal(other ref.Val) ref.Val { return types.Bool(false) }
+func (l libValue[D]) Type() ref.Type              { return l.typ }
+func (l libValue[D]) Value() any                  { return l }
+
+// httpLib is the value of `http` in one evaluation.
+type httpLib = libValue[HTTPData]
 
 // httpLibrary declares `http` and its Get and Post members, each spelled
 // both ways, with and without headers.

@@ -2,8 +2,6 @@ package cel
 
 import (
 	"context"
-	"fmt"
-	"reflect"
 
 	celgo "github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -24,20 +22,7 @@ const varImage = "image"
 var imageLibType = types.NewOpaqueType("kyverno.image")
 
 // imageLib is the value of `image` in one evaluation.
-type imageLib struct {
-	ctx  context.Context
-	data ImageData
-}
-
-func (i imageLib) ConvertToNative(t reflect.Type) (any, error) {
-	return nil, fmt.Errorf("%s cannot be converted to %v", imageLibType, t)
-}
-func (i imageLib) ConvertToType(t ref.Type) ref.Val {
-	return types.NewErr("type conversion error from %s to %s", imageLibType, t)
-}
-func (i imageLib) Equal(other ref.Val) ref.Val { return types.Bool(false) }
-func (i imageLib) Type() ref.Type              { return imageLibType }
-func (i imageLib) Value() any                  { return i }
+type imageLib = libValue[ImageData]
 
 // imageDataLibrary declares `image` and its GetMetadata member (both
 // spellings).
