@@ -13,30 +13,7 @@ import (
 // naming it.
 func TestContextFileAndClusterResources(t *testing.T) {
 	file := filepath.Join("testdata", "context", TestFileName)
-	outcomes, err := RunFile(context.Background(), file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(outcomes) != 8 {
-		t.Fatalf("%d outcomes, want 8", len(outcomes))
-	}
-	for _, o := range outcomes {
-		if o.Status != Passed {
-			t.Errorf("%s on %s: expected %s, got %s (%s)", o.Policy, o.Resource, o.Expected, o.Got, o.Reason)
-		}
-	}
-	docs, err := ReadDocuments(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	test, err := testOf(file, docs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := load(file, test)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := runAndLoad(t, file, 8)
 	want := map[string]string{
 		"team-from-namespace": `namespaces "lost" not found`,
 		"approved-secrets":    `failed to GET resource with raw url: /api/v1/namespaces/lost/secrets/db: secrets "db" not found`,

@@ -14,30 +14,7 @@ import (
 // selects gets no result.
 func TestValidatingAdmissionPolicy(t *testing.T) {
 	file := filepath.Join("testdata", "vap", TestFileName)
-	outcomes, err := RunFile(context.Background(), file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(outcomes) != 3 {
-		t.Fatalf("%d outcomes, want 3", len(outcomes))
-	}
-	for _, o := range outcomes {
-		if o.Status != Passed {
-			t.Errorf("%s on %s: expected %s, got %s (%s)", o.Policy, o.Resource, o.Expected, o.Got, o.Reason)
-		}
-	}
-	docs, err := ReadDocuments(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	test, err := testOf(file, docs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := load(file, test)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := runAndLoad(t, file, 3)
 	want := map[string]engine.RuleResult{
 		"small":  {Result: engine.Pass, Message: ""},
 		"big":    {Result: engine.Fail, Message: "replicas must be at most 3"},
@@ -61,4 +38,35 @@ func TestValidatingAdmissionPolicy(t *testing.T) {
 			t.Errorf("%s: got %+v, want result %s, message %q, rule max-replicas, binding max-replicas-prod", r.name, g, w.Result, w.Message)
 		}
 	}
+}
+
+// runAndLoad runs a test file, requires its want outcomes all to pass, and
+// returns the file loaded, for evaluating its policies directly.
+func runAndLoad(t *testing.T, file string, want int) *loaded {
+	t.Helper()
+	outcomes, err := RunFile(context.Background(), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outcomes) != want {
+		t.Fatalf("%d outcomes, want %d", len(outcomes), want)
+	}
+	for _, o := range outcomes {
+		if o.Status != Passed {
+			t.Errorf("%s on %s: expected %s, got %s (%s)", o.Policy, o.Resource, o.Expected, o.Got, o.Reason)
+		}
+	}
+	docs, err := ReadDocuments(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	test, err := testOf(file, docs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := load(file, test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

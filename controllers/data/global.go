@@ -203,7 +203,7 @@ func (s *gceSink) Upsert(_ schema.GroupVersionResource, u *unstructured.Unstruct
 	g := s.g
 	g.mu.Lock()
 	old := g.entries[u.GetName()]
-	if old != nil && equalSpecs(old.spec, spec) {
+	if old != nil && jsonEqual(old.spec, spec) {
 		g.mu.Unlock()
 		return
 	}
@@ -259,11 +259,6 @@ func (s *gceSink) Listed(schema.GroupVersionResource) {
 	s.g.mu.Unlock()
 }
 
-func equalSpecs(a, b kyvernov2alpha1.GlobalContextEntrySpec) bool {
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	return string(ja) == string(jb)
-}
 
 // run starts keeping an entry's data current, until the entry changes or
 // goes.
@@ -347,6 +342,7 @@ func (e *globalEntry) set(v any, err error) bool {
 	return changed
 }
 
+// jsonEqual compares two values as JSON (specs, API answers).
 func jsonEqual(a, b any) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
