@@ -259,7 +259,6 @@ func (s *gceSink) Listed(schema.GroupVersionResource) {
 	s.g.mu.Unlock()
 }
 
-
 // run starts keeping an entry's data current, until the entry changes or
 // goes.
 func (g *globalContext) run(e *globalEntry) {

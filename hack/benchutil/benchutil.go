@@ -12,10 +12,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -205,4 +208,50 @@ func ProcStat(pid int) (comm string, ppid int, cpu float64, ok bool) {
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	return comm, ppid, (utime + stime) / 100, true // USER_HZ is 100 on Linux
+}
+
+// Process is a tally daemon a bench started: its metrics, command and log.
+type Process struct {
+	Daemon
+	Cmd     *exec.Cmd
+	Log     string
+	Started time.Time
+}
+
+// StartProcess starts a tally daemon (scanner or merger) on a cluster as the
+// benches run it: no leader election, metrics and pprof on a free loopback
+// address, a generous client rate limit, its output in a temporary log.
+func StartProcess(bin, name, kubeconfig string, extra ...string) (*Process, error) {
+	addr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.CreateTemp("", name+"-bench-*.log")
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--namespace", "default",
+		"--listen", addr, "--profiling", "--kube-api-qps", "500", "--kube-api-burst", "1000"}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	p := &Process{Daemon: Daemon{Base: "http://" + addr}, Cmd: cmd, Log: logf.Name(), Started: time.Now()}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	logf.Close() // the child holds its own descriptor
+	return p, nil
+}
+
+// Stop ends the process (SIGTERM, then SIGKILL after 10 s).
+func (p *Process) Stop() {
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.Cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = p.Cmd.Process.Kill()
+		<-done
+	}
 }

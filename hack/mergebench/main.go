@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -112,11 +111,11 @@ func run(n, namespaces int, corpus, bin string) error {
 	}
 	if err := m.waitWrites(float64(n), 20*time.Minute); err != nil {
 		m.stop()
-		return fmt.Errorf("%w (merger log: %s)", err, m.log)
+		return fmt.Errorf("%w (merger log: %s)", err, m.Log)
 	}
-	full := time.Since(m.started)
+	full := time.Since(m.Started)
 	writes, _ := m.Value(metricWrites)
-	rss := benchutil.PeakRSS(m.cmd.Process.Pid)
+	rss := benchutil.PeakRSS(m.Cmd.Process.Pid)
 	count, err := countFinal(ctx, dyn)
 	if err != nil {
 		m.stop()
@@ -139,12 +138,12 @@ func run(n, namespaces int, corpus, bin string) error {
 	}
 	defer m.stop()
 	if err := m.waitReady(10 * time.Minute); err != nil {
-		return fmt.Errorf("%w (merger log: %s)", err, m.log)
+		return fmt.Errorf("%w (merger log: %s)", err, m.Log)
 	}
-	ready := time.Since(m.started)
+	ready := time.Since(m.Started)
 	writes, _ = m.Value(metricWrites)
 	fmt.Printf("restart, nothing changed: %s to ready; %.0f API writes; merger peak RSS %.1f MiB\n",
-		ready.Round(time.Millisecond), writes, float64(benchutil.PeakRSS(m.cmd.Process.Pid))/1024)
+		ready.Round(time.Millisecond), writes, float64(benchutil.PeakRSS(m.Cmd.Process.Pid))/1024)
 	return nil
 }
 
@@ -302,45 +301,17 @@ func countFinal(ctx context.Context, dyn dynamic.Interface) (int, error) {
 }
 
 // merger is a running tally-merger process.
-type merger struct {
-	benchutil.Daemon
-	cmd     *exec.Cmd
-	log     string
-	started time.Time
-}
+type merger struct{ *benchutil.Process }
 
 func startMerger(bin, kubeconfig string) (*merger, error) {
-	addr, err := benchutil.FreeAddr()
+	p, err := benchutil.StartProcess(bin, "tally-merger", kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.CreateTemp("", "tally-merger-bench-*.log")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--leader-elect=false", "--namespace", "default",
-		"--listen", addr, "--profiling", "--kube-api-qps", "500", "--kube-api-burst", "1000")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	m := &merger{Daemon: benchutil.Daemon{Base: "http://" + addr}, cmd: cmd, log: logf.Name(), started: time.Now()}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	logf.Close() // the child holds its own descriptor
-	return m, nil
+	return &merger{p}, nil
 }
 
-func (m *merger) stop() {
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = m.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-done
-	}
-}
+func (m *merger) stop() { m.Stop() }
 
 // waitWrites waits until at least n reports were written and the merger is synced.
 func (m *merger) waitWrites(n float64, timeout time.Duration) error {

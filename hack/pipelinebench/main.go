@@ -28,7 +28,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,47 +73,20 @@ func main() {
 }
 
 // daemon is a running tally process.
-type daemon struct {
-	benchutil.Daemon
-	cmd *exec.Cmd
-	log string
-}
+type daemon struct{ *benchutil.Process }
 
 func start(bin, name, kubeconfig string, extra ...string) (*daemon, error) {
-	addr, err := benchutil.FreeAddr()
+	p, err := benchutil.StartProcess(bin, name, kubeconfig, extra...)
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.CreateTemp("", name+"-pipelinebench-*.log")
-	if err != nil {
-		return nil, err
-	}
-	args := append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--namespace", "default",
-		"--listen", addr, "--profiling", "--kube-api-qps", "500", "--kube-api-burst", "1000"}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	logf.Close()
-	return &daemon{Daemon: benchutil.Daemon{Base: "http://" + addr}, cmd: cmd, log: logf.Name()}, nil
+	return &daemon{p}, nil
 }
 
-func (d *daemon) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = d.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-done
-	}
-}
+func (d *daemon) stop() { d.Stop() }
 
-func (d *daemon) cpu() float64 { return benchutil.ProcessCPU(d.cmd.Process.Pid) }
-func (d *daemon) rss() float64 { return float64(benchutil.PeakRSS(d.cmd.Process.Pid)) / 1024 }
+func (d *daemon) cpu() float64 { return benchutil.ProcessCPU(d.Cmd.Process.Pid) }
+func (d *daemon) rss() float64 { return float64(benchutil.PeakRSS(d.Cmd.Process.Pid)) / 1024 }
 
 // build compiles a command into a temporary binary unless one is given.
 func build(root, given, pkg string) (string, error) {
@@ -173,7 +145,7 @@ func run(o options) error {
 		}
 		defer merger.stop()
 		if err := waitFor(2*time.Minute, func() bool { return scanner.Ready() && merger.Ready() }); err != nil {
-			return fmt.Errorf("tally not ready: %w (logs %s, %s)", err, scanner.log, merger.log)
+			return fmt.Errorf("tally not ready: %w (logs %s, %s)", err, scanner.Log, merger.Log)
 		}
 	}
 
@@ -207,7 +179,7 @@ func run(o options) error {
 			return err == nil && w >= float64(o.pods) && scanner.Ready()
 		})
 		if err != nil {
-			return fmt.Errorf("PolicyReports not all written: %w (logs %s, %s)", err, scanner.log, merger.log)
+			return fmt.Errorf("PolicyReports not all written: %w (logs %s, %s)", err, scanner.Log, merger.Log)
 		}
 		done := time.Now()
 		fmt.Printf("every Pod has its PolicyReport: %s after the last Pod (%s from the first)\n",
