@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -74,6 +75,19 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
 		m.log().Error(err, "intermediate report could not be read; ignored", "name", u.GetNamespace()+"/"+u.GetName())
 		return
+	}
+	// Entries written by tally carry their times in an annotation. Any left
+	// without one (a malformed annotation, a report of another writer that
+	// has neither) take the report's creation time rather than none.
+	if err := report.FillChangedAt(r.Spec.Results, u.GetAnnotations()[report.AnnotationChangedAt]); err != nil {
+		m.log().Error(err, "intermediate report's result times unreadable; its creation time is used", "name", u.GetNamespace()+"/"+u.GetName())
+	}
+	creation := u.GetCreationTimestamp()
+	created := metav1.Timestamp{Seconds: creation.Unix()}
+	for i := range r.Spec.Results {
+		if r.Spec.Results[i].Timestamp == (metav1.Timestamp{}) && !creation.IsZero() {
+			r.Spec.Results[i].Timestamp = created
+		}
 	}
 	labels := u.GetLabels()
 	owner, namespace, named := report.ReportOwner(u, r.Spec.Owner)

@@ -29,11 +29,12 @@ func storedResult(r wgv1alpha2.PolicyReportResult) memstore.Result {
 }
 
 // slim drops from a background result what the merger derives again: the
-// category and severity (the policy's annotations) and the process property
-// (every result of a BackgroundScanReport is a background scan's). Fewer
-// bytes for the API server to store, decode and keep in its watch cache.
+// category, severity and scored (the policy's annotations) and the process
+// property (every result of a BackgroundScanReport is a background scan's).
+// Fewer bytes for the API server to store, decode and keep in its watch
+// cache.
 func slim(r wgv1alpha2.PolicyReportResult) wgv1alpha2.PolicyReportResult {
-	r.Category, r.Severity = "", ""
+	r.Category, r.Severity, r.Scored = "", "", false
 	if r.Properties[report.PropertyProcess] == report.ProcessBackground {
 		if len(r.Properties) == 1 {
 			r.Properties = nil
@@ -96,4 +97,39 @@ func decodeProperties(s string) map[string]string {
 		propertyMaps.m[s] = m
 	}
 	return m
+}
+
+// backgroundEntry is a result as a BackgroundScanReport holds it: no
+// timestamp (the times are one annotation, report.AnnotationChangedAt) and
+// no scored (the merger takes it from the policy). Category, severity and
+// properties are written only when a result has them of its own (slim).
+type backgroundEntry struct {
+	Source     string            `json:"source,omitempty"`
+	Policy     string            `json:"policy"`
+	Rule       string            `json:"rule,omitempty"`
+	Category   string            `json:"category,omitempty"`
+	Severity   string            `json:"severity,omitempty"`
+	Result     string            `json:"result,omitempty"`
+	Message    string            `json:"message,omitempty"`
+	Properties map[string]string `json:"properties,omitempty"`
+}
+
+// backgroundSpec is the spec of a BackgroundScanReport as the scanner writes it.
+type backgroundSpec struct {
+	Owner   metav1.OwnerReference          `json:"owner"`
+	Results []backgroundEntry              `json:"results,omitempty"`
+	Summary wgv1alpha2.PolicyReportSummary `json:"summary"`
+}
+
+// backgroundSpecOf makes the spec of a BackgroundScanReport holding entries
+// (sorted) and the value of its report.AnnotationChangedAt.
+func backgroundSpecOf(owner metav1.OwnerReference, entries []wgv1alpha2.PolicyReportResult) (backgroundSpec, string) {
+	out := make([]backgroundEntry, len(entries))
+	times := make([]metav1.Timestamp, len(entries))
+	for i, e := range entries {
+		out[i] = backgroundEntry{Source: e.Source, Policy: e.Policy, Rule: e.Rule, Category: e.Category, Severity: string(e.Severity),
+			Result: string(e.Result), Message: e.Message, Properties: e.Properties}
+		times[i] = e.Timestamp
+	}
+	return backgroundSpec{Owner: owner, Results: out, Summary: wgv1alpha2.SummaryOf(entries)}, report.EncodeChangedAt(times)
 }

@@ -188,7 +188,7 @@ func (s *Scanner) seedResults(seeded map[string][]wgv1alpha2.PolicyReportResult)
 			for _, e := range entries {
 				if k := [2]string{e.Policy, e.Rule}; !seen[k] { // a hand-edited duplicate: the first wins
 					seen[k] = true
-					results = append(results, storedResult(e))
+					results = append(results, storedResult(slim(e)))
 				}
 			}
 			if _, err := w.SetResults(uid, results); err != nil {

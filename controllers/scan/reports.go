@@ -137,11 +137,7 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		entries = append(entries, reportResult(r))
 	}
 	report.Sort(entries)
-	spec := kyvernov2.ReportSpec{
-		Owner:   metav1.OwnerReference{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)},
-		Results: entries,
-		Summary: wgv1alpha2.SummaryOf(entries),
-	}
+	spec, changedAt := backgroundSpecOf(metav1.OwnerReference{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)}, entries)
 	specJSON, err := json.Marshal(&spec)
 	if err != nil {
 		return fmt.Errorf("encode report of %s: %w", res.UID, err)
@@ -156,13 +152,14 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		report.LabelResourceHash: hash,
 	}
 	report.ResourceTypeLabels(labels, gvr, res.Kind)
+	annotations := map[string]string{report.AnnotationChangedAt: changedAt}
 	rgvr := reportGVR(res.Namespace)
 	// A report tally has not seen is created; one it knows is replaced by a
 	// JSON patch (spec and labels). Both cost the API server far less than
 	// server-side apply, which computes field ownership on every write.
 	op := "update"
 	if ok {
-		err = w.patch(ctx, rgvr, res.Namespace, res.UID, labels, specJSON)
+		err = w.patch(ctx, rgvr, res.Namespace, res.UID, labels, annotations, specJSON)
 		if apierrors.IsNotFound(err) { // deleted behind tally's back
 			ok = false
 		}
@@ -171,7 +168,7 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		op = "create"
 		body, merr := json.Marshal(reportBody{
 			APIVersion: kyvernov2.GroupVersion.String(), Kind: kind,
-			Metadata: reportMeta{Name: res.UID, Namespace: res.Namespace, Labels: labels,
+			Metadata: reportMeta{Name: res.UID, Namespace: res.Namespace, Labels: labels, Annotations: annotations,
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)}}},
 			Spec: specJSON,
 		})
@@ -181,7 +178,7 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		err = w.create(ctx, rgvr, res.Namespace, body)
 		if apierrors.IsAlreadyExists(err) { // written before, but not seen at start-up
 			op = "update"
-			err = w.patch(ctx, rgvr, res.Namespace, res.UID, labels, specJSON)
+			err = w.patch(ctx, rgvr, res.Namespace, res.UID, labels, annotations, specJSON)
 		}
 	}
 	if err != nil {
@@ -224,6 +221,7 @@ type reportMeta struct {
 	Name            string                  `json:"name"`
 	Namespace       string                  `json:"namespace,omitempty"`
 	Labels          map[string]string       `json:"labels"`
+	Annotations     map[string]string       `json:"annotations,omitempty"`
 	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
 }
 
@@ -242,16 +240,16 @@ func (w *reportWriter) create(ctx context.Context, gvr schema.GroupVersionResour
 	return err
 }
 
-// patch replaces a report's spec and labels (a JSON patch: the whole spec
-// goes, so nothing of the previous results survives).
-func (w *reportWriter) patch(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, labels map[string]string, spec json.RawMessage) error {
+// patch replaces a report's spec, labels and annotations (a JSON patch: the
+// whole spec goes, so nothing of the previous results survives).
+func (w *reportWriter) patch(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, labels, annotations map[string]string, spec json.RawMessage) error {
 	// "add" replaces a member that exists (RFC 6902) and works when it does not.
 	type op struct {
 		Op    string `json:"op"`
 		Path  string `json:"path"`
 		Value any    `json:"value"`
 	}
-	data, err := json.Marshal([]op{{"add", "/spec", spec}, {"add", "/metadata/labels", labels}})
+	data, err := json.Marshal([]op{{"add", "/spec", spec}, {"add", "/metadata/labels", labels}, {"add", "/metadata/annotations", annotations}})
 	if err != nil {
 		return err
 	}
@@ -313,9 +311,12 @@ func (w *reportWriter) seed(ctx context.Context) (map[string][]wgv1alpha2.Policy
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil {
 					continue // not ours to repair: it is rewritten when its resource is scanned
 				}
+				if err := report.FillChangedAt(r.Spec.Results, r.Annotations[report.AnnotationChangedAt]); err != nil {
+					continue // not ours to repair: it is rewritten when its resource is scanned
+				}
 				stored := make([]memstore.Result, len(r.Spec.Results))
 				for i, e := range r.Spec.Results {
-					stored[i] = storedResult(e)
+					stored[i] = storedResult(slim(e))
 				}
 				o := r.Spec.Owner
 				d := digestOf(o.APIVersion, o.Kind, o.Name, r.Name, r.Namespace, r.Labels[report.LabelResourceHash], stored)

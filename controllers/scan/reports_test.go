@@ -3,6 +3,7 @@ package scan
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/memstore"
+	"github.com/tally-dev/tally/report"
 )
 
 // A report write the API server refuses for good is dropped (counted by
@@ -91,5 +94,80 @@ func TestRefusedReportWritesAreNotRetriedHot(t *testing.T) {
 				t.Errorf("at the next periodic scan: err %v, %d creates, want a third write", err, creates)
 			}
 		})
+	}
+}
+
+// A BackgroundScanReport holds what the merger cannot derive: its entries
+// carry no timestamp and no scored, the times are one annotation. A
+// restarted scanner reads the times back exactly (nanoseconds included), so
+// the same results are recognised and not written again.
+func TestBackgroundReportsCarryTheirTimesInOneAnnotation(t *testing.T) {
+	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList"})
+	writes := 0
+	client.PrependReactor("*", "backgroundscanreports", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() == "create" || a.GetVerb() == "patch" {
+			writes++
+		}
+		return false, nil, nil
+	})
+	newWriter := func() *reportWriter {
+		m := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
+		return newReportWriter(client, m, clocktesting.NewFakePassiveClock(time.Unix(1000, 0)), time.Hour)
+	}
+	early, late := time.Unix(1795577752, 596752795), time.Unix(1795577800, 0)
+	results := []memstore.Result{
+		memstore.NewResult(memstore.Entry{Policy: "a", Rule: "r", Result: "pass", Message: "ok", Source: "kyverno"}, early),
+		memstore.NewResult(memstore.Entry{Policy: "b", Rule: "r", Result: "fail", Message: "no", Source: "kyverno", Properties: `{"control":"x"}`}, late),
+		memstore.NewResult(memstore.Entry{Policy: "c", Rule: "r", Result: "pass", Message: "ok", Source: "kyverno"}, early),
+	}
+	res := memstore.NewResource("uid-1", "", "v1", "Pod", "ns", "p", "1", 1, []byte(`{}`))
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	ctx := context.Background()
+	if err := newWriter().ensure(ctx, res, gvr, results); err != nil || writes != 1 {
+		t.Fatalf("first write: %v after %d writes", err, writes)
+	}
+	got, err := client.Resource(GVRBackgroundScanReport).Namespace("ns").Get(ctx, "uid-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := got.GetAnnotations()[report.AnnotationChangedAt]; v != "1795577752.596752795,1795577800,1795577752.596752795" {
+		t.Errorf("annotation %q", v)
+	}
+	entries, _, _ := unstructured.NestedSlice(got.Object, "spec", "results")
+	if len(entries) != 3 {
+		t.Fatalf("%d entries, want 3", len(entries))
+	}
+	for _, e := range entries {
+		e := e.(map[string]any)
+		if _, ok := e["timestamp"]; ok {
+			t.Errorf("entry %v has a timestamp", e)
+		}
+		if _, ok := e["scored"]; ok {
+			t.Errorf("entry %v has scored", e)
+		}
+		if e["source"] != "kyverno" || e["policy"] == "" || e["result"] == "" || e["message"] == "" {
+			t.Errorf("entry %v lacks what the merger cannot derive", e)
+		}
+	}
+
+	restarted := newWriter()
+	seeded, err := restarted.seed(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts := seeded["uid-1"][1].Timestamp; ts.Seconds != late.Unix() || ts.Nanos != 0 {
+		t.Errorf("seeded time of entry 1: %v", ts)
+	}
+	if ts := seeded["uid-1"][2].Timestamp; ts.Seconds != early.Unix() || ts.Nanos != int32(early.Nanosecond()) {
+		t.Errorf("seeded time of entry 2: %v", ts)
+	}
+	if err := restarted.ensure(ctx, res, gvr, results); err != nil || writes != 1 {
+		t.Errorf("after a restart the same results were written again: %v, %d writes", err, writes)
+	}
+	moved := slices.Clone(results)
+	moved[0] = memstore.NewResult(results[0].Value(), early.Add(time.Nanosecond))
+	if err := restarted.ensure(ctx, res, gvr, moved); err != nil || writes != 2 {
+		t.Errorf("a changed time was not written: %v, %d writes", err, writes)
 	}
 }
