@@ -255,3 +255,22 @@ func (p *Process) Stop() {
 		<-done
 	}
 }
+
+// APIServerLiveHeap forces a garbage collection in the API server (its
+// /debug/pprof/heap?gc=1) and reads its heap in use after it
+// (go_memstats_heap_alloc_bytes): what it keeps, apart from garbage.
+func APIServerLiveHeap(ctx context.Context, kube kubernetes.Interface) (float64, error) {
+	if _, err := kube.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx); err != nil {
+		return 0, err
+	}
+	data, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_alloc_bytes "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("no go_memstats_heap_alloc_bytes in the API server's metrics")
+}

@@ -17,6 +17,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -51,6 +52,7 @@ var (
 type options struct {
 	pods, namespaces, latencyPods int
 	corpus, scannerBin, mergerBin string
+	qps, burst                    string
 	baseline                      bool
 	idle                          time.Duration
 }
@@ -64,6 +66,8 @@ func main() {
 	flag.StringVar(&o.scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
 	flag.StringVar(&o.mergerBin, "merger-bin", "", "a prebuilt tally-merger (default: build ./cmd/tally-merger)")
 	flag.BoolVar(&o.baseline, "baseline", false, "create the Pods with nothing reporting")
+	flag.StringVar(&o.qps, "kube-api-qps", "100", "tally's --kube-api-qps (default: tally's own default)")
+	flag.StringVar(&o.burst, "kube-api-burst", "200", "tally's --kube-api-burst (default: tally's own default)")
 	flag.DurationVar(&o.idle, "idle", time.Minute, "the idle stretch measured after the full scan")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -122,12 +126,13 @@ func run(o options) error {
 		return err
 	}
 	var scanner, merger *daemon
+	policies := 0
 	if !o.baseline {
-		n, err := installPolicies(ctx, dyn, filepath.Join(o.corpus, "policy-library", "pod-security"))
+		policies, err = installPolicies(ctx, dyn, filepath.Join(o.corpus, "policy-library", "pod-security"))
 		if err != nil {
 			return err
 		}
-		fmt.Printf("installed %d Pod Security Standards ClusterPolicies\n", n)
+		fmt.Printf("installed %d Pod Security Standards ClusterPolicies\n", policies)
 		sbin, err := build(root, o.scannerBin, "./cmd/tally-scanner")
 		if err != nil {
 			return err
@@ -136,11 +141,12 @@ func run(o options) error {
 		if err != nil {
 			return err
 		}
-		if scanner, err = start(sbin, "tally-scanner", c.Kubeconfig, "--webhook-listen", ""); err != nil {
+		limits := []string{"--kube-api-qps", o.qps, "--kube-api-burst", o.burst}
+		if scanner, err = start(sbin, "tally-scanner", c.Kubeconfig, append(limits, "--webhook-listen", "")...); err != nil {
 			return err
 		}
 		defer scanner.stop()
-		if merger, err = start(mbin, "tally-merger", c.Kubeconfig); err != nil {
+		if merger, err = start(mbin, "tally-merger", c.Kubeconfig, limits...); err != nil {
 			return err
 		}
 		defer merger.stop()
@@ -149,6 +155,10 @@ func run(o options) error {
 		}
 	}
 
+	req0, err := requestCounts(ctx, kube)
+	if err != nil {
+		return err
+	}
 	cpu0 := benchutil.ChildCPU()
 	var tally0 [2]float64
 	if !o.baseline {
@@ -192,12 +202,22 @@ func run(o options) error {
 		fmt.Printf(", tally-scanner %.1f s, tally-merger %.1f s", scanner.cpu()-tally0[0], merger.cpu()-tally0[1])
 	}
 	fmt.Println()
+	req1, err := requestCounts(ctx, kube)
+	if err != nil {
+		return err
+	}
+	printRequests(req0, req1)
 	pids := childPIDs()
 	fmt.Printf("peak memory: kube-apiserver %.0f MiB, etcd %.0f MiB", rssMiB(pids["kube-apiserver"]), rssMiB(pids["etcd"]))
 	if !o.baseline {
 		fmt.Printf(", tally-scanner %.0f MiB, tally-merger %.0f MiB", scanner.rss(), merger.rss())
 	}
 	fmt.Println()
+	if live, err := benchutil.APIServerLiveHeap(ctx, kube); err == nil {
+		fmt.Printf("kube-apiserver live heap once every report is written, after a garbage collection: %.0f MiB\n", live/(1<<20))
+	} else {
+		return err
+	}
 	if out := os.Getenv("PIPELINEBENCH_APIHEAP"); out != "" {
 		// The API server's heap once every report is written.
 		data, err := kube.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").DoRaw(ctx)
@@ -215,13 +235,37 @@ func run(o options) error {
 	if !o.baseline {
 		t1 = [2]float64{scanner.cpu(), merger.cpu()}
 	}
-	time.Sleep(o.idle)
+	var evaluated0 float64
+	if !o.baseline {
+		evaluated0, _ = scanner.Value("tally_scan_resources_processed_total")
+	}
+	if out := os.Getenv("PIPELINEBENCH_IDLECPU"); out != "" && !o.baseline {
+		// A CPU profile of the scanner over the idle stretch.
+		if err := benchutil.Fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", scanner.Base, int(o.idle.Seconds())), out); err != nil {
+			return err
+		}
+	} else {
+		time.Sleep(o.idle)
+	}
 	i1 := benchutil.ChildCPU()
 	fmt.Printf("idle %s: kube-apiserver %.2f s, etcd %.2f s", o.idle, i1["kube-apiserver"]-i0["kube-apiserver"], i1["etcd"]-i0["etcd"])
 	if !o.baseline {
-		fmt.Printf(", tally-scanner %.2f s, tally-merger %.2f s", scanner.cpu()-t1[0], merger.cpu()-t1[1])
+		evaluated1, _ := scanner.Value("tally_scan_resources_processed_total")
+		idleCPU := scanner.cpu() - t1[0]
+		fmt.Printf(", tally-scanner %.2f s, tally-merger %.2f s of CPU (the scanner evaluated %.0f resources: periodic scans)\n",
+			idleCPU, merger.cpu()-t1[1], evaluated1-evaluated0)
+		if e := evaluated1 - evaluated0; e > 0 {
+			// Which minutes hold a policy's hourly scan is chance: the
+			// average over the hour is what an idle cluster pays. All the
+			// stretch's CPU is charged to its evaluations (an upper bound).
+			perEval := idleCPU / e
+			perMinute := perEval * float64(policies) * float64(o.pods) / 60
+			fmt.Printf("idle on average: %d policies scanned once an hour over %d Pods at %.0f µs a resource: tally-scanner %.2f s of CPU a minute\n",
+				policies, o.pods, perEval*1e6, perMinute)
+		}
+	} else {
+		fmt.Println(" of CPU")
 	}
-	fmt.Println(" of CPU")
 	fmt.Println("kept:")
 	if err := storage(ctx, kube, dyn); err != nil {
 		return err
@@ -399,4 +443,80 @@ func waitFor(timeout time.Duration, ok func() bool) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return fmt.Errorf("not after %s", timeout)
+}
+
+// requestCounts reads the API server's request counters
+// (apiserver_request_total) by "VERB resource" and its open long-running
+// requests (apiserver_longrunning_requests, the WATCH streams) by
+// "open WATCH resource".
+func requestCounts(ctx context.Context, kube kubernetes.Interface) (map[string]float64, error) {
+	data, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		prefix := ""
+		switch {
+		case strings.HasPrefix(line, "apiserver_request_total{"):
+		case strings.HasPrefix(line, "apiserver_longrunning_requests{"):
+			prefix = "open "
+		default:
+			continue
+		}
+		open, closing := strings.IndexByte(line, '{'), strings.LastIndexByte(line, '}')
+		if open < 0 || closing < open {
+			continue
+		}
+		labels := map[string]string{}
+		for _, kv := range strings.Split(line[open+1:closing], ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				labels[k] = strings.Trim(v, `"`)
+			}
+		}
+		if labels["resource"] == "" || labels["subresource"] != "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[closing+1:]), 64)
+		if err != nil {
+			continue
+		}
+		out[prefix+labels["verb"]+" "+labels["resource"]] += v
+	}
+	return out, nil
+}
+
+// printRequests prints the requests made between two readings, most first,
+// and the WATCH streams open at the second.
+func printRequests(before, after map[string]float64) {
+	type row struct {
+		key string
+		n   float64
+	}
+	var made, watches []row
+	for k, v := range after {
+		switch {
+		case strings.HasPrefix(k, "open WATCH ") && v > 0:
+			watches = append(watches, row{strings.TrimPrefix(k, "open WATCH "), v})
+		case !strings.HasPrefix(k, "open ") && v-before[k] >= 1:
+			made = append(made, row{k, v - before[k]})
+		}
+	}
+	for _, rows := range [][]row{made, watches} {
+		slices.SortFunc(rows, func(a, b row) int {
+			if a.n != b.n {
+				return cmp.Compare(b.n, a.n)
+			}
+			return strings.Compare(a.key, b.key)
+		})
+	}
+	fmt.Print("API requests from the first Pod to the last PolicyReport:")
+	for _, r := range made {
+		fmt.Printf(" %s %.0f;", r.key, r.n)
+	}
+	fmt.Print("\nWATCH streams open:")
+	for _, r := range watches {
+		fmt.Printf(" %s %.0f;", r.key, r.n)
+	}
+	fmt.Println()
 }
