@@ -113,7 +113,7 @@ fuzz-short:
 fuzz:
 	$(call run-fuzz,$(FUZZTIME))
 
-## bench: every go test benchmark of the hot paths, once each (BENCHTIME, default 1x; compare runs with benchstat); the scan and merge benches against a real API server are hack/scanbench and hack/mergebench (docs/benchmarks.md)
+## bench: every go test benchmark of the hot paths, once each (BENCHTIME, default 1x; compare runs with benchstat); the scan and merge benches against a real API server are hack/scanbench and hack/mergebench, the whole pipeline hack/pipelinebench, one report object hack/writecost (docs/benchmarks.md)
 BENCHTIME ?= 1x
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./engine/... ./memstore/ ./report/ ./controllers/...
