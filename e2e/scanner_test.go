@@ -46,19 +46,38 @@ import (
 	"github.com/tally-dev/tally/memstore"
 )
 
-// writeCounter counts the API writes of a client to one kind of resource.
+// writeCounter counts the API writes of a client to one kind of resource,
+// in all and by namespace.
 type writeCounter struct {
 	match string
 	n     atomic.Int64
+	mu    sync.Mutex
+	byNS  map[string]int
 }
 
 func (c *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		if req.Method != http.MethodGet && strings.Contains(req.URL.Path, c.match) {
 			c.n.Add(1)
+			if _, rest, ok := strings.Cut(req.URL.Path, "/namespaces/"); ok {
+				ns, _, _ := strings.Cut(rest, "/")
+				c.mu.Lock()
+				if c.byNS == nil {
+					c.byNS = map[string]int{}
+				}
+				c.byNS[ns]++
+				c.mu.Unlock()
+			}
 		}
 		return rt.RoundTrip(req)
 	})
+}
+
+// in tells the writes to reports of one namespace.
+func (c *writeCounter) in(namespace string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byNS[namespace]
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
