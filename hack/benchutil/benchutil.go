@@ -6,6 +6,7 @@ package benchutil
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -24,7 +25,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/tally-dev/tally/e2e/cluster"
 )
 
 // PeakRSS reads a process's peak resident set (VmHWM) in KiB, 0 if unknown.
@@ -256,6 +263,40 @@ func (p *Process) Stop() {
 	}
 }
 
+// APIServerMetrics reads the API server's metrics, by family.
+func APIServerMetrics(ctx context.Context, kube kubernetes.Interface) (map[string]*dto.MetricFamily, error) {
+	data, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("the API server's metrics: %w", err)
+	}
+	return families, nil
+}
+
+// Labels are a metric's labels by name.
+func Labels(m *dto.Metric) map[string]string {
+	out := make(map[string]string, len(m.GetLabel()))
+	for _, lp := range m.GetLabel() {
+		out[lp.GetName()] = lp.GetValue()
+	}
+	return out
+}
+
+// Sample is a counter's, gauge's or untyped metric's value.
+func Sample(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return m.GetUntyped().GetValue()
+}
+
 // APIServerLiveHeap forces a garbage collection in the API server (its
 // /debug/pprof/heap?gc=1) and reads its heap in use after it
 // (go_memstats_heap_alloc_bytes): what it keeps, apart from garbage.
@@ -263,14 +304,41 @@ func APIServerLiveHeap(ctx context.Context, kube kubernetes.Interface) (float64,
 	if _, err := kube.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx); err != nil {
 		return 0, err
 	}
-	data, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	families, err := APIServerMetrics(ctx, kube)
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "go_memstats_heap_alloc_bytes "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+	fam, ok := families["go_memstats_heap_alloc_bytes"]
+	if !ok || len(fam.GetMetric()) == 0 {
+		return 0, fmt.Errorf("no go_memstats_heap_alloc_bytes in the API server's metrics")
+	}
+	return Sample(fam.GetMetric()[0]), nil
+}
+
+// Cluster is the local control plane a bench runs on, with tally's CRDs
+// installed and its clients.
+type Cluster struct {
+	*cluster.Cluster
+	Kube kubernetes.Interface
+	Dyn  dynamic.Interface
+}
+
+// StartCluster starts the local control plane and installs the CRDs. The
+// caller stops it.
+func StartCluster(ctx context.Context, opts cluster.Options) (*Cluster, error) {
+	c, err := cluster.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	out := &Cluster{Cluster: c}
+	if err = cluster.InstallCRDs(c.Config); err == nil {
+		if out.Kube, err = kubernetes.NewForConfig(c.Config); err == nil {
+			out.Dyn, err = dynamic.NewForConfig(c.Config)
 		}
 	}
-	return 0, fmt.Errorf("no go_memstats_heap_alloc_bytes in the API server's metrics")
+	if err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	return out, nil
 }

@@ -65,22 +65,12 @@ func run(n, namespaces int, corpus, bin string) error {
 	if err != nil {
 		return err
 	}
-	c, err := cluster.Start(ctx, cluster.Options{NoControllerManager: true})
+	c, err := benchutil.StartCluster(ctx, cluster.Options{NoControllerManager: true})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
-	if err := cluster.InstallCRDs(c.Config); err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
+	kube, dyn := c.Kube, c.Dyn
 
 	policies, err := installPolicies(ctx, dyn, filepath.Join(corpus, "policy-library", "pod-security"))
 	if err != nil {

@@ -109,22 +109,12 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	c, err := cluster.Start(ctx, cluster.Options{})
+	c, err := benchutil.StartCluster(ctx, cluster.Options{})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
-	if err := cluster.InstallCRDs(c.Config); err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
+	kube, dyn := c.Kube, c.Dyn
 	var scanner, merger *daemon
 	policies := 0
 	if !o.baseline {
@@ -384,18 +374,13 @@ func storage(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfa
 		fmt.Printf("  %s: %d objects, %.1f MiB of JSON (%d bytes each on average, %.1f MiB of it managedFields)\n",
 			gvr.Resource, n, float64(bytes)/(1<<20), avg, float64(managed)/(1<<20))
 	}
-	data, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	families, err := benchutil.APIServerMetrics(ctx, kube)
 	if err != nil {
 		return err
 	}
 	size := 0.0
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "apiserver_storage_size_bytes{") {
-			fields := strings.Fields(line)
-			if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
-				size += v
-			}
-		}
+	for _, m := range families["apiserver_storage_size_bytes"].GetMetric() {
+		size += benchutil.Sample(m)
 	}
 	fmt.Printf("  etcd database: %.1f MiB\n", size/(1<<20))
 	return nil
@@ -450,38 +435,19 @@ func waitFor(timeout time.Duration, ok func() bool) error {
 // requests (apiserver_longrunning_requests, the WATCH streams) by
 // "open WATCH resource".
 func requestCounts(ctx context.Context, kube kubernetes.Interface) (map[string]float64, error) {
-	data, err := kube.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	families, err := benchutil.APIServerMetrics(ctx, kube)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(data), "\n") {
-		prefix := ""
-		switch {
-		case strings.HasPrefix(line, "apiserver_request_total{"):
-		case strings.HasPrefix(line, "apiserver_longrunning_requests{"):
-			prefix = "open "
-		default:
-			continue
-		}
-		open, closing := strings.IndexByte(line, '{'), strings.LastIndexByte(line, '}')
-		if open < 0 || closing < open {
-			continue
-		}
-		labels := map[string]string{}
-		for _, kv := range strings.Split(line[open+1:closing], ",") {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				labels[k] = strings.Trim(v, `"`)
+	for name, prefix := range map[string]string{"apiserver_request_total": "", "apiserver_longrunning_requests": "open "} {
+		for _, m := range families[name].GetMetric() {
+			labels := benchutil.Labels(m)
+			if labels["resource"] == "" || labels["subresource"] != "" {
+				continue
 			}
+			out[prefix+labels["verb"]+" "+labels["resource"]] += benchutil.Sample(m)
 		}
-		if labels["resource"] == "" || labels["subresource"] != "" {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(line[closing+1:]), 64)
-		if err != nil {
-			continue
-		}
-		out[prefix+labels["verb"]+" "+labels["resource"]] += v
 	}
 	return out, nil
 }

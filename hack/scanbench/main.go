@@ -70,22 +70,12 @@ func run(pods, namespaces int, corpus string) error {
 	if err != nil {
 		return err
 	}
-	c, err := cluster.Start(ctx, cluster.Options{NoControllerManager: true})
+	c, err := benchutil.StartCluster(ctx, cluster.Options{NoControllerManager: true})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
-	if err := cluster.InstallCRDs(c.Config); err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
+	kube, dyn := c.Kube, c.Dyn
 
 	start := time.Now()
 	if err := benchutil.CreatePods(ctx, kube, pods, namespaces); err != nil {

@@ -19,8 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/hack/benchutil"
@@ -103,23 +101,12 @@ func main() {
 
 func run(n int) error {
 	ctx := context.Background()
-	c, err := cluster.Start(ctx, cluster.Options{})
+	c, err := benchutil.StartCluster(ctx, cluster.Options{})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
-	if err := cluster.InstallCRDs(c.Config); err != nil {
-		return err
-	}
-	c.Config.QPS, c.Config.Burst = 1000, 1000
-	kube, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
+	kube, dyn := c.Kube, c.Dyn
 	liveHeap := func() (float64, error) { return benchutil.APIServerLiveHeap(ctx, kube) }
 	fmt.Printf("%d objects per batch, created one at a time\n", n)
 	for round := range 2 {
