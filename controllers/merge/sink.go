@@ -76,12 +76,17 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 		m.log().Error(err, "intermediate report could not be read; ignored", "name", u.GetNamespace()+"/"+u.GetName())
 		return
 	}
-	// Entries written by tally carry their times in an annotation. Any left
-	// without one (a malformed annotation, a report of another writer that
-	// has neither) take the report's creation time rather than none.
-	if err := report.FillChangedAt(r.Spec.Results, u.GetAnnotations()[report.AnnotationChangedAt]); err != nil {
-		m.log().Error(err, "intermediate report's result times unreadable; its creation time is used", "name", u.GetNamespace()+"/"+u.GetName())
+	// Background reports written by tally carry their entries and their
+	// times in annotations. Entries left without a time (a malformed
+	// annotation, a report of another writer that has neither) take the
+	// report's creation time rather than none. Packed entries that cannot be
+	// read are left out (logged): the scanner rewrites the report at the
+	// resource's next scan.
+	results, err := report.IntermediateResults(r.Spec.Results, u.GetAnnotations())
+	if err != nil {
+		m.log().Error(err, "intermediate report's results partly unreadable; the rest are used", "name", u.GetNamespace()+"/"+u.GetName())
 	}
+	r.Spec.Results = results
 	creation := u.GetCreationTimestamp()
 	created := metav1.Timestamp{Seconds: creation.Unix()}
 	for i := range r.Spec.Results {

@@ -138,6 +138,18 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	}
 	report.Sort(entries)
 	spec, changedAt := backgroundSpecOf(metav1.OwnerReference{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)}, entries)
+	annotations := map[string]string{report.AnnotationChangedAt: changedAt}
+	// The entries go as one string (report.AnnotationResults), which the
+	// API server neither decodes nor validates field by field; results too
+	// large for an annotation stay in spec.results.
+	packed, err := json.Marshal(spec.Results)
+	if err != nil {
+		return fmt.Errorf("encode results of %s: %w", res.UID, err)
+	}
+	if len(packed) <= report.MaxPackedResults {
+		annotations[report.AnnotationResults] = string(packed)
+		spec.Results = nil
+	}
 	specJSON, err := json.Marshal(&spec)
 	if err != nil {
 		return fmt.Errorf("encode report of %s: %w", res.UID, err)
@@ -152,7 +164,6 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		report.LabelResourceHash: hash,
 	}
 	report.ResourceTypeLabels(labels, gvr, res.Kind)
-	annotations := map[string]string{report.AnnotationChangedAt: changedAt}
 	rgvr := reportGVR(res.Namespace)
 	// A report tally has not seen is created; one it knows is replaced by a
 	// JSON patch (spec and labels). Both cost the API server far less than
@@ -311,17 +322,18 @@ func (w *reportWriter) seed(ctx context.Context) (map[string][]wgv1alpha2.Policy
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil {
 					continue // not ours to repair: it is rewritten when its resource is scanned
 				}
-				if err := report.FillChangedAt(r.Spec.Results, r.Annotations[report.AnnotationChangedAt]); err != nil {
+				results, err := report.IntermediateResults(r.Spec.Results, r.Annotations)
+				if err != nil {
 					continue // not ours to repair: it is rewritten when its resource is scanned
 				}
-				stored := make([]memstore.Result, len(r.Spec.Results))
-				for i, e := range r.Spec.Results {
+				stored := make([]memstore.Result, len(results))
+				for i, e := range results {
 					stored[i] = storedResult(slim(e))
 				}
 				o := r.Spec.Owner
 				d := digestOf(o.APIVersion, o.Kind, o.Name, r.Name, r.Namespace, r.Labels[report.LabelResourceHash], stored)
 				w.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d}
-				out[r.Name] = r.Spec.Results
+				out[r.Name] = results
 			}
 			if opts.Continue = list.GetContinue(); opts.Continue == "" {
 				break

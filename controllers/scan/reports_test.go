@@ -2,8 +2,11 @@ package scan
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,7 +101,8 @@ func TestRefusedReportWritesAreNotRetriedHot(t *testing.T) {
 }
 
 // A BackgroundScanReport holds what the merger cannot derive: its entries
-// carry no timestamp and no scored, the times are one annotation. A
+// carry no timestamp and no scored, the entries are one annotation and the
+// times another. A
 // restarted scanner reads the times back exactly (nanoseconds included), so
 // the same results are recognised and not written again.
 func TestBackgroundReportsCarryTheirTimesInOneAnnotation(t *testing.T) {
@@ -134,12 +138,17 @@ func TestBackgroundReportsCarryTheirTimesInOneAnnotation(t *testing.T) {
 	if v := got.GetAnnotations()[report.AnnotationChangedAt]; v != "1795577752.596752795,1795577800,1795577752.596752795" {
 		t.Errorf("annotation %q", v)
 	}
-	entries, _, _ := unstructured.NestedSlice(got.Object, "spec", "results")
+	if spec, _, _ := unstructured.NestedSlice(got.Object, "spec", "results"); len(spec) != 0 {
+		t.Errorf("spec.results has %d entries, want none (they are packed)", len(spec))
+	}
+	var entries []map[string]any
+	if err := json.Unmarshal([]byte(got.GetAnnotations()[report.AnnotationResults]), &entries); err != nil {
+		t.Fatalf("annotation %s: %v", report.AnnotationResults, err)
+	}
 	if len(entries) != 3 {
 		t.Fatalf("%d entries, want 3", len(entries))
 	}
 	for _, e := range entries {
-		e := e.(map[string]any)
 		if _, ok := e["timestamp"]; ok {
 			t.Errorf("entry %v has a timestamp", e)
 		}
@@ -169,5 +178,38 @@ func TestBackgroundReportsCarryTheirTimesInOneAnnotation(t *testing.T) {
 	moved[0] = memstore.NewResult(results[0].Value(), early.Add(time.Nanosecond))
 	if err := restarted.ensure(ctx, res, gvr, moved); err != nil || writes != 2 {
 		t.Errorf("a changed time was not written: %v, %d writes", err, writes)
+	}
+}
+
+// Results too large to pack in an annotation are written as spec.results
+// entries, and read back from there.
+func TestBackgroundReportsTooLargeToPackKeepTheirEntries(t *testing.T) {
+	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList"})
+	m := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
+	w := newReportWriter(client, m, clocktesting.NewFakePassiveClock(time.Unix(1000, 0)), time.Hour)
+	long := strings.Repeat("x", 1000)
+	var results []memstore.Result
+	for i := range 200 { // 200 KB of messages: past report.MaxPackedResults
+		results = append(results, memstore.NewResult(memstore.Entry{Policy: fmt.Sprintf("p%03d", i), Rule: "r", Result: "fail", Message: long, Source: "kyverno"}, time.Unix(1795577752, 0)))
+	}
+	res := memstore.NewResource("uid-1", "", "v1", "Pod", "ns", "p", "1", 1, []byte(`{}`))
+	ctx := context.Background()
+	if err := w.ensure(ctx, res, schema.GroupVersionResource{Version: "v1", Resource: "pods"}, results); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.Resource(GVRBackgroundScanReport).Namespace("ns").Get(ctx, "uid-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.GetAnnotations()[report.AnnotationResults]; ok {
+		t.Errorf("results of %d bytes were packed", 200*len(long))
+	}
+	if spec, _, _ := unstructured.NestedSlice(got.Object, "spec", "results"); len(spec) != 200 {
+		t.Errorf("spec.results has %d entries, want 200", len(spec))
+	}
+	seeded, err := newReportWriter(client, m, clocktesting.NewFakePassiveClock(time.Unix(1000, 0)), time.Hour).seed(ctx)
+	if err != nil || len(seeded["uid-1"]) != 200 {
+		t.Errorf("seeded %d results (%v), want 200", len(seeded["uid-1"]), err)
 	}
 }
