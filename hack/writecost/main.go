@@ -139,7 +139,7 @@ func object(s shape, namespace, name string) map[string]any {
 }
 
 func main() {
-	n := flag.Int("objects", 2000, "objects of each shape per batch")
+	n := flag.Int("objects", 2000, "resources of each shape per batch (their objects hold one or more each)")
 	flag.Parse()
 	if err := run(*n); err != nil {
 		fmt.Fprintln(os.Stderr, "writecost:", err)
