@@ -44,6 +44,7 @@ import (
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/memstore"
+	"github.com/tally-dev/tally/report"
 )
 
 // writeCounter counts the API writes of a client to one kind of resource,
@@ -264,8 +265,12 @@ func resultsOf(ctx context.Context, cfg *envconf.Config, ns string, uid string) 
 		}
 		return nil, false, err
 	}
+	results, err := report.IntermediateResults(r.Spec.Results, r.Annotations)
+	if err != nil {
+		return nil, true, err
+	}
 	out := map[string]string{}
-	for _, res := range r.Spec.Results {
+	for _, res := range results {
 		out[res.Policy+"/"+res.Rule] = string(res.Result)
 	}
 	return out, true, nil
