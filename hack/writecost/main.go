@@ -10,7 +10,10 @@
 // deleted once merged adds). It also creates PolicyViolation Events as
 // tally-scanner sends them (protobuf). Every figure is per resource.
 //
-//	TALLY_CONTROLPLANE_ASSETS=$(bash hack/controlplane/build.sh) go run ./hack/writecost
+//	TALLY_CONTROLPLANE_ASSETS=$(bash hack/controlplane/build.sh) go run ./hack/writecost [--only REGEXP]
+//
+// --only measures the shapes whose names match (for a quick comparison of
+// two of them in one run).
 package main
 
 import (
@@ -18,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -140,12 +144,32 @@ func object(s shape, namespace, name string) map[string]any {
 
 func main() {
 	n := flag.Int("objects", 2000, "resources of each shape per batch (their objects hold one or more each)")
+	only := flag.String("only", "", "measure only the shapes whose name matches this regular expression (the Events' name is \""+eventShape+"\")")
 	flag.Parse()
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "writecost: --only:", err)
+			os.Exit(2)
+		}
+		var kept []shape
+		for _, s := range shapes {
+			if re.MatchString(s.name) {
+				kept = append(kept, s)
+			}
+		}
+		shapes, withEvents = kept, re.MatchString(eventShape)
+	}
 	if err := run(*n); err != nil {
 		fmt.Fprintln(os.Stderr, "writecost:", err)
 		os.Exit(1)
 	}
 }
+
+// withEvents: measure the scanner's Events too.
+var withEvents = true
+
+const eventShape = "Event (PolicyViolation, protobuf)"
 
 func run(n int) error {
 	ctx := context.Background()
@@ -209,6 +233,9 @@ func run(n int) error {
 			fmt.Printf("%-72s %6d B of JSON an object: API server CPU %5.2f ms per create, live heap +%4.1f KiB\n",
 				s.name, size, b.createCPU, b.heap)
 		}
+		if !withEvents {
+			continue
+		}
 		ns := fmt.Sprintf("writecost-%d-events", round)
 		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			return err
@@ -229,7 +256,7 @@ func run(n int) error {
 			return err
 		}
 		fmt.Printf("%-72s %6s                  : API server CPU %5.2f ms per create, live heap +%4.1f KiB\n",
-			"Event (PolicyViolation, protobuf)", "", (cpu1-cpu0)*1000/float64(n), (h1-h0)/float64(n)/1024)
+			eventShape, "", (cpu1-cpu0)*1000/float64(n), (h1-h0)/float64(n)/1024)
 	}
 	// Deletes come last, so that the heap figures above are not mixed with
 	// what deleted objects free.
