@@ -25,6 +25,20 @@ const AnnotationResults = "reports.tally.dev/results"
 // results take more is written with spec.results entries instead.
 const MaxPackedResults = 128 << 10
 
+// PackResults returns a report's entries (of the type its writer gives
+// spec.results) as the value of AnnotationResults, and false when they take
+// more than MaxPackedResults: they are then written as spec.results.
+func PackResults[E any](results []E) (string, bool, error) {
+	packed, err := json.Marshal(results)
+	if err != nil {
+		return "", false, fmt.Errorf("annotation %s: %w", AnnotationResults, err)
+	}
+	if len(packed) > MaxPackedResults {
+		return "", false, nil
+	}
+	return string(packed), true, nil
+}
+
 // IntermediateResults returns the results of an intermediate report: the
 // entries of its spec.results followed by those packed in AnnotationResults,
 // each without a timestamp of its own given its time from

@@ -43,3 +43,21 @@ func TestIntermediateResultsMalformedPackingIsAnErrorNamingIt(t *testing.T) {
 		t.Errorf("the entries of spec.results were lost: %+v", got)
 	}
 }
+
+// What PackResults writes, IntermediateResults reads back; results past
+// MaxPackedResults are not packed.
+func TestPackResultsRoundTrips(t *testing.T) {
+	in := []wgv1alpha2.PolicyReportResult{{Policy: "p", Rule: "r", Result: "fail", Message: "m", Source: "kyverno"}}
+	packed, fits, err := PackResults(in)
+	if err != nil || !fits {
+		t.Fatalf("PackResults: %v, fits %v", err, fits)
+	}
+	got, err := IntermediateResults(nil, map[string]string{AnnotationResults: packed, AnnotationChangedAt: "10"})
+	if err != nil || len(got) != 1 || got[0].Policy != "p" || got[0].Message != "m" || got[0].Timestamp.Seconds != 10 {
+		t.Fatalf("read back %+v, %v", got, err)
+	}
+	big := []wgv1alpha2.PolicyReportResult{{Message: strings.Repeat("x", MaxPackedResults)}}
+	if _, fits, err := PackResults(big); err != nil || fits {
+		t.Errorf("%d bytes of message: fits %v, %v; want not packed", MaxPackedResults, fits, err)
+	}
+}

@@ -142,12 +142,12 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	// The entries go as one string (report.AnnotationResults), which the
 	// API server neither decodes nor validates field by field; results too
 	// large for an annotation stay in spec.results.
-	packed, err := json.Marshal(spec.Results)
+	packed, fits, err := report.PackResults(spec.Results)
 	if err != nil {
 		return fmt.Errorf("encode results of %s: %w", res.UID, err)
 	}
-	if len(packed) <= report.MaxPackedResults {
-		annotations[report.AnnotationResults] = string(packed)
+	if fits {
+		annotations[report.AnnotationResults] = packed
 		spec.Results = nil
 	}
 	specJSON, err := json.Marshal(&spec)
