@@ -18,11 +18,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"regexp"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +34,7 @@ import (
 
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/hack/benchutil"
+	"github.com/tally-dev/tally/report"
 )
 
 // shape is one kind of report object: entries results like the Pod
@@ -96,25 +97,31 @@ var shapes = []shape{
 	{name: "PolicyReport, 20 entries (tally's and Kyverno's)", gvr: gvrPR, kind: "PolicyReport", entries: 20, entry: fullEntry},
 }
 
-// pack writes n results as lines of tab-separated fields: what the
-// results of a resource take when the API server sees one string.
-func pack(s shape) string {
-	var b strings.Builder
-	for r := range s.resources() {
-		fmt.Fprintf(&b, "%d\n", r)
+// pack gives the results of a shape's resources in the encoding the
+// scanner packs them in (report.PackResults: a JSON array of entries), one
+// array a resource when the report holds several. It applies no size limit:
+// a report for 50 resources takes more than report.MaxPackedResults, less
+// than the API server's 256 KiB of annotations.
+func pack(s shape) (string, error) {
+	perResource := make([][]map[string]any, s.resources())
+	for r := range perResource {
 		for i := range s.entries {
-			e := s.entry(i)
-			fmt.Fprintf(&b, "%s\t%s\t%s\t%s\n", e["policy"], e["rule"], e["result"], e["message"])
+			perResource[r] = append(perResource[r], s.entry(i))
 		}
 	}
-	return b.String()
+	var v any = perResource
+	if s.perObject == 0 {
+		v = perResource[0]
+	}
+	packed, err := json.Marshal(v)
+	return string(packed), err
 }
 
-func object(s shape, namespace, name string) map[string]any {
+func object(s shape, namespace, name string) (map[string]any, error) {
 	owner := map[string]any{"apiVersion": "v1", "kind": "Pod", "name": "app-" + name[len(name)-5:], "uid": name}
 	if s.bare {
 		return map[string]any{"apiVersion": "kyverno.io/v2", "kind": s.kind,
-			"metadata": map[string]any{"name": name, "namespace": namespace}, "spec": map[string]any{"owner": owner}}
+			"metadata": map[string]any{"name": name, "namespace": namespace}, "spec": map[string]any{"owner": owner}}, nil
 	}
 	results := make([]any, s.entries)
 	for i := range results {
@@ -128,50 +135,52 @@ func object(s shape, namespace, name string) map[string]any {
 	meta := map[string]any{"name": name, "namespace": namespace, "labels": labels}
 	if s.gvr == gvrPR {
 		return map[string]any{"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": s.kind, "metadata": meta,
-			"scope": owner, "results": results, "summary": summary}
+			"scope": owner, "results": results, "summary": summary}, nil
 	}
 	labels["audit.kyverno.io/resource.uid"] = name
 	labels["audit.kyverno.io/resource.hash"] = "3f2a9c1d5e7b8a60"
 	labels["audit.kyverno.io/resource.gvr"] = "pods.v1"
-	annotations := map[string]any{"reports.tally.dev/changed-at": "1795577752.596752795"}
+	annotations := map[string]any{report.AnnotationChangedAt: "1795577752.596752795"}
 	if s.packed {
-		annotations["reports.tally.dev/results"] = pack(s)
+		packed, err := pack(s)
+		if err != nil {
+			return nil, err
+		}
+		annotations[report.AnnotationResults] = packed
 	}
 	meta["annotations"] = annotations
 	return map[string]any{"apiVersion": "kyverno.io/v2", "kind": s.kind, "metadata": meta,
-		"spec": map[string]any{"owner": owner, "results": results, "summary": summary}}
+		"spec": map[string]any{"owner": owner, "results": results, "summary": summary}}, nil
 }
 
 func main() {
 	n := flag.Int("objects", 2000, "resources of each shape per batch (their objects hold one or more each)")
 	only := flag.String("only", "", "measure only the shapes whose name matches this regular expression (the Events' name is \""+eventShape+"\")")
 	flag.Parse()
+	measured, withEvents := shapes, true
 	if *only != "" {
 		re, err := regexp.Compile(*only)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "writecost: --only:", err)
 			os.Exit(2)
 		}
-		var kept []shape
+		measured = nil
 		for _, s := range shapes {
 			if re.MatchString(s.name) {
-				kept = append(kept, s)
+				measured = append(measured, s)
 			}
 		}
-		shapes, withEvents = kept, re.MatchString(eventShape)
+		withEvents = re.MatchString(eventShape)
 	}
-	if err := run(*n); err != nil {
+	if err := run(*n, measured, withEvents); err != nil {
 		fmt.Fprintln(os.Stderr, "writecost:", err)
 		os.Exit(1)
 	}
 }
 
-// withEvents: measure the scanner's Events too.
-var withEvents = true
-
 const eventShape = "Event (PolicyViolation, protobuf)"
 
-func run(n int) error {
+func run(n int, selected []shape, withEvents bool) error {
 	ctx := context.Background()
 	c, err := benchutil.StartCluster(ctx, cluster.Options{})
 	if err != nil {
@@ -186,77 +195,79 @@ func run(n int) error {
 	if err != nil {
 		return err
 	}
-	liveHeap := func() (float64, error) { return benchutil.APIServerLiveHeap(ctx, kube) }
 	apiCPU := func() float64 { return benchutil.ChildCPU()["kube-apiserver"] }
+	// measure creates a namespace, then the objects of create in it, and
+	// gives the API server's CPU (ms) and the live heap (KiB) they took, per
+	// resource.
+	measure := func(ns string, resources int, create func() error) (cpuMs, heapKiB float64, err error) {
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return 0, 0, err
+		}
+		h0, err := benchutil.APIServerLiveHeap(ctx, kube)
+		if err != nil {
+			return 0, 0, err
+		}
+		cpu0 := apiCPU()
+		if err := create(); err != nil {
+			return 0, 0, err
+		}
+		cpu1 := apiCPU()
+		h1, err := benchutil.APIServerLiveHeap(ctx, kube)
+		if err != nil {
+			return 0, 0, err
+		}
+		return (cpu1 - cpu0) * 1000 / float64(resources), (h1 - h0) / float64(resources) / 1024, nil
+	}
 	fmt.Printf("%d resources per batch, objects created one at a time; costs per resource\n", n)
 	type batch struct {
-		s         shape
-		ns        string
-		names     []string
-		createCPU float64
-		heap      float64
+		s     shape
+		ns    string
+		names []string
 	}
 	var batches []batch
 	for round := range 2 {
-		for si, s := range shapes {
-			ns := fmt.Sprintf("writecost-%d-%d", round, si)
-			if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-			h0, err := liveHeap()
-			if err != nil {
-				return err
-			}
-			cpu0 := apiCPU()
+		for si, s := range selected {
+			b := batch{s: s, ns: fmt.Sprintf("writecost-%d-%d", round, si), names: make([]string, n/s.resources())}
 			size := 0
-			objects := n / s.resources()
-			names := make([]string, objects)
-			for i := range objects {
-				names[i] = fmt.Sprintf("2f0e5a3c-1111-2222-3333-%012d", i)
-				obj := object(s, ns, names[i])
-				if i == 0 {
-					data, _ := (&unstructured.Unstructured{Object: obj}).MarshalJSON()
-					size = len(data)
+			cpu, heap, err := measure(b.ns, len(b.names)*s.resources(), func() error {
+				for i := range b.names {
+					b.names[i] = fmt.Sprintf("2f0e5a3c-1111-2222-3333-%012d", i)
+					obj, err := object(s, b.ns, b.names[i])
+					if err != nil {
+						return err
+					}
+					if i == 0 {
+						data, _ := (&unstructured.Unstructured{Object: obj}).MarshalJSON()
+						size = len(data)
+					}
+					if _, err := dyn.Resource(s.gvr).Namespace(b.ns).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: "writecost"}); err != nil {
+						return err
+					}
 				}
-				if _, err := dyn.Resource(s.gvr).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: "writecost"}); err != nil {
-					return fmt.Errorf("%s: %w", s.name, err)
-				}
-			}
-			cpu1 := apiCPU()
-			h1, err := liveHeap()
+				return nil
+			})
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", s.name, err)
 			}
-			per := float64(objects * s.resources())
-			b := batch{s: s, ns: ns, names: names, createCPU: (cpu1 - cpu0) * 1000 / per, heap: (h1 - h0) / per / 1024}
 			batches = append(batches, b)
-			fmt.Printf("%-72s %6d B of JSON an object: API server CPU %5.2f ms per create, live heap +%4.1f KiB\n",
-				s.name, size, b.createCPU, b.heap)
+			fmt.Printf("%-72s %6d B of JSON an object: API server CPU %5.2f ms per create, live heap +%4.1f KiB\n", s.name, size, cpu, heap)
 		}
 		if !withEvents {
 			continue
 		}
 		ns := fmt.Sprintf("writecost-%d-events", round)
-		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		h0, err := liveHeap()
-		if err != nil {
-			return err
-		}
-		cpu0 := apiCPU()
-		for i := range n {
-			if _, err := pkube.CoreV1().Events(ns).Create(ctx, event(ns, i), metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("event: %w", err)
+		cpu, heap, err := measure(ns, n, func() error {
+			for i := range n {
+				if _, err := pkube.CoreV1().Events(ns).Create(ctx, event(ns, i), metav1.CreateOptions{}); err != nil {
+					return err
+				}
 			}
-		}
-		cpu1 := apiCPU()
-		h1, err := liveHeap()
+			return nil
+		})
 		if err != nil {
-			return err
+			return fmt.Errorf("event: %w", err)
 		}
-		fmt.Printf("%-72s %6s                  : API server CPU %5.2f ms per create, live heap +%4.1f KiB\n",
-			eventShape, "", (cpu1-cpu0)*1000/float64(n), (h1-h0)/float64(n)/1024)
+		fmt.Printf("%-72s %6s                  : API server CPU %5.2f ms per create, live heap +%4.1f KiB\n", eventShape, "", cpu, heap)
 	}
 	// Deletes come last, so that the heap figures above are not mixed with
 	// what deleted objects free.
