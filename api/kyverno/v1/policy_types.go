@@ -71,8 +71,10 @@ type Spec struct {
 	// EmitWarning returns audit results as admission warnings.
 	EmitWarning *bool `json:"emitWarning,omitempty"`
 	// Admission turns admission processing on (default) or off.
+	// +kubebuilder:default=true
 	Admission *bool `json:"admission,omitempty"`
 	// Background turns background scanning on (default) or off.
+	// +kubebuilder:default=true
 	Background *bool `json:"background,omitempty"`
 	// SchemaValidation is deprecated and ignored.
 	SchemaValidation *bool `json:"schemaValidation,omitempty"`
@@ -117,6 +119,13 @@ type RuleCountStatus struct {
 	Verify   int `json:"verifyimages"`
 }
 
+// The printer columns of ClusterPolicy and Policy (both versions) are
+// Kyverno's, but for its rule counts (VALIDATE, MUTATE, GENERATE, VERIFY
+// IMAGES, shown by -o wide), which tally does not write: READY and MESSAGE
+// read the Ready condition the scanner keeps, and ADMISSION and BACKGROUND
+// are never empty since the API server defaults them to true, as Kyverno's
+// CRDs do.
+
 // ClusterPolicy is a cluster-wide policy.
 //
 // +genclient
@@ -124,9 +133,12 @@ type RuleCountStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=cpol,categories=kyverno
-// +kubebuilder:printcolumn:name="Admission",type=boolean,JSONPath=".spec.admission"
-// +kubebuilder:printcolumn:name="Background",type=boolean,JSONPath=".spec.background"
-// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="ADMISSION",type=boolean,JSONPath=".spec.admission"
+// +kubebuilder:printcolumn:name="BACKGROUND",type=boolean,JSONPath=".spec.background"
+// +kubebuilder:printcolumn:name="READY",type=string,JSONPath=`.status.conditions[?(@.type == "Ready")].status`
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="FAILURE POLICY",type=string,JSONPath=".spec.failurePolicy",priority=1
+// +kubebuilder:printcolumn:name="MESSAGE",type=string,JSONPath=`.status.conditions[?(@.type == "Ready")].message`
 // +kubebuilder:storageversion
 type ClusterPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -150,9 +162,12 @@ type ClusterPolicyList struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=pol,categories=kyverno
-// +kubebuilder:printcolumn:name="Admission",type=boolean,JSONPath=".spec.admission"
-// +kubebuilder:printcolumn:name="Background",type=boolean,JSONPath=".spec.background"
-// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="ADMISSION",type=boolean,JSONPath=".spec.admission"
+// +kubebuilder:printcolumn:name="BACKGROUND",type=boolean,JSONPath=".spec.background"
+// +kubebuilder:printcolumn:name="READY",type=string,JSONPath=`.status.conditions[?(@.type == "Ready")].status`
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="FAILURE POLICY",type=string,JSONPath=".spec.failurePolicy",priority=1
+// +kubebuilder:printcolumn:name="MESSAGE",type=string,JSONPath=`.status.conditions[?(@.type == "Ready")].message`
 // +kubebuilder:storageversion
 type Policy struct {
 	metav1.TypeMeta   `json:",inline"`
