@@ -51,3 +51,45 @@ readinessProbe:
     port: metrics
   periodSeconds: 5
 {{- end }}
+
+{{- /*
+tally.crds chooses the CRDs this release installs, as JSON:
+{"install": [files of files/crd], "foreign": [names of CRDs left alone]}.
+With crds.install=false, none. Else the CRDs of the mode (beside Kyverno:
+only the four intermediate report kinds Kyverno 1.13+ no longer installs;
+Kyverno's reports.kyverno.io kinds never), each unless it already exists
+without being this release's: Helm would refuse to install over it ("exists
+and cannot be imported into the current release"), and tally reads and
+writes the same API through the existing definition. `helm template` and
+client-side dry runs see no cluster: they render every CRD of the mode.
+*/ -}}
+{{- define "tally.crds" -}}
+{{- $beside := include "tally.besideKyverno" . }}
+{{- $install := list }}
+{{- $foreign := list }}
+{{- if .Values.crds.install }}
+{{- $intermediate := list "kyverno.io_admissionreports.yaml" "kyverno.io_clusteradmissionreports.yaml" "kyverno.io_backgroundscanreports.yaml" "kyverno.io_clusterbackgroundscanreports.yaml" }}
+{{- range $path, $_ := .Files.Glob "files/crd/*.yaml" }}
+{{- $base := base $path }}
+{{- if and (not (hasPrefix "reports.kyverno.io_" $base)) (or (not $beside) (has $base $intermediate)) }}
+{{- /* controller-gen names the file <group>_<plural>.yaml; the CRD is <plural>.<group>. */}}
+{{- $parts := splitn "_" 2 (trimSuffix ".yaml" $base) }}
+{{- $name := printf "%s.%s" $parts._1 $parts._0 }}
+{{- $existing := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" $name }}
+{{- if or (not $existing) (include "tally.ownedByRelease" (dict "obj" $existing "root" $)) }}
+{{- $install = append $install $path }}
+{{- else }}
+{{- $foreign = append $foreign $name }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson (dict "install" $install "foreign" $foreign) }}
+{{- end }}
+
+{{- /* tally.ownedByRelease is "true" when .obj carries the ownership metadata Helm checks before it updates an existing object for this release. */ -}}
+{{- define "tally.ownedByRelease" -}}
+{{- $labels := .obj.metadata.labels | default dict }}
+{{- $annotations := .obj.metadata.annotations | default dict }}
+{{- if and (eq (get $labels "app.kubernetes.io/managed-by") "Helm") (eq (get $annotations "meta.helm.sh/release-name") .root.Release.Name) (eq (get $annotations "meta.helm.sh/release-namespace") .root.Release.Namespace) }}true{{ end }}
+{{- end }}
