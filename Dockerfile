@@ -11,10 +11,14 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 COPY . .
 ARG TARGETOS
 ARG TARGETARCH
+# The version stamped into the binaries (`tally version`): make image passes
+# it; without it, the chart's appVersion.
+ARG VERSION
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
+    VERSION=${VERSION:-$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' charts/tally/Chart.yaml)} && \
     CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o /out/ \
+    go build -trimpath -ldflags="-s -w -X github.com/tally-dev/tally/internal/version.Version=${VERSION}" -o /out/ \
       ./cmd/tally-scanner ./cmd/tally-merger ./cmd/tally
 
 FROM gcr.io/distroless/static:nonroot

@@ -18,9 +18,12 @@ all: build
 help:
 	@awk '/^## / {sub(/^## /, ""); split($$0, a, ": "); printf "  %-16s %s\n", a[1], substr($$0, length(a[1]) + 3)}' $(MAKEFILE_LIST)
 
-## build: the three binaries into ./bin
+# The version stamped into the binaries (`tally version`); see internal/version.
+LDFLAGS := -X github.com/tally-dev/tally/internal/version.Version=$(VERSION)
+
+## build: the three binaries into ./bin, stamped with VERSION
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # The openreports.io API (tally-merger --report-api openreports): its CRDs are
 # generated from the upstream Go types, pinned in go.mod.
@@ -46,7 +49,7 @@ verify-generate: generate
 
 ## image: the container image, tagged $(IMAGE):$(VERSION) (needs Docker)
 image:
-	docker build -t $(IMAGE):$(VERSION) .
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
 ## chart-version: set the chart's version and appVersion to VERSION
 chart-version:
