@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,7 +24,7 @@ func newConformanceCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "conformance --kubeconfig FILE",
 		Short: "Run the reporting-rules conformance cases against a cluster",
-		Long: `Run tally's conformance cases (one or more per reporting rule R01-R31)
+		Long: `Run tally's conformance cases (one or more per reporting rule ` + caseRuleRange() + `)
 against the cluster of a kubeconfig, where a reporting implementation is
 already installed: tally (config/overlays/standalone), or Kyverno to compare
 semantics. Each case creates its own namespaces and policies (conf-*) and
@@ -99,4 +102,33 @@ Exit codes: 0 every case passed or was skipped, 2 some failed, 1 could not run.`
 	cmd.Flags().StringVar(&run, "run", "", "run only the cases whose name matches this regular expression")
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long each expectation may take to hold")
 	return cmd
+}
+
+// caseRuleRange is the range of reporting rules the built-in cases check,
+// "R01-R40", read off the names of the case files (each starts with its
+// first rule), so that the help follows the cases.
+func caseRuleRange() string {
+	entries, err := fs.ReadDir(conformance.Cases, "cases")
+	if err != nil {
+		return "R01 onwards"
+	}
+	var first, last string
+	lo, hi := 0, 0
+	for _, e := range entries {
+		id, _, _ := strings.Cut(e.Name(), "-")
+		n, err := strconv.Atoi(strings.TrimPrefix(id, "R"))
+		if err != nil || !strings.HasPrefix(id, "R") {
+			continue
+		}
+		if first == "" || n < lo {
+			first, lo = id, n
+		}
+		if last == "" || n > hi {
+			last, hi = id, n
+		}
+	}
+	if first == "" {
+		return "R01 onwards"
+	}
+	return first + "-" + last
 }
