@@ -98,12 +98,16 @@ func DecodeDocuments(file string, data []byte) ([]Document, error) {
 		if len(bytes.TrimSpace(chunk)) == 0 {
 			continue
 		}
-		var obj map[string]any
-		if err := sigsyaml.Unmarshal(chunk, &obj); err != nil {
+		var v any
+		if err := sigsyaml.Unmarshal(chunk, &v); err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", file, i+1, err)
 		}
-		if obj == nil {
+		if v == nil {
 			continue
+		}
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return nil, &NotObjectError{File: file, Document: i + 1, Problem: fmt.Sprintf("it is %s, not a mapping", shapeOf(v))}
 		}
 		if kind, _ := obj["kind"].(string); strings.HasSuffix(kind, "List") && obj["items"] != nil {
 			items, _ := obj["items"].([]any)
@@ -117,6 +121,19 @@ func DecodeDocuments(file string, data []byte) ([]Document, error) {
 		docs = append(docs, Document{File: file, Index: i, Object: obj})
 	}
 	return docs, nil
+}
+
+// shapeOf names the YAML shape of a value that is not a mapping.
+func shapeOf(v any) string {
+	switch v.(type) {
+	case []any:
+		return "a list"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	}
+	return "a number"
 }
 
 // IsManifest reports whether a file name is a manifest's: .yaml, .yml or
@@ -165,7 +182,6 @@ type LoadedPolicy struct {
 // ValidatingAdmissionPolicies (with their bindings).
 // Problems with one policy are recorded on it; the error is for unreadable input.
 func LoadPolicies(paths []string) ([]*LoadedPolicy, error) {
-	var out []*LoadedPolicy
 	var all []Document
 	var errs []error
 	for _, p := range paths {
@@ -183,6 +199,16 @@ func LoadPolicies(paths []string) ([]*LoadedPolicy, error) {
 			all = append(all, docs...)
 		}
 	}
+	out, err := LoadPolicyDocuments(all)
+	return out, errors.Join(append(errs, err)...)
+}
+
+// LoadPolicyDocuments is LoadPolicies on documents already read. A
+// document that is not a Kubernetes object (*NotObjectError) or not a
+// policy (*NotPolicyError) is an error, and the others are still loaded.
+func LoadPolicyDocuments(all []Document) ([]*LoadedPolicy, error) {
+	var out []*LoadedPolicy
+	var errs []error
 	// ValidatingAdmissionPolicyBindings are read first: each policy is
 	// compiled with the bindings that name it.
 	var bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
@@ -198,6 +224,12 @@ func LoadPolicies(paths []string) ([]*LoadedPolicy, error) {
 		bindings = append(bindings, &b)
 	}
 	for _, d := range all {
+		// Input that is not a policy at all (a values file, a resource) is
+		// an error of the input, as in Kyverno's CLI, not a policy to skip.
+		if err := CheckPolicyDocument(d); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		if isVAPKind(d, kindVAPBinding) {
 			continue
 		}
@@ -239,6 +271,10 @@ func loadPolicy(d Document, bindings []*admissionregistrationv1.ValidatingAdmiss
 	name, _ := md["name"].(string)
 	ns, _ := md["namespace"].(string)
 	lp := &LoadedPolicy{Name: name, Kind: kind, File: d.File}
+	if err := CheckPolicyDocument(d); err != nil {
+		lp.Unsupported = err
+		return lp
+	}
 	if kind == "Policy" {
 		if ns == "" {
 			ns = "default"
@@ -361,6 +397,9 @@ func LoadExceptions(paths []string) (Exceptions, error) {
 			errs = append(errs, err)
 			continue
 		}
+		if docs, err = Objects(docs); err != nil {
+			errs = append(errs, err)
+		}
 		for _, d := range docs {
 			if kind, _ := d.Object["kind"].(string); kind != "PolicyException" {
 				continue
@@ -400,7 +439,9 @@ func LoadExceptions(paths []string) (Exceptions, error) {
 	return out, errors.Join(errs...)
 }
 
-// ReadManifests reads every document of a file, or of the YAML files of a folder.
+// ReadManifests reads every document of a file, or of the YAML files of a
+// folder. A document that is not a Kubernetes object (no apiVersion or
+// kind) is left out and reported as a *NotObjectError in the error.
 func ReadManifests(path string) ([]Document, error) {
 	files, err := yamlFiles(path)
 	if err != nil {
@@ -410,6 +451,10 @@ func ReadManifests(path string) ([]Document, error) {
 	var errs []error
 	for _, f := range files {
 		docs, err := ReadDocuments(f)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		docs, err = Objects(docs)
 		if err != nil {
 			errs = append(errs, err)
 		}

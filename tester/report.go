@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/tally-dev/tally/engine/wildcard"
 )
 
 // Counts tallies outcomes.
@@ -46,7 +48,11 @@ func (c Counts) String() string {
 // Report is the result of a run.
 type Report struct {
 	Outcomes []Outcome `json:"outcomes"`
-	// Errors are test files that could not be read.
+	// Files is the number of test files found (none is not an error:
+	// the caller decides, as kyverno test --require-tests does).
+	Files int `json:"files"`
+	// Errors are test files that could not be read, and files a test
+	// names that could not be read (their expectations fail too).
 	Errors []string `json:"errors,omitempty"`
 	// InvalidPolicies are the policies refused as a cluster would refuse
 	// them (schema, Kyverno's semantic rules), one line each naming the
@@ -97,19 +103,23 @@ func ParseSelector(s string) (Selector, error) {
 	return sel, nil
 }
 
+// selects matches the selector's fields as Kyverno's does: wildcards (*
+// and ?) allowed, a namespace/name resource or policy also named by its
+// name alone.
 func (s Selector) selects(o Outcome) bool {
 	match := func(want, got string) bool {
-		if want == "" || want == "*" || want == got {
+		if want == "" || wildcard.Match(want, got) {
 			return true
 		}
 		_, plain, ok := strings.Cut(got, "/")
-		return ok && want == plain // a namespace/name resource or policy, named by its name
+		return ok && wildcard.Match(want, plain)
 	}
 	return match(s.Policy, o.Policy) && match(s.Rule, o.Rule) && match(s.Resource, o.Resource)
 }
 
 // Run runs every test file under paths. A file that cannot be read counts as
-// one failed expectation, and the others still run.
+// one failed expectation, and the others still run. Finding no test file is
+// not an error: the report says so with Files == 0.
 func Run(ctx context.Context, paths []string) (*Report, error) {
 	return RunWith(ctx, paths, Options{})
 }
@@ -120,27 +130,25 @@ func RunWith(ctx context.Context, paths []string, opts Options) (*Report, error)
 	if err != nil {
 		return nil, err
 	}
-	if len(files) == 0 {
-		name := opts.FileName
-		if name == "" {
-			name = TestFileName
-		}
-		return nil, fmt.Errorf("no %s found under %s", name, strings.Join(paths, ", "))
-	}
-	rep := &Report{}
+	rep := &Report{Files: len(files)}
 	for _, f := range files {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		outs, invalid, err := runFile(ctx, f, nil)
-		for _, o := range outs {
+		run, err := runFile(ctx, f, nil)
+		for _, o := range run.outcomes {
 			if opts.Selector.selects(o) {
 				rep.Outcomes = append(rep.Outcomes, o)
 			}
 		}
-		for _, inv := range invalid {
+		for _, inv := range run.invalid {
 			if !contains(rep.InvalidPolicies, inv) {
 				rep.InvalidPolicies = append(rep.InvalidPolicies, inv)
+			}
+		}
+		for _, e := range run.unreadable {
+			if !contains(rep.Errors, e) {
+				rep.Errors = append(rep.Errors, e)
 			}
 		}
 		if err != nil {

@@ -71,8 +71,8 @@ type resource struct {
 // means the file itself could not be read; problems with what it names are
 // reported on the affected expectations.
 func RunFile(ctx context.Context, file string) ([]Outcome, error) {
-	out, _, err := runFile(ctx, file, nil)
-	return out, err
+	r, err := runFile(ctx, file, nil)
+	return r.outcomes, err
 }
 
 // Live is a cluster a test's policies read instead of the values its
@@ -88,29 +88,43 @@ type Live struct {
 // name a context entry of a policy are dropped (request values and the
 // like stay), and every context entry is loaded by live.
 func RunFileLive(ctx context.Context, file string, live *Live) ([]Outcome, error) {
-	out, _, err := runFile(ctx, file, live)
-	return out, err
+	r, err := runFile(ctx, file, live)
+	return r.outcomes, err
 }
 
-// runFile is RunFile that also returns why each policy the file names was
-// refused (one line per policy, naming its file and field paths).
-func runFile(ctx context.Context, file string, live *Live) ([]Outcome, []string, error) {
+// fileRun is what running one test file gave.
+type fileRun struct {
+	outcomes []Outcome
+	// invalid says why each policy the file names was refused (one line
+	// per policy, naming its file and field paths).
+	invalid []string
+	// unreadable are the files a test names that could not be read, or
+	// are not what they should be (a resource file that is not Kubernetes
+	// YAML): the expectations of that test fail with the same reason.
+	unreadable []string
+}
+
+// runFile is RunFile that also returns the refused policies and the
+// unreadable inputs of its tests.
+func runFile(ctx context.Context, file string, live *Live) (fileRun, error) {
+	var r fileRun
 	docs, err := ReadDocuments(file)
 	if err != nil {
-		return nil, nil, err
+		return r, err
 	}
-	var out []Outcome
-	var invalid []string
 	for _, d := range docs {
 		t, err := testOf(file, d)
 		if err != nil {
-			return out, invalid, err
+			return r, err
 		}
-		outs, inv := runTest(ctx, file, t, live)
-		out = append(out, outs...)
-		invalid = append(invalid, inv...)
+		outs, inv, loadErr := runTest(ctx, file, t, live)
+		r.outcomes = append(r.outcomes, outs...)
+		r.invalid = append(r.invalid, inv...)
+		if loadErr != nil {
+			r.unreadable = append(r.unreadable, fmt.Sprintf("%s: test %s: %v", file, t.Metadata.Name, loadErr))
+		}
 	}
-	return out, invalid, nil
+	return r, nil
 }
 
 // testOf decodes one document of a test file.
@@ -129,7 +143,7 @@ func testOf(file string, d Document) (*Test, error) {
 	return &t, nil
 }
 
-func runTest(ctx context.Context, file string, t *Test, live *Live) ([]Outcome, []string) {
+func runTest(ctx context.Context, file string, t *Test, live *Live) ([]Outcome, []string, error) {
 	l, loadErr := load(file, t)
 	if live != nil {
 		l.live = live
@@ -190,7 +204,7 @@ func runTest(ctx context.Context, file string, t *Test, live *Live) ([]Outcome, 
 			out = append(out, o)
 		}
 	}
-	return out, invalid
+	return out, invalid, loadErr
 }
 
 // check decides one expectation.

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -23,7 +25,7 @@ import (
 type applyOptions struct {
 	policies, resources, exceptions []string
 	policyReport, auditWarn         bool
-	detailed                        bool
+	detailed, table, removeColor    bool
 	output, reportAPI               string
 	warnExitCode                    int
 	data                            dataOptions
@@ -73,16 +75,21 @@ func newApplyCommand() *cobra.Command {
 		Short: "Evaluate policies against manifests and print the results or the PolicyReports",
 		Long: `Evaluate policies (files or folders given as arguments or with --policy) against
 resource manifests (-r: files, folders, or - for standard input), as a background
-scan would. Flags and exit codes are the Kyverno CLI's:
+scan would. Every document read must be a Kubernetes object (apiVersion and
+kind): a Helm values file or plain JSON is an error naming the file, as in
+Kyverno's CLI. Flags and exit codes are the Kyverno CLI's:
 
   exit 0  every result passed (or was skipped)
-  exit 1  a result failed or erred, or some input could not be read, or a policy
-          was refused
+  exit 1  a result failed or erred; or some input could not be used: a file
+          that cannot be read or is not Kubernetes YAML, a resource where a
+          policy should be, a refused policy, nothing to apply
   --warn-exit-code N: exit N when there are warnings and nothing else is wrong
 
 Without --detailed-results the table lists the results that did not pass and a
-summary; -p/--policy-report prints the PolicyReports and ClusterPolicyReports a
-cluster would get instead.`,
+summary. -p/--policy-report prints what Kyverno's CLI prints instead: one
+ClusterPolicyReport named "merged" with the results of the cluster-wide
+policies (each naming its resource), then a PolicyReport per namespaced
+policy; -o yaml (default) or json. The exit codes are the same with -p.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.policies = append(args, o.policies...)
@@ -102,6 +109,8 @@ cluster would get instead.`,
 	f.BoolVar(&o.auditWarn, "audit-warn", false, "report failures of Audit rules as warnings")
 	f.IntVar(&o.warnExitCode, "warn-exit-code", 0, "exit code when there are warnings and no failure or error")
 	f.BoolVar(&o.detailed, "detailed-results", false, "list every result, passes included")
+	f.BoolVarP(&o.table, "table", "t", false, "print the results as a table (tally's default; accepted for kyverno apply compatibility)")
+	f.BoolVar(&o.removeColor, "remove-color", false, "accepted for kyverno apply compatibility: tally prints no color")
 	o.cluster.addFlags(f)
 	return cmd
 }
@@ -123,10 +132,8 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 	}
 	unreadable := 0
 	loaded, err := tester.LoadPolicies(o.policies)
-	if err != nil {
-		unreadable++
-		fmt.Fprintln(stderr, "error:", err)
-	}
+	unreadable += printErrors(stderr, err)
+	notPolicies := countErrors[*tester.NotPolicyError](err)
 	var policies []*engine.Policy
 	invalid := 0
 	for _, lp := range loaded {
@@ -141,11 +148,9 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		}
 	}
 	exceptions, err := tester.LoadExceptions(o.exceptions)
-	if err != nil {
-		unreadable++
-		fmt.Fprintln(stderr, "error:", err)
-	}
+	unreadable += printErrors(stderr, err)
 	var resources []map[string]any
+	policiesAsResources := 0
 	for _, path := range o.resources {
 		var docs []tester.Document
 		var err error
@@ -154,13 +159,16 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		} else {
 			docs, err = tester.ReadManifests(path)
 		}
-		if err != nil {
-			unreadable++
-			fmt.Fprintln(stderr, "error:", err)
-		}
+		unreadable += printErrors(stderr, err)
 		for _, d := range docs {
 			resources = append(resources, d.Object)
+			if tester.IsPolicyKind(d.Object) {
+				policiesAsResources++
+			}
 		}
+	}
+	if len(policies) == 0 && notPolicies > 0 && policiesAsResources > 0 {
+		return exitError{code: exitCouldNotRun, msg: "policies and resources look swapped: give policies as arguments (or --policy) and resources with -r/--resource"}
 	}
 	var live *liveCluster
 	switch {
@@ -170,10 +178,7 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		}
 		defer live.close()
 		objs, err := live.resources(cmd.Context(), policies, o.cluster.namespace)
-		if err != nil {
-			unreadable++
-			fmt.Fprintln(stderr, "error:", err)
-		}
+		unreadable += printErrors(stderr, err)
 		resources = append(resources, objs...)
 	case len(o.resources) == 0:
 		return exitError{code: exitCouldNotRun, msg: "no resource given: name manifests with -r/--resource, or read a cluster with --cluster"}
@@ -181,13 +186,14 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		return exitError{code: exitCouldNotRun, msg: "--namespace and --kubeconfig read a cluster: add --cluster"}
 	}
 	if len(policies) == 0 || len(resources) == 0 {
-		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("nothing to apply: %d valid policies, %d resources", len(policies), len(resources))}
+		msg := "nothing to apply: " + plural(len(policies), "valid policy", "valid policies") + ", " + plural(len(resources), "resource", "resources")
+		if unreadable > 0 {
+			msg += " (" + plural(unreadable, "input", "inputs") + " could not be used, see above)"
+		}
+		return exitError{code: exitCouldNotRun, msg: msg}
 	}
 	inputs, err := o.data.read()
-	if err != nil {
-		unreadable++
-		fmt.Fprintln(stderr, "error:", err)
-	}
+	unreadable += printErrors(stderr, err)
 	var out []applied
 	var summary wgv1alpha2.PolicyReportSummary
 	for _, res := range resources {
@@ -225,7 +231,7 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		// make the run fail.
 		return exitError{code: exitCouldNotRun, msg: refused(invalid)}
 	case unreadable > 0:
-		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("%d input(s) could not be read", unreadable)}
+		return exitError{code: exitCouldNotRun, msg: plural(unreadable, "input", "inputs") + " could not be used (see above)"}
 	case summary.Fail > 0 || summary.Error > 0:
 		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("%d failed, %d erred", summary.Fail, summary.Error)}
 	case summary.Warn > 0 && o.warnExitCode != 0:
@@ -270,6 +276,44 @@ func (o dataOptions) read() (*dataInputs, error) {
 	return in, errors.Join(errs...)
 }
 
+// printErrors prints each error joined in err on a line of its own and
+// returns how many there were.
+func printErrors(w io.Writer, err error) int {
+	errs := flatten(err)
+	for _, e := range errs {
+		fmt.Fprintln(w, "error:", e)
+	}
+	return len(errs)
+}
+
+// flatten lists the errors joined (errors.Join) in err, depth first.
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range joined.Unwrap() {
+		out = append(out, flatten(e)...)
+	}
+	return out
+}
+
+// countErrors counts the errors joined in err that are a T.
+func countErrors[T error](err error) int {
+	n := 0
+	for _, e := range flatten(err) {
+		var target T
+		if errors.As(e, &target) {
+			n++
+		}
+	}
+	return n
+}
+
 // reportList is the List -o yaml and -o json print reports in.
 func reportList(objs []any) map[string]any {
 	if objs == nil {
@@ -284,7 +328,11 @@ func readStdin(r io.Reader) ([]tester.Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("standard input: %w", err)
 	}
-	return tester.DecodeDocuments("-", data)
+	docs, err := tester.DecodeDocuments("-", data)
+	if err != nil {
+		return nil, err
+	}
+	return tester.Objects(docs)
 }
 
 // printResults prints the results (without detailed, only those that did
@@ -327,34 +375,98 @@ func printResults(w io.Writer, format string, out []applied, detailed bool) erro
 	return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output %q (want table, yaml or json)", format)}
 }
 
+// printReports prints the results as Kyverno's CLI does with -p: one
+// ClusterPolicyReport named "merged" holding the results of the
+// cluster-wide policies, each result naming its resource, then one
+// PolicyReport per namespaced policy (Policy, NamespacedValidatingPolicy),
+// named after it. YAML documents are separated by "---"; JSON is one
+// object after the other. The merged report is printed even when empty,
+// so that there is always a report to read.
 func printReports(w io.Writer, format string, api report.API, out []applied) error {
-	now := time.Now()
-	bySubject := map[report.Subject][]wgv1alpha2.PolicyReportResult{}
-	var order []report.Subject
-	for _, a := range out {
-		s := report.SubjectOf(a.resource)
-		if _, ok := bySubject[s]; !ok {
-			order = append(order, s)
-		}
-		for _, r := range a.results {
-			bySubject[s] = append(bySubject[s], report.Result(a.policy, r, report.ProcessBackground, now))
-		}
-	}
-	var objs []any
-	for _, s := range order {
-		obj, err := report.FinalObject(api, s, bySubject[s])
-		if err != nil {
-			return err
-		}
-		objs = append(objs, obj)
-	}
 	switch format {
 	case "yaml", "table", "":
-		return encode(w, "yaml", reportList(objs))
+		format = "yaml"
 	case "json":
-		return encode(w, "json", reportList(objs))
+	default:
+		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output %q (want yaml or json)", format)}
 	}
-	return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output %q (want yaml or json)", format)}
+	objs, err := policyReports(api, out, time.Now())
+	if err != nil {
+		return err
+	}
+	for i, obj := range objs {
+		if i > 0 && format == "yaml" {
+			if _, err := io.WriteString(w, "---\n"); err != nil {
+				return err
+			}
+		}
+		if err := encode(w, format, obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// policyReports builds the reports printReports prints.
+func policyReports(api report.API, out []applied, now time.Time) ([]any, error) {
+	type namespaced struct{ namespace, name string }
+	var merged []wgv1alpha2.PolicyReportResult
+	byPolicy := map[namespaced][]wgv1alpha2.PolicyReportResult{}
+	var order []namespaced
+	for _, a := range out {
+		scope := report.Scope(report.SubjectOf(a.resource))
+		for _, r := range a.results {
+			res := report.Result(a.policy, r, report.ProcessBackground, now)
+			res.Resources = []corev1.ObjectReference{*scope}
+			if a.policy.Namespace == "" {
+				merged = append(merged, res)
+				continue
+			}
+			_, name, _ := strings.Cut(a.policy.Name, "/")
+			key := namespaced{a.policy.Namespace, name}
+			if _, ok := byPolicy[key]; !ok {
+				order = append(order, key)
+			}
+			byPolicy[key] = append(byPolicy[key], res)
+		}
+	}
+	objs := []any{&wgv1alpha2.ClusterPolicyReport{
+		TypeMeta:   metav1.TypeMeta{APIVersion: wgv1alpha2.GroupVersion.String(), Kind: "ClusterPolicyReport"},
+		ObjectMeta: metav1.ObjectMeta{Name: "merged"},
+		Summary:    wgv1alpha2.SummaryOf(merged),
+		Results:    merged,
+	}}
+	for _, key := range order {
+		results := byPolicy[key]
+		objs = append(objs, &wgv1alpha2.PolicyReport{
+			TypeMeta:   metav1.TypeMeta{APIVersion: wgv1alpha2.GroupVersion.String(), Kind: "PolicyReport"},
+			ObjectMeta: metav1.ObjectMeta{Name: key.name, Namespace: key.namespace},
+			Summary:    wgv1alpha2.SummaryOf(results),
+			Results:    results,
+		})
+	}
+	if api != report.APIOpenReports {
+		return objs, nil
+	}
+	// The openreports.io kinds have the same fields: the objects are
+	// converted through JSON and retyped.
+	for i, obj := range objs {
+		data, err := json.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, err
+		}
+		ns := ""
+		if i > 0 {
+			ns = order[i-1].namespace
+		}
+		m["apiVersion"], m["kind"] = api.TypeMeta(ns)
+		objs[i] = m
+	}
+	return objs, nil
 }
 
 func encode(w io.Writer, format string, v any) error {

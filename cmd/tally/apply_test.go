@@ -164,7 +164,7 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 		},
 		"a missing resource file exits 1 naming it, the rest still applied": {
 			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-r", in("nothere.yaml")}, code: 1,
-			stdout: []string{"pass: 1"}, stderr: []string{"nothere.yaml", "could not be read"},
+			stdout: []string{"pass: 1"}, stderr: []string{"nothere.yaml", "1 input could not be used"},
 		},
 		"broken YAML exits 1 naming the file": {
 			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-r", in("broken.yaml")}, code: 1,
@@ -172,7 +172,7 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 		},
 		"an empty resource file leaves nothing to apply: exit 1": {
 			args: []string{"apply", in("good.yaml"), "-r", in("empty.yaml")}, code: 1,
-			stderr: []string{"nothing to apply: 1 valid policies, 0 resources"},
+			stderr: []string{"nothing to apply: 1 valid policy, 0 resources"},
 		},
 		"no policy at all: exit 1 saying how to give one": {
 			args: []string{"apply", "-r", in("pod.yaml")}, code: 1,
@@ -180,15 +180,15 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 		},
 		"a resource file as policy is no policy: exit 1": {
 			args: []string{"apply", in("pod.yaml"), "-r", in("pod.yaml")}, code: 1,
-			stderr: []string{"Pod web", "not supported"},
+			stderr: []string{"Pod web (v1) is not a policy", "nothing to apply: 0 valid policies, 1 resource"},
 		},
 		"-o json has the report's field names": {
 			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-o", "json"}, code: 0,
 			stdout: []string{`"policy": "require-team"`, `"rule": "team"`, `"result": "pass"`, `"resource": "Pod/shop/web"`},
 		},
-		"-p --report-api openreports prints an openreports.io Report": {
+		"-p --report-api openreports prints an openreports.io ClusterReport": {
 			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-p", "--report-api", "openreports"}, code: 0,
-			stdout: []string{"apiVersion: openreports.io/v1alpha1", "kind: Report", "policy: require-team"},
+			stdout: []string{"apiVersion: openreports.io/v1alpha1", "kind: ClusterReport", "name: merged", "policy: require-team"},
 		},
 		"an unknown --report-api exits 1 naming it": {
 			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-p", "--report-api", "polr"}, code: 1,
@@ -237,9 +237,9 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 		"without -u the policy does not pass": {
 			args: []string{"apply", in("admins.yaml"), "-r", in("pod.yaml")}, code: 1,
 		},
-		"-p prints the PolicyReport": {
+		"-p prints one merged ClusterPolicyReport, as Kyverno's CLI": {
 			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-p"}, code: 0,
-			stdout: []string{"kind: PolicyReport", "policy: require-team"},
+			stdout: []string{"kind: ClusterPolicyReport", "name: merged", "policy: require-team", "name: web", "pass: 1"},
 		},
 	}
 	for name, tc := range tests {

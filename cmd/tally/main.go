@@ -18,11 +18,16 @@ func main() {
 	os.Exit(code)
 }
 
-// Exit codes, as opa test / terraform test use them.
+// Exit codes. apply and test use the Kyverno CLI's: 0 or 1 (a failed
+// result or expectation and input that cannot be used alike). conformance
+// tells them apart, as opa test / terraform test do: 2 when cases failed.
 const (
 	exitOK          = 0
 	exitCouldNotRun = 1
 	exitFailed      = 2
+	// exitFailedTest is tally test's exit code when an expectation fails:
+	// kyverno test's.
+	exitFailedTest = 1
 )
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {

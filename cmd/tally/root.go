@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tally-dev/tally/internal/version"
 )
 
 // exitError carries an exit code out of a command.
@@ -26,6 +27,14 @@ func refused(n int) string {
 		return "1 policy refused (see above)"
 	}
 	return fmt.Sprintf("%d policies refused (see above)", n)
+}
+
+// plural is "1 <one>" or "n <many>".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -52,11 +61,7 @@ func newVersionCommand() *cobra.Command {
 		Short: "Print tally's version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			version := "(devel)"
-			if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-				version = info.Main.Version
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "tally", version)
+			fmt.Fprintln(cmd.OutOrStdout(), "tally", version.String())
 			return nil
 		},
 	}

@@ -69,35 +69,37 @@ func readScanInput(paths []string, stderr io.Writer) (*scanInput, error) {
 		}
 	}
 	sort.Strings(files)
-	var policyFiles, exceptionFiles []string
+	var policyDocs []tester.Document
+	var exceptionFiles []string
 	for _, f := range files {
 		docs, err := tester.ReadDocuments(f)
 		if err != nil {
 			fmt.Fprintln(stderr, "error:", err)
 			continue
 		}
-		hasPolicy, hasException := false, false
+		hasException := false
 		for _, d := range docs {
+			if err := tester.CheckObject(d); err != nil {
+				// A folder of manifests may hold other YAML (Helm values,
+				// CI files): left out, never scanned as a resource.
+				fmt.Fprintln(stderr, "skipped:", err)
+				continue
+			}
 			switch kind, _ := d.Object["kind"].(string); {
 			case kind == "ClusterPolicy" || kind == "Policy":
-				hasPolicy = true
+				policyDocs = append(policyDocs, d)
 			case kind == "PolicyException":
 				hasException = true
 			default:
 				in.resources = append(in.resources, d.Object)
 			}
 		}
-		if hasPolicy {
-			policyFiles = append(policyFiles, f)
-		}
 		if hasException {
 			exceptionFiles = append(exceptionFiles, f)
 		}
 	}
-	loaded, err := tester.LoadPolicies(policyFiles)
-	if err != nil {
-		fmt.Fprintln(stderr, "error:", err)
-	}
+	loaded, err := tester.LoadPolicyDocuments(policyDocs)
+	printErrors(stderr, err)
 	for _, lp := range loaded {
 		switch {
 		case lp.Unsupported != nil:
@@ -142,7 +144,7 @@ func runScan(cmd *cobra.Command, paths []string, output string, data dataOptions
 
 func scan(cmd *cobra.Command, in *scanInput, output string) error {
 	if len(in.policies) == 0 || len(in.resources) == 0 {
-		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("nothing to scan: %d valid policies, %d resources", len(in.policies), len(in.resources))}
+		return exitError{code: exitCouldNotRun, msg: "nothing to scan: " + plural(len(in.policies), "valid policy", "valid policies") + ", " + plural(len(in.resources), "resource", "resources")}
 	}
 	now := time.Now()
 	var objs []any

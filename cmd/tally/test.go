@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -11,6 +12,7 @@ import (
 type testOptions struct {
 	output, byTier, fileName, selector string
 	failOnly, detailed, requireTests   bool
+	removeColor                        bool
 }
 
 func newTestCommand() *cobra.Command {
@@ -29,20 +31,28 @@ malformed anchors; CEL expressions that do not compile) is reported with its
 file and field paths; the other tests still run. Expectations of results
 tally does not evaluate (mutate, generate) are counted apart as unsupported.
 
-Exit codes: 0 all passed, 2 some failed or are unsupported, 1 could not run
-(a test file could not be read, a policy was refused, or --require-tests and
-no test was found).`,
+Exit codes, as kyverno test's:
+  0  every expectation passed, or no test file was found (without
+     --require-tests)
+  1  an expectation failed or is unsupported (mutate, generate); or the run
+     was broken: a test file, or a policy or resource file a test names,
+     could not be read or is not Kubernetes YAML (the other tests still
+     run), a policy was refused, a flag is wrong, or --require-tests found
+     no test to run`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runTest(cmd, args, o) },
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or junit")
+	f.StringVarP(&o.output, "output-format", "o", "table", "output format: table, json, yaml or junit")
+	f.StringVar(&o.output, "output", "table", "alias of --output-format")
+	_ = f.MarkHidden("output")
 	f.StringVar(&o.byTier, "by-tier", "", "corpus INDEX.tsv: also count outcomes per tier")
 	f.StringVarP(&o.fileName, "file-name", "f", tester.TestFileName, "name of the test files")
-	f.StringVarP(&o.selector, "test-case-selector", "t", "", `run only the expectations selected: "policy=NAME, rule=NAME, resource=NAME"`)
+	f.StringVarP(&o.selector, "test-case-selector", "t", "", `run only the expectations selected: "policy=NAME, rule=NAME, resource=NAME" (any of the three; * and ? are wildcards)`)
 	f.BoolVar(&o.failOnly, "fail-only", false, "list only the expectations that failed")
 	f.BoolVar(&o.detailed, "detailed-results", false, "list expected and actual results and whole reasons")
-	f.BoolVar(&o.requireTests, "require-tests", false, "fail when no test is found")
+	f.BoolVar(&o.requireTests, "require-tests", false, "fail (exit 1) when no test file is found or the selector selects no expectation")
+	f.BoolVar(&o.removeColor, "remove-color", false, "accepted for kyverno test compatibility: tally prints no color")
 	f.BoolVarP(&o.detailed, "verbose", "v", false, "alias of --detailed-results")
 	_ = f.MarkHidden("verbose")
 	return cmd
@@ -53,6 +63,11 @@ func runTest(cmd *cobra.Command, args []string, o testOptions) error {
 	if err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
 	}
+	switch o.output {
+	case "table", "", "json", "yaml", "junit":
+	default:
+		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output format %q (want table, json, yaml or junit)", o.output)}
+	}
 	name := o.fileName
 	if name == tester.TestFileName {
 		name = "" // kyverno-test.yaml or kyverno-test.yml
@@ -60,6 +75,14 @@ func runTest(cmd *cobra.Command, args []string, o testOptions) error {
 	rep, err := tester.RunWith(cmd.Context(), args, tester.Options{FileName: name, Selector: sel})
 	if err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
+	}
+	if rep.Files == 0 {
+		msg := fmt.Sprintf("no %s found under %s", o.fileName, strings.Join(args, ", "))
+		if o.requireTests {
+			return exitError{code: exitCouldNotRun, msg: msg + " (--require-tests)"}
+		}
+		fmt.Fprintln(cmd.ErrOrStderr(), "tally:", msg)
+		return nil
 	}
 	if o.byTier != "" {
 		if err := rep.ApplyIndex(o.byTier); err != nil {
@@ -78,26 +101,32 @@ func runTest(cmd *cobra.Command, args []string, o testOptions) error {
 		err = rep.WriteTable(out, tester.TableOptions{FailOnly: o.failOnly, Detailed: o.detailed, Roots: args})
 	case "json":
 		err = rep.WriteJSON(out)
+	case "yaml":
+		err = encode(out, "yaml", rep)
 	case "junit":
 		err = rep.WriteJUnit(out)
-	default:
-		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output %q (want table, json or junit)", o.output)}
 	}
 	if err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
 	}
-	if o.output == "json" || o.output == "junit" {
+	if o.output != "table" && o.output != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), rep.Counts)
 	}
 	total := rep.Counts.Passed + rep.Counts.Failed + rep.Counts.Skipped + rep.Counts.Unsupported
 	switch {
+	case len(rep.Errors) > 0:
+		// The other tests ran; these could not, and their expectations
+		// failed.
+		return exitError{code: exitCouldNotRun, msg: plural(len(rep.Errors), "test could not be run", "tests could not be run") + " (see above)"}
 	case len(rep.InvalidPolicies) > 0:
 		// The other tests ran; the refused policies' could not.
 		return exitError{code: exitCouldNotRun, msg: refused(len(rep.InvalidPolicies))}
 	case o.requireTests && total == 0:
 		return exitError{code: exitCouldNotRun, msg: "no test was run (--require-tests)"}
 	case rep.Counts.Failed > 0 || rep.Counts.Unsupported > 0:
-		return exitError{code: exitFailed}
+		// Kyverno's CLI exits 1 when an expectation fails; tally does the
+		// same so that a CI gate written for one works with the other.
+		return exitError{code: exitFailedTest}
 	}
 	return nil
 }

@@ -31,7 +31,8 @@ results:
 // tally test takes kyverno test's flags: a table per test file named
 // relative to the path given, --test-case-selector, --fail-only,
 // --detailed-results, --require-tests, --file-name; unsupported
-// expectations are counted apart and fail the run.
+// expectations are counted apart and fail the run (exit 1, as a failed
+// expectation: kyverno test's exit codes).
 func TestTestFlagsAndExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
@@ -56,8 +57,8 @@ func TestTestFlagsAndExitCodes(t *testing.T) {
 		notStdout []string
 		stderr    []string
 	}{
-		"a table per test, named relative to the path given; a failure exits 2": {
-			args: []string{"test", two}, code: 2,
+		"a table per test, named relative to the path given; a failure exits 1, as kyverno test": {
+			args: []string{"test", two}, code: 1,
 			stdout:    []string{"Test kyverno-test.yaml (two): 1 passed, 1 failed, 0 skipped", "ID", "Pass    Ok", "Fail", "1 passed, 1 failed, 0 skipped"},
 			notStdout: []string{dir},
 		},
@@ -70,11 +71,11 @@ func TestTestFlagsAndExitCodes(t *testing.T) {
 			stderr: []string{`unknown key "color"`},
 		},
 		"--fail-only lists the failures alone": {
-			args: []string{"test", two, "--fail-only"}, code: 2,
+			args: []string{"test", two, "--fail-only"}, code: 1,
 			stdout: []string{"lone", "Fail"}, notStdout: []string{"web"},
 		},
 		"--detailed-results shows expected and actual results": {
-			args: []string{"test", two, "--detailed-results"}, code: 2,
+			args: []string{"test", two, "--detailed-results"}, code: 1,
 			stdout: []string{"EXPECTED", "GOT", "validation error: need a team"},
 		},
 		"--require-tests fails a run that selected nothing": {
@@ -82,15 +83,15 @@ func TestTestFlagsAndExitCodes(t *testing.T) {
 			stderr: []string{"no test was run"},
 		},
 		"--file-name finds tests of another name": {
-			args: []string{"test", dir, "--file-name", "my-test.yaml"}, code: 2,
+			args: []string{"test", dir, "--file-name", "my-test.yaml"}, code: 1,
 			stdout: []string{"Test other/my-test.yaml (renamed)"},
 		},
 		"unsupported expectations are counted apart, and fail the run": {
-			args: []string{"test", filepath.Join(dir, "mutate")}, code: 2,
+			args: []string{"test", filepath.Join(dir, "mutate")}, code: 1,
 			stdout: []string{"Unsupported", "0 passed, 0 failed, 0 skipped, 1 unsupported"},
 		},
 		"-o junit": {
-			args: []string{"test", two, "-o", "junit"}, code: 2,
+			args: []string{"test", two, "-o", "junit"}, code: 1,
 			stdout: []string{"<testsuites", `failures="1"`},
 		},
 	}
