@@ -15,6 +15,7 @@ const (
 	metricDropped        = "tally_admission_report_batches_dropped_total"
 	metricEvalPanics     = "tally_admission_evaluation_panics_total"
 	metricEvalRefused    = "tally_admission_evaluations_refused_total"
+	metricPruned         = "tally_admission_report_sections_pruned_total"
 	labelReason          = "reason"
 	labelOperation       = "operation"
 	labelAllowed         = "allowed"
@@ -38,6 +39,9 @@ type recorderMetrics struct {
 	reportWrites *prometheus.CounterVec
 	ingested     *prometheus.CounterVec
 	dropped      *prometheus.CounterVec
+	// pruned counts the sections of admission results dropped from reports
+	// (sections.go), by reason.
+	pruned *prometheus.CounterVec
 }
 
 func newRecorderMetrics(reg prometheus.Registerer, pending func() float64) *recorderMetrics {
@@ -51,8 +55,11 @@ func newRecorderMetrics(reg prometheus.Registerer, pending func() float64) *reco
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricDropped, Help: "Batches of admission results given up, by reason (namespace-gone, invalid, forbidden, kind-not-served, attempts, no-resource, overflow).",
 		}, []string{labelReason}),
+		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricPruned, Help: "Sections of admission results (the results of one content hash) dropped from AdmissionReports, by reason (content-gone: the resource no longer has that content; overflow: too many sections).",
+		}, []string{labelReason}),
 	}
-	reg.MustRegister(m.reportWrites, m.ingested, m.dropped,
+	reg.MustRegister(m.reportWrites, m.ingested, m.dropped, m.pruned,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: metricPendingReports, Help: "Resources whose admission results wait for the next report flush.",
 		}, pending))

@@ -1,10 +1,12 @@
 package admission
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,7 +71,9 @@ type sourceRef struct {
 	uid             string
 }
 
-type ruleKey struct{ policy, rule string }
+// ruleKey is a result's place in an admission report: one per rule of a
+// policy in each content hash's section (report.PropertyResourceHash).
+type ruleKey struct{ hash, policy, rule string }
 
 // newer reports whether a is strictly newer than b.
 func newer(a, b metav1.Timestamp) bool {
@@ -83,18 +87,20 @@ func stamp(t time.Time) metav1.Timestamp {
 	return metav1.Timestamp{Seconds: t.Unix(), Nanos: int32(t.Nanosecond())}
 }
 
-// mergeResults keeps the newest result per (policy, rule) of both lists; on
-// a tie the second list (the incoming one) wins. The output is sorted.
+// mergeResults keeps the newest result per (content hash, policy, rule) of
+// both lists; on a tie the second list (the incoming one) wins. Results of
+// one content never replace those of another: a review of content the
+// resource does not have adds a section of its own. The output is sorted.
 func mergeResults(have, incoming []wgv1alpha2.PolicyReportResult) []wgv1alpha2.PolicyReportResult {
 	byKey := make(map[ruleKey]wgv1alpha2.PolicyReportResult, len(have)+len(incoming))
 	for _, r := range have {
-		k := ruleKey{r.Policy, r.Rule}
+		k := ruleKey{report.HashOf(&r, ""), r.Policy, r.Rule}
 		if prev, ok := byKey[k]; !ok || newer(r.Timestamp, prev.Timestamp) {
 			byKey[k] = r
 		}
 	}
 	for _, r := range incoming {
-		k := ruleKey{r.Policy, r.Rule}
+		k := ruleKey{report.HashOf(&r, ""), r.Policy, r.Rule}
 		if prev, ok := byKey[k]; !ok || !newer(prev.Timestamp, r.Timestamp) {
 			byKey[k] = r
 		}
@@ -103,8 +109,16 @@ func mergeResults(have, incoming []wgv1alpha2.PolicyReportResult) []wgv1alpha2.P
 	for _, r := range byKey {
 		out = append(out, r)
 	}
-	report.Sort(out)
+	sortResults(out)
 	return out
+}
+
+// sortResults sorts admission results by policy, rule and content hash.
+func sortResults(results []wgv1alpha2.PolicyReportResult) {
+	slices.SortStableFunc(results, func(a, b wgv1alpha2.PolicyReportResult) int {
+		return cmp.Or(cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Rule, b.Rule),
+			cmp.Compare(report.HashOf(&a, ""), report.HashOf(&b, "")))
+	})
 }
 
 // merge folds a newer batch of the same resource into e.
@@ -219,8 +233,10 @@ func NewRecorder(client dynamic.Interface, opts RecorderOptions) *Recorder {
 	return r
 }
 
-// add queues a batch of results for the next flush.
+// add queues a batch of results for the next flush. Its results are bound
+// to its content hash.
 func (r *Recorder) add(e *entry) {
+	e.results = report.BindHash(e.results, e.hash)
 	r.mu.Lock()
 	prev, ok := r.pending[e.uid]
 	full := !ok && len(r.pending) >= r.opts.MaxPending
@@ -377,7 +393,8 @@ func (r *Recorder) settle(ctx context.Context, log logr.Logger, e *entry, err er
 }
 
 // write merges e into the resource's report: get, merge the newest result
-// per (policy, rule), then update or create, again on conflicts.
+// per (content hash, policy, rule), drop the sections of content the
+// resource no longer has (prune), then update or create, again on conflicts.
 func (r *Recorder) write(ctx context.Context, e *entry) error {
 	ri := r.client.Resource(admissionReportGVR(e.namespace)).Namespace(e.namespace)
 	return retry.OnError(retry.DefaultRetry, func(err error) bool {
@@ -389,7 +406,7 @@ func (r *Recorder) write(ctx context.Context, e *entry) error {
 			if len(e.results) == 0 {
 				return nil // nothing to report (an ingested report without results)
 			}
-			u, err := desired(nil, e)
+			u, err := desired(nil, kyvernov2.AdmissionReport{}, e, r.prune(ctx, e, e.results))
 			if err != nil {
 				return err
 			}
@@ -404,7 +421,8 @@ func (r *Recorder) write(ctx context.Context, e *entry) error {
 		case err != nil:
 			return fmt.Errorf("get %s %s/%s: %w", kindOf(e.namespace), e.namespace, e.uid, err)
 		}
-		u, err := desired(cur, e)
+		have := stored(cur)
+		u, err := desired(cur, have, e, r.prune(ctx, e, mergeResults(have.Spec.Results, e.results)))
 		if err != nil {
 			return err
 		}
@@ -422,6 +440,18 @@ func (r *Recorder) write(ctx context.Context, e *entry) error {
 	})
 }
 
+// stored reads a stored admission report; its results written before
+// sections carry no hash and are bound to the report's hash label.
+func stored(cur *unstructured.Unstructured) kyvernov2.AdmissionReport {
+	var have kyvernov2.AdmissionReport
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(cur.Object, &have); err != nil {
+		// Unreadable: replace its spec with what we know.
+		return kyvernov2.AdmissionReport{}
+	}
+	have.Spec.Results = report.BindHash(have.Spec.Results, cur.GetLabels()[report.LabelResourceHash])
+	return have
+}
+
 const fieldManager = "tally-admission"
 
 func kindOf(namespace string) string {
@@ -431,17 +461,10 @@ func kindOf(namespace string) string {
 	return "AdmissionReport"
 }
 
-// desired builds the report that holds cur's results merged with e's (cur
-// nil: a new report). It returns nil when cur already holds everything.
-func desired(cur *unstructured.Unstructured, e *entry) (*unstructured.Unstructured, error) {
-	var have kyvernov2.AdmissionReport
-	if cur != nil {
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(cur.Object, &have); err != nil {
-			// Unreadable: replace its spec with what we know.
-			have = kyvernov2.AdmissionReport{}
-		}
-	}
-	results := mergeResults(have.Spec.Results, e.results)
+// desired builds the report of e's resource holding results, the merge of
+// have (cur's report, read by stored) and e (cur nil: a new report). It
+// returns nil when cur already holds exactly that.
+func desired(cur *unstructured.Unstructured, have kyvernov2.AdmissionReport, e *entry, results []wgv1alpha2.PolicyReportResult) (*unstructured.Unstructured, error) {
 	labels := map[string]string{}
 	if cur != nil {
 		maps.Copy(labels, cur.GetLabels())
@@ -529,7 +552,8 @@ func equalSpec(a, b kyvernov2.ReportSpec) bool {
 	}
 	for i := range a.Results {
 		x, y := a.Results[i], b.Results[i]
-		if x.Policy != y.Policy || x.Rule != y.Rule || x.Result != y.Result || x.Message != y.Message || x.Timestamp != y.Timestamp {
+		if x.Policy != y.Policy || x.Rule != y.Rule || x.Result != y.Result || x.Message != y.Message || x.Timestamp != y.Timestamp ||
+			report.HashOf(&x, "") != report.HashOf(&y, "") {
 			return false
 		}
 	}

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -75,20 +76,20 @@ func TestMergeResultsNewestWins(t *testing.T) {
 func TestRecorderWritesOneReportPerResource(t *testing.T) {
 	rec, client := fakeRecorder()
 	ctx := context.Background()
-	// Three requests for one resource before a flush: one pending entry.
+	// Three requests for one resource (one content) before a flush: one pending entry.
 	rec.add(podEntry(10, "h1", result("a", "r1", "fail", 10)))
-	rec.add(podEntry(20, "h2", result("a", "r1", "pass", 20), result("a", "r2", "fail", 20)))
-	rec.add(podEntry(15, "h15", result("a", "r2", "pass", 15)))
+	rec.add(podEntry(20, "h1", result("a", "r1", "pass", 20), result("a", "r2", "fail", 20)))
+	rec.add(podEntry(15, "h1", result("a", "r2", "pass", 15)))
 	if n := rec.pendingCount(); n != 1 {
 		t.Fatalf("pending = %d, want 1", n)
 	}
 	rec.flush(ctx, false)
 	r, u := readReport(t, client, "prod", "uid-1")
-	if got := summary(r); got != "a/r1=pass a/r2=fail" {
+	if got := summary(r); got != "a/r1=pass@h1 a/r2=fail@h1" {
 		t.Errorf("results = %s", got)
 	}
 	labels := u.GetLabels()
-	if labels[report.LabelResourceHash] != "h2" || labels[report.LabelResourceUID] != "uid-1" || labels[report.LabelResourceGVR] != "pods.v1" ||
+	if labels[report.LabelResourceHash] != "h1" || labels[report.LabelResourceUID] != "uid-1" || labels[report.LabelResourceGVR] != "pods.v1" ||
 		labels["app.kubernetes.io/managed-by"] != "tally" || labels["cpol.kyverno.io/a"] != "1" {
 		t.Errorf("labels = %v", labels)
 	}
@@ -100,15 +101,12 @@ func TestRecorderWritesOneReportPerResource(t *testing.T) {
 	}
 
 	// A later batch (another replica, or a later flush) merges into the same object.
-	rec.add(podEntry(30, "h3", result("a", "r2", "pass", 30)))
-	rec.add(podEntry(5, "h0", result("a", "r1", "fail", 5))) // older than what is stored: loses
+	rec.add(podEntry(30, "h1", result("a", "r2", "pass", 30)))
+	rec.add(podEntry(5, "h1", result("a", "r1", "fail", 5))) // older than what is stored: loses
 	rec.flush(ctx, false)
-	r, u = readReport(t, client, "prod", "uid-1")
-	if got := summary(r); got != "a/r1=pass a/r2=pass" {
+	r, _ = readReport(t, client, "prod", "uid-1")
+	if got := summary(r); got != "a/r1=pass@h1 a/r2=pass@h1" {
 		t.Errorf("results after second flush = %s", got)
-	}
-	if u.GetLabels()[report.LabelResourceHash] != "h3" {
-		t.Errorf("hash = %s, want the newest (h3)", u.GetLabels()[report.LabelResourceHash])
 	}
 	list, err := client.Resource(GVRAdmissionReport).Namespace("prod").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -125,6 +123,98 @@ func TestRecorderWritesOneReportPerResource(t *testing.T) {
 	}
 	if writes != 2 {
 		t.Errorf("%d writes for two flushes, want 2", writes)
+	}
+}
+
+// The results of another content (a forged review, a request never
+// persisted) form a section of their own in the one report: they never
+// replace the results of the content the resource has.
+func TestRecorderKeepsASectionPerContent(t *testing.T) {
+	rec, client := fakeRecorder()
+	ctx := context.Background()
+	rec.add(podEntry(10, "genuine", result("a", "r1", "fail", 10)))
+	rec.flush(ctx, false)
+	rec.add(podEntry(20, "forged", result("a", "r1", "pass", 20), result("a", "r2", "pass", 20)))
+	rec.flush(ctx, false)
+	r, u := readReport(t, client, "prod", "uid-1")
+	if got := summary(r); got != "a/r1=pass@forged a/r1=fail@genuine a/r2=pass@forged" {
+		t.Errorf("results = %s", got)
+	}
+	if u.GetLabels()[report.LabelResourceHash] != "forged" {
+		t.Errorf("hash label = %s, want the newest section's", u.GetLabels()[report.LabelResourceHash])
+	}
+}
+
+// A section older than the grace period whose content the resource no
+// longer has is dropped at the next write, read with one GET of the
+// resource; the section of the current content never is, however old, and
+// however many sections come after it.
+func TestRecorderDropsSectionsOfContentTheResourceNoLongerHas(t *testing.T) {
+	pod := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": "p", "namespace": "prod", "uid": "uid-1"}}}
+	h, err := report.ContentHash(pod.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := fmt.Sprintf("%x", h)
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		GVRAdmissionReport: "AdmissionReportList", {Version: "v1", Resource: "pods"}: "PodList"}, pod)
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	rec := NewRecorder(client, RecorderOptions{Clock: clk, FlushInterval: time.Second, Registry: prometheus.NewRegistry()})
+	ctx := context.Background()
+
+	rec.add(podEntry(1000, current, result("a", "r1", "fail", 1000)))
+	rec.add(podEntry(1000, "forged-0", result("a", "r1", "pass", 1000)))
+	rec.flush(ctx, false)
+	for i := 1; i <= 2*maxSections; i++ { // a flood of forgeries, one a second
+		clk.Step(time.Second)
+		rec.add(podEntry(clk.Now().Unix(), fmt.Sprintf("forged-%d", i), result("a", "r1", "pass", clk.Now().Unix())))
+		rec.flush(ctx, false)
+	}
+	r, _ := readReport(t, client, "prod", "uid-1")
+	sections := map[string]bool{}
+	for _, res := range r.Spec.Results {
+		sections[report.HashOf(&res, "")] = true
+	}
+	if !sections[current] {
+		t.Errorf("the section of the current content was dropped: %s", summary(r))
+	}
+	if len(sections) > maxSections {
+		t.Errorf("%d sections, want at most %d", len(sections), maxSections)
+	}
+	if got := testutil.ToFloat64(rec.metrics.pruned.WithLabelValues(prunedOverflow)); got == 0 {
+		t.Error("no section dropped for overflow")
+	}
+
+	// Past the grace period, the next write drops every section but the current content's.
+	clk.Step(sectionGrace)
+	rec.add(podEntry(clk.Now().Unix(), current, result("a", "r2", "pass", clk.Now().Unix())))
+	rec.flush(ctx, false)
+	r, _ = readReport(t, client, "prod", "uid-1")
+	if got := summary(r); got != "a/r1=fail@"+current+" a/r2=pass@"+current {
+		t.Errorf("results after the grace period = %s", got)
+	}
+	if got := testutil.ToFloat64(rec.metrics.pruned.WithLabelValues(prunedContentGone)); got == 0 {
+		t.Error("no section dropped as stale")
+	}
+}
+
+// A young section is kept whatever the resource holds: its request may not
+// be persisted yet (an UPDATE admitted, then stored).
+func TestRecorderKeepsYoungSectionsOfOtherContent(t *testing.T) {
+	rec, client := fakeRecorder()
+	ctx := context.Background()
+	rec.add(podEntry(0, "old", result("a", "r1", "fail", 0)))
+	rec.add(podEntry(0, "new", result("a", "r1", "pass", 0)))
+	rec.flush(ctx, false)
+	r, _ := readReport(t, client, "prod", "uid-1")
+	if got := summary(r); got != "a/r1=pass@new a/r1=fail@old" {
+		t.Errorf("results = %s", got)
+	}
+	for _, a := range client.Actions() {
+		if a.GetResource().Resource == "pods" {
+			t.Errorf("the resource was read (%s) though no section is past the grace period", a.GetVerb())
+		}
 	}
 }
 
@@ -158,7 +248,7 @@ func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
 	ephemeral := kyvernoReport("e1", 40, "pass")
 	ephemeral.SetAPIVersion("reports.kyverno.io/v1")
 	ephemeral.SetKind("EphemeralReport")
-	ephemeral.SetLabels(map[string]string{report.LabelResourceUID: "uid-1", report.LabelSource: "admission"})
+	ephemeral.SetLabels(map[string]string{report.LabelResourceUID: "uid-1", report.LabelResourceHash: "hk", report.LabelSource: "admission"})
 	background := kyvernoReport("bg", 50, "fail")
 	background.SetAPIVersion("reports.kyverno.io/v1")
 	background.SetKind("EphemeralReport")
@@ -177,7 +267,7 @@ func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
 	}
 	rec.flush(context.Background(), false)
 	r, u := readReport(t, client, "prod", "uid-1")
-	if got := summary(r); got != "a/r1=pass" {
+	if got := summary(r); got != "a/r1=pass@hk" {
 		t.Errorf("results = %s (the ephemeral report's pass at 40 is the newest)", got)
 	}
 	if u.GetLabels()["cpol.kyverno.io/a"] != "4" || u.GetLabels()[report.LabelResourceHash] != "hk" {
@@ -200,6 +290,9 @@ func summary(r *kyvernov2.AdmissionReport) string {
 			s += " "
 		}
 		s += res.Policy + "/" + res.Rule + "=" + string(res.Result)
+		if h := report.HashOf(&res, ""); h != "" {
+			s += "@" + h
+		}
 	}
 	return s
 }
@@ -370,7 +463,7 @@ func TestRecorderWritesOnceTheFailurePasses(t *testing.T) {
 		clk.Step(time.Second)
 	}
 	r, _ := readReport(t, client, "prod", "uid-1")
-	if got := summary(r); got != "a/r1=fail" {
+	if got := summary(r); got != "a/r1=fail@h1" {
 		t.Errorf("results = %s", got)
 	}
 }

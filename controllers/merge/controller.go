@@ -288,8 +288,11 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	var subject report.Subject
 	if st != nil {
 		subject = st.subject
-		in.Admission, in.Background = expand(m.admissionResults(st)), expand(st.background.results)
-		in.BackgroundCurrent = st.background.present && (!st.admission.present || st.background.hash == st.admission.hash)
+		admission, boundTo := m.admissionResults(st)
+		in.Admission, in.Background = expand(admission), expand(st.background.results)
+		// The background results describe the content the admission
+		// results that count were computed for (or none count).
+		in.BackgroundCurrent = st.background.present && (len(admission) == 0 || st.background.hash == boundTo)
 	}
 	prev, hadReport := m.written[uid]
 	m.mu.Unlock()

@@ -1,7 +1,9 @@
 package merge
 
 import (
+	"cmp"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
@@ -118,31 +121,59 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 	st.subject = report.Subject{APIVersion: m.intern(owner.APIVersion), Kind: m.intern(owner.Kind),
 		Namespace: m.intern(u.GetNamespace()), Name: owner.Name, UID: owner.UID}
 	part := &st.background
+	var sections []section
 	if isAdmission(gvr) {
 		part = &st.admission
+		sections = m.sections(r.Spec.Results, labels[report.LabelResourceHash])
 	} else {
 		// The scanner leaves out what every background result has.
 		r.Spec.Results = report.WithProcess(r.Spec.Results, report.ProcessBackground)
 	}
 	prev := *part
 	*part = reportPart{
-		present: true,
-		results: m.compact(r.Spec.Results),
-		hash:    labels[report.LabelResourceHash],
+		present:  true,
+		hash:     labels[report.LabelResourceHash],
+		sections: sections,
 		ref: reportRef{
 			gvr: gvr, namespace: st.subject.Namespace, name: u.GetName(), uid: u.GetUID(),
 			resourceVersion: u.GetResourceVersion(), gvrLabel: m.intern(labels[report.LabelResourceGVR]), owned: owned,
 		},
 		// What counted before stays known (verify.go), and a check of the
-		// same hash need not be made again.
+		// same sections need not be made again.
 		lastGood: prev.lastGood, lastGoodHash: prev.lastGoodHash,
 	}
-	if prev.checkedHash == part.hash {
+	if sections == nil {
+		part.results = m.compact(r.Spec.Results)
+	}
+	for _, sec := range sections {
+		part.results = append(part.results, sec.results...)
+	}
+	if prev.checkedHash == admissionKey(part) {
 		part.checkedHash, part.contentHash, part.unverifiable = prev.checkedHash, prev.contentHash, prev.unverifiable
 	}
 	st.updated, st.checked = m.opts.Now(), time.Time{}
 	m.mu.Unlock()
 	m.queue.Add(uid)
+}
+
+// sections splits admission results by the content hash they are bound to
+// (those without one: the report's hash label), newest first, and compacts
+// them (stripped of the hash property). Callers hold m.mu.
+func (m *Merger) sections(results []wgv1alpha2.PolicyReportResult, labelHash string) []section {
+	split := report.Sections(results, labelHash)
+	out := make([]section, len(split))
+	for i, s := range split {
+		out[i] = section{hash: m.intern(s.Hash), results: m.compact(s.Results)}
+		for _, r := range s.Results {
+			if r.Timestamp.Seconds > out[i].newest.Seconds || (r.Timestamp.Seconds == out[i].newest.Seconds && r.Timestamp.Nanos > out[i].newest.Nanos) {
+				out[i].newest = r.Timestamp
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b section) int {
+		return cmp.Or(cmp.Compare(b.newest.Seconds, a.newest.Seconds), cmp.Compare(b.newest.Nanos, a.newest.Nanos))
+	})
+	return out
 }
 
 // Remove forgets a policy or an intermediate report.

@@ -32,15 +32,26 @@ type reportPart struct {
 	present bool
 	results []compactResult
 	hash    string // audit.kyverno.io/resource.hash
-	ref     reportRef
-	// Of the admission report (verify.go): checkedHash is the hash the
-	// resource's content was last compared with, contentHash what it had
-	// then; unverifiable says the content cannot be read; lastGood are the
+	// sections are the admission report's results by the content hash
+	// they are bound to (report.PropertyResourceHash), newest first;
+	// results holds them all.
+	sections []section
+	ref      reportRef
+	// Of the admission report (verify.go): checkedHash is the key of the
+	// sections (admissionKey) the resource's content was last compared
+	// with, contentHash the hash it had then; unverifiable says the content cannot be read; lastGood are the
 	// results that last counted, for the content of lastGoodHash.
 	checkedHash, contentHash string
 	unverifiable             bool
 	lastGood                 []compactResult
 	lastGoodHash             string
+}
+
+// section is the admission results of one content hash.
+type section struct {
+	hash    string
+	results []compactResult
+	newest  metav1.Timestamp // of its newest result
 }
 
 // reportRef locates an intermediate report, for the orphan check.

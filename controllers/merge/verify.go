@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,17 +16,22 @@ import (
 
 // Admission results bound to content.
 //
-// An AdmissionReport carries the content hash of the object the webhook
-// admitted (audit.kyverno.io/resource.hash). Its results count only while
-// the resource's current content has that hash: a review forged with a real
+// An AdmissionReport holds a section of results per content hash of the
+// objects the webhook admitted (report.PropertyResourceHash; results
+// written before sections are bound to the report's hash label,
+// audit.kyverno.io/resource.hash). A section counts only while the
+// resource's current content has its hash: a review forged with a real
 // object's UID and made-up content (anyone who reaches the webhook's Service
-// can send one), or a request that was admitted and then failed to persist,
-// never changes a final report.
+// without a client certificate can send one), or a request that was
+// admitted and then failed to persist, never changes a final report, and
+// never removes the section of the content the resource has (the admission
+// bridge drops a section only once it is stale: controllers/admission's
+// sections.go).
 //
 // The current hash is the BackgroundScanReport's when the resource has one
 // (the scanner rewrites it whenever the content changes); otherwise the
-// merger reads the resource once per new admission hash and hashes it with
-// the same function. Until the background report catches up with a
+// merger reads the resource once per new set of sections and hashes it
+// with the same function. Until the background report catches up with a
 // legitimate change, the results last verified for the content the
 // resource then still had are used. Admission results without a hash (a
 // Kyverno admission controller's, ingested beside Kyverno) cannot be bound
@@ -33,15 +39,27 @@ import (
 // when it has no background report), so a report naming a resource that is
 // gone is never merged into a final report.
 
-// unhashed is the key an admission report without a hash is checked under.
+// unhashed is the key an admission report without hashed sections is
+// checked under.
 const unhashed = "(no hash)"
 
-// admissionKey is what an admission report's check is keyed by.
+// admissionKey is what an admission report's check is keyed by: the
+// hashes of its sections.
 func admissionKey(a *reportPart) string {
-	if a.hash == "" {
+	var key strings.Builder
+	for _, s := range a.sections {
+		if s.hash == "" {
+			continue
+		}
+		if key.Len() > 0 {
+			key.WriteByte(',')
+		}
+		key.WriteString(s.hash)
+	}
+	if key.Len() == 0 {
 		return unhashed
 	}
-	return a.hash
+	return key.String()
 }
 
 // Reasons admission results are withheld (the metric's label).
@@ -121,34 +139,48 @@ func unverifiable(err error) bool {
 }
 
 // admissionResults are the admission results that count now (see above),
-// compact. It remembers the last results that counted. Callers hold m.mu.
-func (m *Merger) admissionResults(st *resourceState) []compactResult {
+// compact, and the hash of the content they are bound to ("" for results
+// that carry none). It remembers the last results that counted. Callers
+// hold m.mu.
+func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string) {
 	a := &st.admission
-	if !a.present {
-		return nil
+	if !a.present || len(a.sections) == 0 {
+		return nil, ""
 	}
-	if a.unverifiable {
-		return a.results
+	if a.unverifiable { // the newest section, as it is
+		return a.sections[0].results, a.sections[0].hash
 	}
-	if a.hash == "" { // counts while the resource exists
-		if st.background.present || (a.checkedHash == unhashed && a.contentHash != "") {
-			return a.results
-		}
-		return nil
-	}
-	current := a.contentHash
-	if st.background.present {
+	verified := a.checkedHash == admissionKey(a)
+	current := ""
+	switch {
+	case st.background.present:
 		current = st.background.hash
-	} else if a.checkedHash != a.hash {
-		current = "" // not verified yet: nothing counts until it is
+	case verified:
+		current = a.contentHash
 	}
-	if current == a.hash {
-		a.lastGood, a.lastGoodHash = a.results, a.hash
-		return a.results
+	exists := st.background.present || (verified && a.contentHash != "")
+	var out []compactResult
+	counted, withheld := "", false
+	for _, s := range a.sections {
+		switch {
+		case s.hash == "":
+			if exists {
+				out = append(out, s.results...)
+			}
+		case current != "" && s.hash == current:
+			out = append(out, s.results...)
+			counted = s.hash
+			a.lastGood, a.lastGoodHash = s.results, s.hash
+		default:
+			withheld = true
+		}
 	}
-	m.metrics.withheld.WithLabelValues(withheldContentDiffers).Inc()
-	if current != "" && a.lastGoodHash == current {
-		return a.lastGood
+	if withheld {
+		m.metrics.withheld.WithLabelValues(withheldContentDiffers).Inc()
 	}
-	return nil
+	if counted == "" && current != "" && a.lastGoodHash == current {
+		out = append(out, a.lastGood...)
+		counted = current
+	}
+	return out, counted
 }

@@ -51,6 +51,16 @@ func intermediate(kind, hash string, result wgv1alpha2.Result, sec int64) *unstr
 	}}
 }
 
+// withSections adds to an admission report a result of another content
+// hash (a section of its own).
+func withSections(u *unstructured.Unstructured, hash string, result wgv1alpha2.Result, sec int64) *unstructured.Unstructured {
+	results, _, _ := unstructured.NestedSlice(u.Object, "spec", "results")
+	results = append(results, map[string]any{"policy": "p", "rule": "r", "result": string(result),
+		"properties": map[string]any{report.PropertyResourceHash: hash}, "timestamp": map[string]any{"seconds": sec, "nanos": int64(0)}})
+	_ = unstructured.SetNestedSlice(u.Object, results, "spec", "results") // a slice of JSON values always sets
+	return u
+}
+
 func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 	stored := podObject("a")      // what the API server holds
 	forged := podObject("forged") // what a forged review claims
@@ -79,6 +89,16 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 		"a forged review does not hide what counted before for the current content": {
 			earlier:   intermediate("AdmissionReport", current, fail, 10),
 			admission: intermediate("AdmissionReport", other, pass, 20), wantResults: "p/r=fail",
+		},
+		"a new merger counts the genuine section of a report a forged review added to (failover)": {
+			admission: withSections(intermediate("AdmissionReport", other, pass, 20), current, fail, 10), wantResults: "p/r=fail",
+		},
+		"a new merger counts the genuine section beside a background report": {
+			background: intermediate("BackgroundScanReport", current, pass, 5),
+			admission:  withSections(intermediate("AdmissionReport", other, pass, 20), current, fail, 10), wantResults: "p/r=fail",
+		},
+		"a forged section of a resource without background report withholds nothing genuine": {
+			admission: withSections(intermediate("AdmissionReport", current, fail, 10), other, pass, 20), wantResults: "p/r=fail",
 		},
 		"an ingested Kyverno result has no hash and counts as it is": {
 			background: intermediate("BackgroundScanReport", current, fail, 10),
@@ -115,8 +135,9 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 				m.mu.Lock()
 				defer m.mu.Unlock()
 				st := m.states["u1"]
-				out := Merge(Input{Policies: m.policies, Admission: expand(m.admissionResults(st)), Background: expand(st.background.results),
-					BackgroundCurrent: st.background.present && (!st.admission.present || st.background.hash == st.admission.hash)})
+				admission, boundTo := m.admissionResults(st)
+				out := Merge(Input{Policies: m.policies, Admission: expand(admission), Background: expand(st.background.results),
+					BackgroundCurrent: st.background.present && (len(admission) == 0 || st.background.hash == boundTo)})
 				s := ""
 				for _, r := range out {
 					s += r.Policy + "/" + r.Rule + "=" + string(r.Result)

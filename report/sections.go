@@ -1,0 +1,84 @@
+package report
+
+import (
+	"maps"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+)
+
+// PropertyResourceHash binds an admission result to the content it was
+// computed for: the content hash (ContentHash, in hex) of the object the
+// admission review carried. An AdmissionReport keeps one section of results
+// per hash, so a review whose object is not the resource's content (a
+// forged one, or a request admitted and then never persisted) adds a
+// section of its own and never replaces the results of the content the
+// resource has. The merger counts the section of the current content and
+// strips the property: final reports never carry it.
+const PropertyResourceHash = "tally.dev/resource.hash"
+
+// HashOf is the content hash a result is bound to, or fallback when it
+// carries none (a report written before sections, or an ingested one).
+func HashOf(r *wgv1alpha2.PolicyReportResult, fallback string) string {
+	if h, ok := r.Properties[PropertyResourceHash]; ok {
+		return h
+	}
+	return fallback
+}
+
+// BindHash returns results with each entry that carries no hash bound to
+// hash. Entries are copied with their own Properties map (a result's map
+// may be shared); results already bound keep their hash. An empty hash
+// binds nothing.
+func BindHash(results []wgv1alpha2.PolicyReportResult, hash string) []wgv1alpha2.PolicyReportResult {
+	if hash == "" {
+		return results
+	}
+	out := make([]wgv1alpha2.PolicyReportResult, len(results))
+	for i, r := range results {
+		if _, ok := r.Properties[PropertyResourceHash]; !ok {
+			props := make(map[string]string, len(r.Properties)+1)
+			maps.Copy(props, r.Properties)
+			props[PropertyResourceHash] = hash
+			r.Properties = props
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// Section is the admission results of one content hash.
+type Section struct {
+	Hash    string
+	Results []wgv1alpha2.PolicyReportResult
+}
+
+// Sections splits admission results by the hash they are bound to (entries
+// without one belong to fallback), in order of first appearance, and strips
+// the hash property from the entries.
+func Sections(results []wgv1alpha2.PolicyReportResult, fallback string) []Section {
+	var out []Section
+	index := map[string]int{}
+	for _, r := range results {
+		h := HashOf(&r, fallback)
+		if _, ok := r.Properties[PropertyResourceHash]; ok {
+			props := make(map[string]string, len(r.Properties)-1)
+			for k, v := range r.Properties {
+				if k != PropertyResourceHash {
+					props[k] = v
+				}
+			}
+			if len(props) == 0 {
+				props = nil
+			}
+			r.Properties = props
+		}
+		i, ok := index[h]
+		if !ok {
+			i = len(out)
+			index[h] = i
+			out = append(out, Section{Hash: h})
+		}
+		out[i].Results = append(out[i].Results, r)
+	}
+	return out
+}
