@@ -132,11 +132,41 @@ type Action struct {
 	// Failover stops the active replica of a component (merger) so that a
 	// standby takes over.
 	Failover string `json:"failover,omitempty"`
-	// Forge posts an AdmissionReview straight to the webhook, over TLS, as
-	// any Pod that reaches its Service could: an UPDATE claiming the UID of
-	// an existing object (same kind, namespace and name) with the given,
-	// made-up content. Nothing is stored; the case checks the reports.
-	Forge *unstructured.Unstructured `json:"forge,omitempty"`
+	// Forge posts AdmissionReviews straight to the webhook, over TLS, as
+	// any Pod that reaches its Service could, without the client
+	// certificate the API server presents. Nothing is stored; the case
+	// checks the reports. Where the webhook authenticates its callers
+	// (capability webhook-client-auth) every forged review must be refused
+	// at the TLS handshake; elsewhere each must be answered.
+	Forge *Forgery `json:"forge,omitempty"`
+}
+
+// Forgery is a review claiming to come from the API server.
+type Forgery struct {
+	// For is the existing object whose UID (and, by default, content) the
+	// review claims.
+	For Ref `json:"for"`
+	// Object, when set, is the made-up content the review carries (with the
+	// real object's UID); unset, the review carries the stored object as
+	// it is (its content hash is the real one).
+	Object *unstructured.Unstructured `json:"object,omitempty"`
+	// OldObject, when set, is the oldObject of an UPDATE; unset, the stored
+	// object.
+	OldObject *unstructured.Unstructured `json:"oldObject,omitempty"`
+	// Operation is CREATE, UPDATE (the default) or DELETE.
+	Operation string `json:"operation,omitempty"`
+	// Username and Groups are the userInfo the review claims (default: a
+	// service account of namespace conf, no groups).
+	Username string   `json:"username,omitempty"`
+	Groups   []string `json:"groups,omitempty"`
+	// DryRun marks the review as a dry run.
+	DryRun bool `json:"dryRun,omitempty"`
+	// Count sends the review Count times (default 1), each with a content
+	// of its own (a label tally.dev/forgery=<n> added to Object, if set).
+	Count int `json:"count,omitempty"`
+	// MadeUp sends as many more reviews, each for an object that does not
+	// exist (name ghost-<n>, a made-up UID), with For's kind and namespace.
+	MadeUp int `json:"madeUp,omitempty"`
 }
 
 // Request is an object sent through admission, and what the API server must
@@ -369,6 +399,16 @@ func (c *Case) validate() error {
 		for j, a := range s.When {
 			if n := a.count(); n != 1 {
 				return fmt.Errorf("steps[%d].when[%d]: exactly one action is needed, found %d", i, j, n)
+			}
+			if f := a.Forge; f != nil {
+				if f.For.Kind == "" || f.For.Name == "" {
+					return fmt.Errorf("steps[%d].when[%d].forge: for needs kind and name", i, j)
+				}
+				switch f.Operation {
+				case "", "CREATE", "UPDATE", "DELETE":
+				default:
+					return fmt.Errorf("steps[%d].when[%d].forge: operation %q is not CREATE, UPDATE or DELETE", i, j, f.Operation)
+				}
 			}
 		}
 		for j, r := range s.Then.Reports {

@@ -37,6 +37,8 @@ var (
 	provider conformance.Provider
 	runner   *conformance.Runner
 	cases    = mustLoad()
+	// suiteFailed: some case failed; the local provider keeps its logs.
+	suiteFailed bool
 )
 
 func mustLoad() []*conformance.Case {
@@ -94,6 +96,10 @@ func TestMain(m *testing.M) {
 			}
 			leftovers = err
 		}
+		if l, ok := provider.(*conformance.Local); ok && (suiteFailed || leftovers != nil) {
+			l.KeepLogs()
+			fmt.Printf("tally's logs are kept in %s\n", l.Dir())
+		}
 		if stopProvider != nil {
 			return ctx, errors.Join(leftovers, stopProvider())
 		}
@@ -147,6 +153,7 @@ func logsHint() string {
 // The per-rule verdict, printed at the end: a rule passes when every case
 // naming it passed.
 var _ = ReportAfterSuite("per-rule verdict", func(report Report) {
+	suiteFailed = !report.SuiteSucceeded
 	var results []conformance.CaseResult
 	for _, s := range report.SpecReports {
 		if s.LeafNodeType != types.NodeTypeIt {

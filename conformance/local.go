@@ -42,6 +42,12 @@ import (
 // sends the requests of the cases' namespaces to the bridge on loopback.
 type Local struct {
 	mode LocalMode
+	// webhookAuth: tally-scanner's webhook requires the client certificate
+	// the local API server presents (--webhook-client-ca), as the README
+	// tells cluster admins to set it up.
+	webhookAuth bool
+	// keepLogs leaves dir (the processes' logs) in place on Stop.
+	keepLogs atomic.Bool
 	// reportAPI is the API the mergers write final reports in.
 	reportAPI report.API
 	cluster   *cluster.Cluster
@@ -107,16 +113,27 @@ func (l *Local) processes() []string {
 	return []string{"scanner", "merger-a", "merger-b"}
 }
 
-// StartLocal starts the cluster and tally in the given mode. dir receives
-// binaries and logs.
-func StartLocal(ctx context.Context, dir string, mode LocalMode, api report.API) (_ *Local, err error) {
+// LocalOptions are how tally runs on the local control plane.
+type LocalOptions struct {
+	Mode LocalMode
+	// ReportAPI is the API of the final reports (default wgpolicyk8s).
+	ReportAPI report.API
+	// NoWebhookAuth runs tally-scanner's webhook without client
+	// authentication: anyone who reaches it can send it a review.
+	NoWebhookAuth bool
+}
+
+// StartLocal starts the cluster and tally. dir receives binaries and logs;
+// Stop removes it (but see KeepLogs).
+func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err error) {
+	mode, api := o.Mode, o.ReportAPI
 	if mode == "" {
 		mode = Standalone
 	}
 	if api == "" {
 		api = report.APIWGPolicy
 	}
-	l := &Local{mode: mode, dir: dir, reportAPI: api, procs: map[string]*process{}, ports: map[string]int{}}
+	l := &Local{mode: mode, dir: dir, reportAPI: api, webhookAuth: !o.NoWebhookAuth, procs: map[string]*process{}, ports: map[string]int{}}
 	defer func() {
 		if err != nil {
 			_ = l.Stop()
@@ -197,7 +214,7 @@ func (l *Local) args(name string) (binary string, args []string) {
 			"--webhook-listen=", "--ingest-kyverno-reports", "--policy-status=false")
 	}
 	if name == "scanner" {
-		return "tally-scanner", append(common, "--leader-elect=false", "--rescan-endpoint",
+		args := append(common, "--leader-elect=false", "--rescan-endpoint",
 			"--webhook-listen", "127.0.0.1:"+strconv.Itoa(l.ports["scanner-webhook"]),
 			"--webhook-configuration", webhookName,
 			// The cases create resources as soon as a policy is Ready; rules
@@ -205,6 +222,10 @@ func (l *Local) args(name string) (binary string, args []string) {
 			// picks a configuration change up asynchronously). They are
 			// tested on their own in e2e/webhookrules_test.go.
 			"--webhook-rules-from-policies=false")
+		if l.webhookAuth {
+			args = append(args, "--webhook-client-ca", l.cluster.WebhookClientCA)
+		}
+		return "tally-scanner", args
 	}
 	if l.mode == BesideKyverno { // as config/overlays/beside-kyverno
 		common = append(common, "--managed-by=kyverno")
@@ -336,20 +357,34 @@ func (l *Local) waitCABundle(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops tally and the cluster.
+// KeepLogs makes Stop leave the processes' logs (Dir) in place, for a
+// run that failed.
+func (l *Local) KeepLogs() { l.keepLogs.Store(true) }
+
+// Stop stops tally and the cluster, and removes Dir (its binaries only,
+// after KeepLogs).
 func (l *Local) Stop() error {
 	l.stopping.Store(true)
 	for _, name := range l.processes() {
 		l.kill(name, syscall.SIGTERM)
 	}
+	var errs []error
 	if l.cluster != nil {
 		if l.kube != nil {
 			name, _ := l.webhook()
+			// Best effort: the control plane goes next anyway.
 			_ = l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 		}
-		return l.cluster.Stop()
+		errs = append(errs, l.cluster.Stop())
 	}
-	return nil
+	remove := l.dir
+	if l.keepLogs.Load() {
+		remove = l.bin
+	}
+	if remove != "" {
+		errs = append(errs, os.RemoveAll(remove))
+	}
+	return errors.Join(errs...)
 }
 
 // ForgeReview posts an AdmissionReview to the webhook the API server calls,
@@ -368,6 +403,8 @@ func (l *Local) ForgeReview(ctx context.Context, review []byte) error {
 	if !pool.AppendCertsFromPEM(vwc.Webhooks[0].ClientConfig.CABundle) {
 		return fmt.Errorf("webhook configuration %s: no CA bundle", name)
 	}
+	// The caller verifies the webhook's certificate (it could get the CA
+	// bundle as anyone can), but has no client certificate to present.
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	url := "https://127.0.0.1:" + strconv.Itoa(l.ports[port]) + "/validate"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(review))
@@ -377,7 +414,12 @@ func (l *Local) ForgeReview(ctx context.Context, review []byte) error {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("forge: %w", err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The TCP connection was made (the webhook listens: waitCABundle),
+		// so no HTTP answer means the TLS handshake was refused.
+		return fmt.Errorf("forge: %w: %w", ErrForgeryRefused, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -412,6 +454,8 @@ func (l *Local) Can(what string) bool {
 		return true
 	case CanTallyWebhook:
 		return l.mode == Standalone
+	case CanWebhookClientAuth:
+		return l.mode == Standalone && l.webhookAuth
 	case CanIngest:
 		return l.mode == BesideKyverno
 	}

@@ -25,6 +25,10 @@ const (
 	// CanTally: the implementation under test is tally; a case marked as a
 	// tally extension counts as a failure only then.
 	CanTally = "tally"
+	// CanWebhookClientAuth: tally's webhook accepts only callers presenting
+	// the client certificate the API server presents (tally-scanner
+	// --webhook-client-ca): a forged review is refused at the handshake.
+	CanWebhookClientAuth = "webhook-client-auth"
 	// CanFaultInject: tally's daemons are built with the faultinject tag
 	// (internal/fault), so a case can make an evaluation panic.
 	CanFaultInject = "fault-inject"
@@ -38,10 +42,17 @@ type ManagedByLabeler interface {
 }
 
 // ReviewForger is a provider that can post an AdmissionReview straight to
-// tally's webhook, as another Pod of the cluster could.
+// tally's webhook, as another Pod of the cluster could (without the API
+// server's client certificate). ForgeReview returns an error wrapping
+// ErrForgeryRefused when the webhook refused the connection, another error
+// when the review could not be sent or was not answered with HTTP 200.
 type ReviewForger interface {
 	ForgeReview(ctx context.Context, review []byte) error
 }
+
+// ErrForgeryRefused: the webhook refused a forged review's connection
+// (it authenticates its callers).
+var ErrForgeryRefused = errors.New("the webhook refused the connection")
 
 // MetricsSource is a provider that can read a component's Prometheus
 // metrics (text exposition format).

@@ -36,7 +36,11 @@ func ProviderFromEnv(ctx context.Context, name string) (Provider, func() error, 
 		if err != nil {
 			return nil, nil, err
 		}
-		l, err := StartLocal(ctx, dir, mode, api)
+		auth, err := webhookAuthFromEnv()
+		if err != nil {
+			return nil, nil, err
+		}
+		l, err := StartLocal(ctx, dir, LocalOptions{Mode: mode, ReportAPI: api, NoWebhookAuth: !auth})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -52,6 +56,20 @@ func ProviderFromEnv(ctx context.Context, name string) (Provider, func() error, 
 		return startKind(ctx)
 	}
 	return nil, nil, fmt.Errorf("%w %q: use local, local-beside-kyverno, kind or kubeconfig", errNoProvider, name)
+}
+
+// webhookAuthFromEnv reads TALLY_CONFORMANCE_WEBHOOK_AUTH: on (the
+// default) or off, whether tally's webhook authenticates its callers on
+// the local control plane.
+func webhookAuthFromEnv() (bool, error) {
+	switch v := os.Getenv("TALLY_CONFORMANCE_WEBHOOK_AUTH"); v {
+	case "", "on":
+		return true, nil
+	case "off":
+		return false, nil
+	default:
+		return false, fmt.Errorf("TALLY_CONFORMANCE_WEBHOOK_AUTH=%q: use on or off", v)
+	}
 }
 
 // ReportAPIFromEnv reads TALLY_CONFORMANCE_REPORT_API: the API the final

@@ -413,54 +413,113 @@ func (x *run) act(ctx context.Context, a Action) error {
 	case a.Failover != "":
 		return x.Provider.Failover(ctx, a.Failover)
 	case a.Forge != nil:
-		return x.forge(ctx, a.Forge.DeepCopy())
+		return x.forge(ctx, a.Forge)
 	}
 	return errors.New("empty action")
 }
 
-// forge sends the webhook a review that claims an existing object's UID
-// with made-up content.
-func (x *run) forge(ctx context.Context, obj *unstructured.Unstructured) error {
-	f, ok := x.Provider.(ReviewForger)
+// forge sends the webhook the reviews of a forgery (see Forgery). Where the
+// webhook authenticates its callers, each must be refused; elsewhere, each
+// must be answered.
+func (x *run) forge(ctx context.Context, f *Forgery) error {
+	forger, ok := x.Provider.(ReviewForger)
 	if !ok {
 		return fmt.Errorf("forge: %w", ErrUnsupported)
 	}
-	ref := RefOf(obj)
-	real, err := x.get(ctx, ref)
+	real, err := x.get(ctx, f.For)
 	if err != nil {
 		return fmt.Errorf("forge: the object to impersonate: %w", err)
 	}
-	obj.SetUID(real.GetUID())
-	obj.SetResourceVersion(real.GetResourceVersion())
-	raw, err := json.Marshal(obj.Object)
-	if err != nil {
-		return err
-	}
-	old, err := json.Marshal(real.Object)
-	if err != nil {
-		return err
-	}
-	gvk := obj.GroupVersionKind()
+	gvk := real.GroupVersionKind()
 	m, err := x.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
 		return err
 	}
-	review := map[string]any{
-		"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-		"request": map[string]any{
-			"uid":      "forged-" + string(real.GetUID()),
-			"kind":     map[string]any{"group": gvk.Group, "version": gvk.Version, "kind": gvk.Kind},
-			"resource": map[string]any{"group": m.Resource.Group, "version": m.Resource.Version, "resource": m.Resource.Resource},
-			"name":     obj.GetName(), "namespace": obj.GetNamespace(), "operation": "UPDATE",
-			"userInfo": map[string]any{"username": "system:serviceaccount:conf:forger"},
-			"object":   json.RawMessage(raw), "oldObject": json.RawMessage(old),
-		},
+	count := max(f.Count, 1)
+	var reviews [][]byte
+	for i := range count + f.MadeUp {
+		obj := real.DeepCopy()
+		if f.Object != nil {
+			obj = f.Object.DeepCopy()
+			obj.SetUID(real.GetUID())
+			obj.SetResourceVersion(real.GetResourceVersion())
+			if count > 1 {
+				setLabel(obj, "tally.dev/forgery", fmt.Sprint(i))
+			}
+		}
+		old := real
+		if f.OldObject != nil {
+			old = f.OldObject.DeepCopy()
+			old.SetUID(real.GetUID())
+		}
+		if i >= count { // an object that does not exist
+			obj.SetName(fmt.Sprintf("ghost-%d", i-count))
+			obj.SetUID(types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)))
+			old = nil
+		}
+		body, err := forgedReview(f, obj, old, m.Resource, i)
+		if err != nil {
+			return err
+		}
+		reviews = append(reviews, body)
 	}
-	body, err := json.Marshal(review)
-	if err != nil {
-		return err
+	authenticated := x.Provider.Can(CanWebhookClientAuth)
+	for i, body := range reviews {
+		err := forger.ForgeReview(ctx, body)
+		switch {
+		case authenticated && errors.Is(err, ErrForgeryRefused):
+		case authenticated && err == nil:
+			return fmt.Errorf("forge: review %d of %d was answered though the webhook authenticates its callers", i+1, len(reviews))
+		case err != nil:
+			return fmt.Errorf("forge: review %d of %d: %w", i+1, len(reviews), err)
+		}
 	}
-	return f.ForgeReview(ctx, body)
+	if authenticated {
+		x.logf("forge: all %d forged reviews refused at the TLS handshake", len(reviews))
+	}
+	return nil
+}
+
+// forgedReview renders one forged AdmissionReview.
+func forgedReview(f *Forgery, obj, old *unstructured.Unstructured, gvr schema.GroupVersionResource, i int) ([]byte, error) {
+	op := f.Operation
+	if op == "" {
+		op = "UPDATE"
+	}
+	gvk := obj.GroupVersionKind()
+	user := map[string]any{"username": "system:serviceaccount:conf:forger"}
+	if f.Username != "" {
+		user["username"] = f.Username
+	}
+	if len(f.Groups) > 0 {
+		user["groups"] = f.Groups
+	}
+	req := map[string]any{
+		"uid":       fmt.Sprintf("forged-%d-%s", i, obj.GetUID()),
+		"kind":      map[string]any{"group": gvk.Group, "version": gvk.Version, "kind": gvk.Kind},
+		"resource":  map[string]any{"group": gvr.Group, "version": gvr.Version, "resource": gvr.Resource},
+		"name":      obj.GetName(),
+		"namespace": obj.GetNamespace(),
+		"operation": op,
+		"userInfo":  user,
+		"dryRun":    f.DryRun,
+	}
+	if op != "DELETE" {
+		req["object"] = obj.Object
+	}
+	if op != "CREATE" && old != nil {
+		req["oldObject"] = old.Object
+	}
+	return json.Marshal(map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+}
+
+func setLabel(obj *unstructured.Unstructured, key, value string) {
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[key] = value
+	obj.SetLabels(labels)
 }
 
 // request sends a CREATE or UPDATE through admission and checks the answer.

@@ -81,7 +81,7 @@ func startBridge(t *testing.T, cfg *rest.Config, secretNamespace, configuration 
 	rec := admission.NewRecorder(dyn, admission.RecorderOptions{FlushInterval: 200 * time.Millisecond, Registry: reg})
 	opts := admission.Options{
 		Listen: "127.0.0.1:0", SecretNamespace: secretNamespace, SecretName: "adm-webhook-tls",
-		WebhookConfiguration: configuration, Recorder: rec, Registry: reg,
+		WebhookConfiguration: configuration, Recorder: rec, Registry: reg, ClientCAFile: webhookClientCA,
 	}
 	for _, o := range options {
 		o(&opts)

@@ -17,6 +17,11 @@ import (
 
 var testenv env.Environment
 
+// webhookClientCA is the CA of the client certificate the local API server
+// presents to webhooks ("" on an existing cluster): the admission bridges
+// of the tests require it, as the README tells cluster admins to set up.
+var webhookClientCA string
+
 // TestMain owns the cluster: it starts it (or attaches to E2E_KUBECONFIG),
 // installs tally's CRDs, runs the tests and stops everything, also on
 // SIGINT/SIGTERM. A cluster that cannot start fails the run: these tests
@@ -29,6 +34,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e: no cluster: %v\n", err)
 		os.Exit(1)
 	}
+	webhookClientCA = c.WebhookClientCA
 	go func() { // interrupted: stop the control plane before the process dies
 		<-ctx.Done()
 		_ = c.Stop()

@@ -49,6 +49,11 @@ type Cluster struct {
 	Kubeconfig string
 	// Local is true when this package started the control plane.
 	Local bool
+	// WebhookClientCA is the PEM file of the CA that signed the client
+	// certificate a local kube-apiserver presents to every admission
+	// webhook it calls ("" for an existing cluster): give it to
+	// tally-scanner as --webhook-client-ca.
+	WebhookClientCA string
 
 	env      *envtest.Environment
 	kcm      *exec.Cmd
@@ -136,6 +141,12 @@ func startLocal(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 		return nil, fmt.Errorf("make API server certificate folder: %w", err)
 	}
 	api.Out, api.Err = opts.Logs, opts.Logs
+	caFile, admissionConfig, err := webhookClientFiles(filepath.Join(dir, "webhook-client"))
+	if err != nil {
+		return nil, err
+	}
+	c.WebhookClientCA = caFile
+	api.Configure().Set("admission-control-config-file", admissionConfig)
 	// A bare API server has no endpoints controller for itself; without this
 	// it logs loopback-endpoint errors every few seconds.
 	api.Configure().Set("endpoint-reconciler-type", "none")
