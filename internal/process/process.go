@@ -183,8 +183,10 @@ func ParseFlags(name, description string, fs *flag.FlagSet, args []string) {
 	usage := func(w io.Writer) {
 		fmt.Fprintf(w, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", description, name, pfs.FlagUsages())
 	}
-	pfs.Usage = func() { usage(os.Stderr) }
-	pfs.SetOutput(io.Discard) // errors are printed below, once
+	// pflag calls Usage itself on --help before returning ErrHelp: the help
+	// and errors are printed below, once, help on stdout.
+	pfs.Usage = func() {}
+	pfs.SetOutput(io.Discard)
 	if err := pfs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			usage(os.Stdout)
