@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/e2e/kind"
@@ -98,8 +102,108 @@ func TestHelmChart(t *testing.T) {
 					t.Errorf("rendered objects lack %s", want)
 				}
 			}
-			if _, err := kind.RenderChart(ctx, root, "charts/tally", kind.Namespace, "mode=bogus"); err == nil || !strings.Contains(err.Error(), `mode "bogus"`) {
-				t.Errorf("an unknown mode: %v, want an error naming it", err)
+			without, err := kind.RenderChart(ctx, root, "charts/tally", kind.Namespace, "crds.install=false")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range without {
+				if o.GetKind() == "CustomResourceDefinition" {
+					t.Errorf("crds.install=false renders %s", kind.Describe(o))
+				}
+			}
+			return ctx
+		}).
+		Assess("values.schema.json refuses invalid values, naming them", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			root, err := cluster.RepoRoot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for set, want := range map[string]string{
+				"mode=bogus":                  "/mode",
+				"reportAPI=openreport":        "/reportAPI",
+				"webhook.failurePolicy=Deny":  "/webhook/failurePolicy",
+				"webhook.timeoutSeconds=60":   "/webhook/timeoutSeconds",
+				"scanner.scanInterval=hourly": "/scanner/scanInterval",
+				"crds.install=maybe":          "/crds/install",
+				"image.tg=v1":                 "'tg' not allowed",
+				"reportApi=openreports":       "'reportApi' not allowed",
+			} {
+				_, err := kind.RenderChart(ctx, root, "charts/tally", kind.Namespace, set)
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("--set %s: %v, want an error naming %s", set, err, want)
+				}
+			}
+			return ctx
+		}).
+		Assess("defaults: a versioned image, a webhook sent policy writes only, CRDs kept on uninstall", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			root, err := cluster.RepoRoot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			chartFile, err := os.ReadFile(filepath.Join(root, "charts", "tally", "Chart.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var chart struct {
+				AppVersion string `json:"appVersion"`
+			}
+			if err := sigsyaml.Unmarshal(chartFile, &chart); err != nil || chart.AppVersion == "" {
+				t.Fatalf("Chart.yaml appVersion %q: %v", chart.AppVersion, err)
+			}
+			// The chart and the overlays run the image `make image` tags by
+			// default: the chart's appVersion, never latest (which the
+			// shipped disallow-latest-tag sample forbids).
+			wantImage := "ghcr.io/tally-dev/tally:" + chart.AppVersion
+			chartObjs, err := kind.RenderChart(ctx, root, "charts/tally", kind.Namespace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sources := map[string][]*unstructured.Unstructured{"chart": chartObjs}
+			for _, overlay := range []string{"standalone", "beside-kyverno"} {
+				if sources[overlay], err = kind.Render(overlayDir(t, overlay)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for source, objs := range sources {
+				images, webhooks := 0, 0
+				for _, o := range objs {
+					switch o.GetKind() {
+					case "Deployment":
+						containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+						for _, c := range containers {
+							images++
+							if image := c.(map[string]any)["image"]; image != wantImage {
+								t.Errorf("%s: %s runs %v, want %s", source, kind.Describe(o), image, wantImage)
+							}
+						}
+					case "ValidatingWebhookConfiguration":
+						// While tally-scanner is not running (no image, no
+						// endpoints), only policy writes are sent to it; the
+						// scanner widens the rules to what the policies match.
+						hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+						for _, h := range hooks {
+							webhooks++
+							rules, _ := json.Marshal(h.(map[string]any)["rules"])
+							if want := `[{"apiGroups":["kyverno.io"],"apiVersions":["*"],"operations":["CREATE","UPDATE"],"resources":["clusterpolicies","policies"],"scope":"*"}]`; string(rules) != want {
+								t.Errorf("%s: %s starts with rules %s, want %s", source, kind.Describe(o), rules, want)
+							}
+						}
+					case "CustomResourceDefinition":
+						if source == "chart" && o.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+							t.Errorf("chart: %s lacks helm.sh/resource-policy: keep (helm uninstall would delete every object of its kind)", kind.Describe(o))
+						}
+						// docs/install.md: kubectl delete crd -l app.kubernetes.io/part-of=tally
+						if o.GetLabels()["app.kubernetes.io/part-of"] != "tally" {
+							t.Errorf("%s: %s lacks the label app.kubernetes.io/part-of: tally", source, kind.Describe(o))
+						}
+					}
+				}
+				if images == 0 {
+					t.Errorf("%s: no container found", source)
+				}
+				if source != "beside-kyverno" && webhooks != 1 {
+					t.Errorf("%s: %d webhooks, want 1", source, webhooks)
+				}
 			}
 			return ctx
 		}).
