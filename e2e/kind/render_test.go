@@ -84,9 +84,9 @@ func TestRenderOverlays(t *testing.T) {
 		kinds   map[string]int
 		image   string
 	}{
-		{"standalone", standalone, "ghcr.io/tally-dev/tally:latest"},
+		{"standalone", standalone, "ghcr.io/tally-dev/tally:0.1.0"},
 		{"kind", standalone, Image},
-		{"beside-kyverno", with(map[string]int{"CustomResourceDefinition": 4, "Role": 2, "RoleBinding": 2, "Service": 2}), "ghcr.io/tally-dev/tally:latest"},
+		{"beside-kyverno", with(map[string]int{"CustomResourceDefinition": 4, "Role": 2, "RoleBinding": 2, "Service": 2}), "ghcr.io/tally-dev/tally:0.1.0"},
 	} {
 		t.Run(tc.overlay, func(t *testing.T) {
 			objs := render(t, tc.overlay)
