@@ -43,10 +43,12 @@
 // In a list, elements skipped by their anchors do not count: the list passes
 // if the others pass and is skipped only if every element was skipped. So a
 // Pod whose istio-init container is excluded by a conditional anchor passes
-// when its other containers do. Likewise in an object: a key skipped that
-// way (a list whose every element was excluded) leaves the decision to the
-// sibling keys present in the resource; the object is skipped only when
-// none of them applied. So a Pod whose only init container is excluded
+// when its other containers do. In an object, such a skip under a plain key
+// (env: [{(name): X, ...}] with no env entry named X) skips the object, as
+// Kyverno does; under an anchored key (=(initContainers)) it leaves the
+// decision to the sibling keys present in the resource, and the object is
+// skipped only when none of them applied, with the reasons of every skipped
+// anchored key joined. So a Pod whose only init container is excluded
 // passes or fails on its containers.
 //
 // In metadata labels and annotations, pattern keys may contain wildcards
@@ -55,8 +57,8 @@
 // # Decisions and paths
 //
 // When several keys of an object do not pass, the decision is, in order: a
-// skip from a global anchor; a failure under an anchor; a skip from a
-// conditional anchor; a failure of a plain key. Ties go to the smallest key,
+// skip from a global anchor; a failure under an anchor; a skip under a plain
+// key; a failure of a plain key; the skips under anchored keys. Ties go to the smallest key,
 // list elements are taken in order. This is Kyverno's evaluation order
 // (anchors, then keys holding anchors, then the rest) made deterministic, so
 // a Result never depends on map iteration order.

@@ -5,6 +5,7 @@ import (
 
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -230,16 +231,25 @@ func (e *evaluator) mismatch(res, pat any) outcome {
 // nothing else in the object is checked and the object is skipped. Then every
 // other key is checked. When several keys do not pass, the decision is, in
 // order of precedence: a skip caused by a global anchor; a failure in a key
-// that is an anchor or contains one; a skip caused by a conditional anchor; a
-// failure in a plain key. Ties go to the smallest key, so the outcome and the
-// reported path never depend on map order. This is Kyverno's order (anchors,
-// then keys with nested anchors, then the rest) made deterministic.
+// that is an anchor or contains one; a skip from a plain key (a list under it
+// whose every element an anchor excluded); a failure of a plain key. Ties go
+// to the smallest key, so the outcome and the reported path never depend on
+// map order. This is Kyverno's order (anchors, then keys with nested
+// anchors, then the rest) made deterministic.
+//
+// A skip from under an anchored key (=(initContainers) whose every element a
+// conditional anchor excluded) does not decide alone, as in Kyverno, which
+// holds such skips until the object's other keys have been seen: a sibling
+// that applied (present in the resource, and passed) makes the object pass;
+// when none applied, the object is skipped with the reasons of every such
+// key, in key order, joined with "; ".
 func (e *evaluator) evalMap(res, pat map[string]any, sc scope) outcome {
 	// One pass evaluates every key: siblings of a failed gate are evaluated
 	// for nothing, but the common case iterates the map only once.
 	gate, gateKey := passed, ""
 	best, bestRank, bestKey := passed, 0, ""
 	applied := false
+	var held []heldSkip
 	for k, v := range pat {
 		a, name := parseKey(k)
 		o := e.evalEntry(res, a, name, v, sc)
@@ -257,6 +267,10 @@ func (e *evaluator) evalMap(res, pat map[string]any, sc scope) outcome {
 			}
 			continue
 		}
+		if o.status == Skip && !o.global && a != anchorNone {
+			held = append(held, heldSkip{key: k, outcome: o})
+			continue
+		}
 		r := rank(o, a, v)
 		if best.status == Pass || r < bestRank || (r == bestRank && k < bestKey) {
 			best, bestRank, bestKey = o, r, k
@@ -265,12 +279,33 @@ func (e *evaluator) evalMap(res, pat map[string]any, sc scope) outcome {
 	if gate.status != Pass {
 		return gate
 	}
-	if best.status == Skip && !best.global && applied {
-		// What an anchor skipped (a list whose every element it excluded)
-		// leaves the decision to the siblings that applied.
+	if best.status != Pass {
+		return best
+	}
+	if len(held) == 0 || applied {
 		return passed
 	}
-	return best
+	return e.heldSkips(held)
+}
+
+// heldSkip is the skip of an anchored key, held until its siblings are seen.
+type heldSkip struct {
+	key     string
+	outcome outcome
+}
+
+// heldSkips is the skip of an object none of whose keys applied: the reasons
+// of its skipped anchored keys, in key order.
+func (e *evaluator) heldSkips(held []heldSkip) outcome {
+	if !e.explain {
+		return outcome{status: Skip}
+	}
+	sort.Slice(held, func(i, j int) bool { return held[i].key < held[j].key })
+	out := held[0].outcome
+	for _, h := range held[1:] {
+		out.msg += "; " + h.outcome.msg
+	}
+	return out
 }
 
 // gateLess orders failed gates: global anchors first, then by key.
@@ -288,7 +323,7 @@ func rank(o outcome, a anchor, pat any) int {
 		return 0
 	case o.status == Fail && (a != anchorNone || containsAnchor(pat)):
 		return 1
-	case o.status == Skip:
+	case o.status == Skip: // from a plain key: anchored keys' skips are held
 		return 2
 	}
 	return 3

@@ -278,6 +278,26 @@ func TestValidate(t *testing.T) {
 			pattern:  `{spec: {containers: [{(image): "*:latest", imagePullPolicy: Always}], initContainers: [{(image): "*:latest", imagePullPolicy: Always}]}}`,
 			want:     Fail, wantPath: "/spec/initContainers/0/imagePullPolicy/",
 		},
+		"a list under a plain key whose every element a condition excludes skips its object": {
+			resource: `{spec: {containers: [{name: app, env: [{name: OTHER, value: x}]}]}}`,
+			pattern:  `{spec: {containers: [{name: "*", env: [{(name): DEBUG, value: "false"}]}]}}`,
+			want:     Skip, wantPath: "/spec/containers/",
+		},
+		"a list under a plain key with an element whose condition holds decides on it": {
+			resource: `{spec: {containers: [{name: app, env: [{name: OTHER, value: x}, {name: DEBUG, value: "true"}]}]}}`,
+			pattern:  `{spec: {containers: [{name: "*", env: [{(name): DEBUG, value: "false"}]}]}}`,
+			want:     Fail, wantPath: "/spec/containers/0/env/1/value/",
+		},
+		"a plain sibling's failure outranks an anchored list whose every element was excluded": {
+			resource: `{spec: {initContainers: [{name: istio-init}], containers: [{image: "nginx:latest"}]}}`,
+			pattern:  `{spec: {=(initContainers): [{(name): "!istio-init", securityContext: {runAsNonRoot: true}}], containers: [{image: "!*:latest"}]}}`,
+			want:     Fail, wantPath: "/spec/containers/0/image/",
+		},
+		"a plain sibling that passes overrides an anchored list whose every element was excluded": {
+			resource: `{spec: {initContainers: [{name: istio-init}], containers: [{image: "nginx:1.25"}]}}`,
+			pattern:  `{spec: {=(initContainers): [{(name): "!istio-init", securityContext: {runAsNonRoot: true}}], containers: [{image: "!*:latest"}]}}`,
+			want:     Pass,
+		},
 		"an equality anchor failure outranks a skip in a sibling": {
 			resource: `{spec: {hostPID: true, containers: [{image: "a:1"}]}}`,
 			pattern:  `{spec: {=(hostPID): false, containers: [{(image): "*:latest", imagePullPolicy: Always}]}}`,
@@ -562,6 +582,11 @@ func TestValidateSkipMessagesAreKyvernos(t *testing.T) {
 			resource: `{spec: {initContainers: [{image: "test/foo:1.2.3"}]}}`,
 			pattern:  privEsc,
 			want:     Skip, wantMsg: "conditional anchor mismatch: resource value 'test/foo:1.2.3' does not match '!*/foo:*.*.*' at path /spec/initContainers/0/image/",
+		},
+		"two anchored lists whose every element is excluded give every element's reason, in key order": {
+			resource: `{spec: {initContainers: [{image: "a/foo:1.0.0"}], containers: [{image: "b/foo:2.0.0"}, {image: "c/foo:3.0.0"}]}}`,
+			pattern:  privEsc,
+			want:     Skip, wantMsg: "conditional anchor mismatch: resource value 'b/foo:2.0.0' does not match '!*/foo:*.*.*' at path /spec/containers/0/image/; conditional anchor mismatch: resource value 'c/foo:3.0.0' does not match '!*/foo:*.*.*' at path /spec/containers/1/image/; conditional anchor mismatch: resource value 'a/foo:1.0.0' does not match '!*/foo:*.*.*' at path /spec/initContainers/0/image/",
 		},
 		"whole numbers are quoted as integers": {
 			resource: `{spec: {replicas: 1000000}}`,
