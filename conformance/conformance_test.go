@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	"github.com/tally-dev/tally/conformance"
+	"github.com/tally-dev/tally/conformance/harness"
 )
 
 // The suite runs every case of conformance/cases against one provider,
@@ -59,7 +60,7 @@ func TestMain(m *testing.M) {
 	testenv = env.NewWithConfig(envconf.New()).WithContext(ctx)
 	var stopProvider func() error
 	testenv.Setup(func(ctx context.Context, cfg *envconf.Config) (context.Context, error) {
-		p, stopFn, err := conformance.ProviderFromEnv(ctx, os.Getenv("TALLY_CONFORMANCE_PROVIDER"))
+		p, stopFn, err := harness.ProviderFromEnv(ctx, os.Getenv("TALLY_CONFORMANCE_PROVIDER"))
 		if err != nil {
 			return ctx, fmt.Errorf("conformance provider: %w", err)
 		}
@@ -96,7 +97,7 @@ func TestMain(m *testing.M) {
 			}
 			leftovers = err
 		}
-		if l, ok := provider.(*conformance.Local); ok && (suiteFailed || leftovers != nil) {
+		if l, ok := provider.(*harness.Local); ok && (suiteFailed || leftovers != nil) {
 			l.KeepLogs()
 			fmt.Printf("tally's logs are kept in %s\n", l.Dir())
 		}
@@ -144,7 +145,7 @@ var _ = Describe("reporting rules", func() {
 const extensionPrefix = "EXTENSION: "
 
 func logsHint() string {
-	if l, ok := provider.(*conformance.Local); ok {
+	if l, ok := provider.(*harness.Local); ok {
 		return "tally's logs: " + filepath.Join(l.Dir(), "*.log")
 	}
 	return ""

@@ -1,7 +1,8 @@
-package conformance
+package harness
 
 import (
 	"context"
+	"github.com/tally-dev/tally/conformance"
 
 	"github.com/tally-dev/tally/e2e/kind"
 )
@@ -10,12 +11,12 @@ import (
 // e2e-framework's kind support, with tally built by the repository's
 // Dockerfile and deployed from config/overlays/kind (see e2e/kind), and
 // returns it as a Deployed provider; stop deletes the cluster.
-func startKind(ctx context.Context) (Provider, func() error, error) {
+func startKind(ctx context.Context) (conformance.Provider, func() error, error) {
 	kubeconfig, stop, err := kind.Start(ctx, kind.ClusterName())
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := NewDeployed("kind", kubeconfig)
+	p, err := conformance.NewDeployed("kind", kubeconfig)
 	if err != nil {
 		_ = stop()
 		return nil, nil, err

@@ -1,4 +1,4 @@
-package conformance
+package harness
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/tally-dev/tally/conformance"
 	"net"
 	"net/http"
 	"os"
@@ -316,7 +317,7 @@ func (l *Local) createWebhookConfiguration(ctx context.Context) error {
 			}},
 			// Only the namespaces (and Namespace objects) of cases: the
 			// control plane's own requests never wait on tally.
-			NamespaceSelector:       &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: CaseLabel, Operator: metav1.LabelSelectorOpExists}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: conformance.CaseLabel, Operator: metav1.LabelSelectorOpExists}}},
 			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "conformance.tally.dev/ignore", Operator: metav1.LabelSelectorOpDoesNotExist}}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
@@ -419,7 +420,7 @@ func (l *Local) ForgeReview(ctx context.Context, review []byte) error {
 		}
 		// The TCP connection was made (the webhook listens: waitCABundle),
 		// so no HTTP answer means the TLS handshake was refused.
-		return fmt.Errorf("forge: %w: %w", ErrForgeryRefused, err)
+		return fmt.Errorf("forge: %w: %w", conformance.ErrForgeryRefused, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -450,13 +451,13 @@ func (l *Local) Config() *rest.Config { return l.cluster.Config }
 func (l *Local) Kubeconfig() string   { return l.cluster.Kubeconfig }
 func (l *Local) Can(what string) bool {
 	switch what {
-	case CanRescan, CanRestartScanner, CanRestartMerger, CanFailoverMerger, CanMetrics, CanRestartAPIServer, CanTally, CanFaultInject:
+	case conformance.CanRescan, conformance.CanRestartScanner, conformance.CanRestartMerger, conformance.CanFailoverMerger, conformance.CanMetrics, conformance.CanRestartAPIServer, conformance.CanTally, conformance.CanFaultInject:
 		return true
-	case CanTallyWebhook:
+	case conformance.CanTallyWebhook:
 		return l.mode == Standalone
-	case CanWebhookClientAuth:
+	case conformance.CanWebhookClientAuth:
 		return l.mode == Standalone && l.webhookAuth
-	case CanIngest:
+	case conformance.CanIngest:
 		return l.mode == BesideKyverno
 	}
 	return false
@@ -509,14 +510,14 @@ func (l *Local) Restart(ctx context.Context, component string) error {
 			return err == nil, nil
 		})
 	}
-	return fmt.Errorf("restart %s: %w", component, ErrUnsupported)
+	return fmt.Errorf("restart %s: %w", component, conformance.ErrUnsupported)
 }
 
 // Failover kills the merger replica holding the Lease; the standby takes
 // over once the Lease expires. The killed replica comes back as a standby.
 func (l *Local) Failover(ctx context.Context, component string) error {
 	if component != "merger" {
-		return fmt.Errorf("failover %s: %w", component, ErrUnsupported)
+		return fmt.Errorf("failover %s: %w", component, conformance.ErrUnsupported)
 	}
 	var holder string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -548,10 +549,13 @@ func (l *Local) mergerLeader(ctx context.Context) string {
 
 // PolicyLoaded: tally-scanner marks a policy Ready once it evaluates it.
 func (l *Local) PolicyLoaded(_ context.Context, policy *unstructured.Unstructured) (bool, error) {
-	return StatusReady(policy), nil
+	return conformance.StatusReady(policy), nil
 }
 
-var _ Provider = (*Local)(nil)
+var _ conformance.Provider = (*Local)(nil)
+
+// fieldManager is the conformance suite's (conformance's runner writes with the same).
+const fieldManager = "tally-conformance"
 
 // errNoProvider is returned for an unknown provider name.
 var errNoProvider = errors.New("unknown provider")
@@ -567,7 +571,7 @@ func (l *Local) Metrics(ctx context.Context, component string) ([]byte, error) {
 	}
 	port, ok := l.ports[name]
 	if !ok {
-		return nil, fmt.Errorf("metrics of %s: %w", component, ErrUnsupported)
+		return nil, fmt.Errorf("metrics of %s: %w", component, conformance.ErrUnsupported)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+"/metrics", nil)
 	if err != nil {
