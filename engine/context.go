@@ -74,7 +74,12 @@ func (req *Request) data(obj, old map[string]any) map[string]any {
 			data["serviceAccountNamespace"] = ns
 		}
 	}
-	if imgs := imagesOf(obj); imgs != nil {
+	switch imgs, err := imagesOf(obj); {
+	case err != nil:
+		// Only the variables that read it fail, as in Kyverno: a rule that
+		// never reads images is evaluated as usual.
+		data["images"] = variables.NewLazy("images", func() (any, error) { return nil, err })
+	case imgs != nil:
 		data["images"] = imgs
 	}
 	return data

@@ -1,14 +1,21 @@
 package engine
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/distribution/reference"
+)
 
 // imagesOf builds the "images" variable: for each container list of the pod
 // spec (of a Pod or of a pod controller's template), the parsed image of every
-// container by container name.
-func imagesOf(obj map[string]any) map[string]any {
+// container by container name. An image that is not a valid reference
+// (upper-case repository, "*") makes the whole variable fail, as Kyverno's
+// does: the error says which image and why.
+func imagesOf(obj map[string]any) (map[string]any, error) {
 	spec := podSpecOf(obj)
 	if spec == nil {
-		return nil
+		return nil, nil
 	}
 	out := map[string]any{}
 	for _, list := range [...]string{"containers", "initContainers", "ephemeralContainers"} {
@@ -24,14 +31,51 @@ func imagesOf(obj map[string]any) map[string]any {
 			if image == "" {
 				continue
 			}
+			if err := checkImage(image); err != nil {
+				return nil, err
+			}
 			byName[name] = parseImage(image)
 		}
 		out[list] = byName
 	}
 	if len(out) == 0 {
-		return nil
+		return nil, nil
 	}
-	return out
+	return out, nil
+}
+
+// defaultRegistry is the registry of an image reference that names none.
+const defaultRegistry = "docker.io"
+
+// checkImage reports an image that is not a valid reference once given the
+// default registry, in the words of Kyverno's images variable ("invalid
+// image 'X' (bad image: docker.io/X, defaultRegistry: docker.io,
+// enableDefaultRegistryMutation: true: repository name must be lowercase)").
+func checkImage(image string) error {
+	full := image
+	if registryOf(image) == "" {
+		full = defaultRegistry + "/" + image
+	}
+	if _, err := reference.Parse(full); err != nil {
+		return fmt.Errorf("invalid image '%s' (bad image: %s, defaultRegistry: %s, enableDefaultRegistryMutation: true: %w)",
+			image, full, defaultRegistry, err)
+	}
+	return nil
+}
+
+// registryOf returns the registry an image reference names, or "" when it
+// names none: by the Docker convention, the part before the first "/" is a
+// registry when it has a "." or a ":", is "localhost", or has an upper-case
+// letter (a repository path never has one).
+func registryOf(ref string) string {
+	first, _, found := strings.Cut(ref, "/")
+	if !found {
+		return ""
+	}
+	if strings.ContainsAny(first, ".:") || first == "localhost" || strings.ToLower(first) != first {
+		return first
+	}
+	return ""
 }
 
 // podSpecOf returns the pod spec of a Pod, a pod controller or a CronJob.
@@ -71,14 +115,9 @@ func parseImage(image string) map[string]any {
 		tag = ref[i+1:]
 		ref = ref[:i]
 	}
-	registry := "docker.io"
-	path := ref
-	if i := strings.Index(ref, "/"); i >= 0 {
-		first := ref[:i]
-		if strings.ContainsAny(first, ".:") || first == "localhost" {
-			registry = first
-			path = ref[i+1:]
-		}
+	registry, path := defaultRegistry, ref
+	if r := registryOf(ref); r != "" {
+		registry, path = r, ref[len(r)+1:]
 	}
 	if tag == "" && digest == "" {
 		tag = "latest"
