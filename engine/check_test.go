@@ -132,6 +132,7 @@ func TestPoliciesKyvernoAcceptsAreAccepted(t *testing.T) {
 		"a legacy match.resources":                     policyWith("", "match: {resources: {kinds: [Pod]}}", ""),
 		"a podSecurity version":                        policyWith("", "", `{podSecurity: {level: restricted, version: v1.29}}`),
 		"a key with parentheses inside":                policyWith("", "", `{pattern: {metadata: {annotations: {"a(b)c": "?*"}}}}`),
+		"a pattern operator without operand":           policyWith("", "", `{message: m, pattern: {metadata: {labels: {team: ">="}}}}`),
 	}
 	for name, doc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -77,6 +77,10 @@ func TestRuleResults(t *testing.T) {
 			rule:        `    validate: {message: "m", pattern: {metadata: {labels: {owner: "?*"}}}}`,
 			want:        engine.RuleResult{Result: engine.Warn},
 		},
+		"a pattern operator without operand fails wherever the field is, as Kyverno's": {
+			rule: `    validate: {message: "team", pattern: {metadata: {labels: {team: ">="}}}}`,
+			want: engine.RuleResult{Result: engine.Fail, Message: "validation error: team. rule r failed at path /metadata/labels/team/"},
+		},
 		"R23 unmet preconditions skip": {
 			rule: `    preconditions: {all: [{key: "{{ request.object.metadata.namespace }}", operator: Equals, value: prod}]}
     validate: {message: "m", deny: {}}`,

@@ -93,7 +93,7 @@ func Malformed(p *Policy) error {
 }
 
 // checkPatterns rejects patterns that can never be evaluated meaningfully
-// (an operator without operand, an empty list, ...: see pattern.Check).
+// (an empty list, an existence anchor without a list: see pattern.Check).
 func checkPatterns(v *kyvernov1.Validation) error {
 	if v == nil {
 		return nil

@@ -4,15 +4,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 )
 
 // Check reports the first construct of a pattern that can never be
 // evaluated meaningfully, so that a policy using it can be rejected with a
 // clear reason rather than failing every resource: a value outside the JSON
-// data model, an empty list, an existence anchor whose value is not a
-// non-empty list, or an operator without an operand. The error names the
-// pattern path.
+// data model, an empty list, or an existence anchor whose value is not a
+// non-empty list. The error names the pattern path.
 func Check(pattern any) error {
 	return check(pattern, "/")
 }
@@ -40,29 +38,14 @@ func check(p any, path string) error {
 				return err
 			}
 		}
-	case string:
-		return checkString(t, path)
-	case nil, bool:
+	case string, nil, bool:
+		// Any string is a pattern value. An operator without operand
+		// (">=") is accepted, as Kyverno accepts it, and matches nothing
+		// but itself (see MatchValue): the rule fails on every resource
+		// that has the field, as it does in Kyverno.
 	default:
 		if _, ok := toNumber(p); !ok {
 			return fmt.Errorf("pattern %s: unsupported value of type %T", path, p)
-		}
-	}
-	return nil
-}
-
-// checkString rejects conditions that are an operator alone (">=", "!"
-// followed by nothing but spaces), which can never match.
-func checkString(s, path string) error {
-	if s == "*" {
-		return nil
-	}
-	for _, alt := range strings.Split(s, "|") {
-		for _, cond := range strings.Split(alt, "&") {
-			cond = strings.TrimSpace(cond)
-			if op, a, _ := parseCondition(cond); op != opEqual && a == "" {
-				return fmt.Errorf("pattern %s: operator without operand in %q", path, s)
-			}
 		}
 	}
 	return nil

@@ -33,6 +33,13 @@ func TestMatchValue(t *testing.T) {
 		"a string pattern rejects another boolean": {true, "false", false},
 		"a string pattern matches an integer":      {int64(3), "3", true},
 
+		// An operator without operand (">="), which Kyverno accepts in a policy.
+		"an operator without operand matches no string":   {"admin", ">=", false},
+		"an operator without operand matches no number":   {int64(5), ">=", false},
+		"an operator without operand matches no quantity": {"100Mi", "<", false},
+		"an operator without operand matches no empty":    {"", ">=", false},
+		"an operator without operand matches itself":      {">=", ">=", true},
+
 		// Empty and null patterns.
 		"an empty pattern matches a missing value":  {nil, "", true},
 		"an empty pattern matches an empty string":  {"", "", true},
