@@ -2,6 +2,7 @@ package tester
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,7 +14,8 @@ import (
 // corpus name (ClusterPolicies and Policies, with and without validate.cel;
 // ValidatingPolicies): Kyverno accepts them all, so none may be refused by
 // tally's checks (schema, semantic rules, Malformed, CEL compilation) and
-// none may be unsupported.
+// none may be unsupported. Every policy the Kyverno CLI printed a result for
+// (ORACLE.jsonl) must be among those tally loaded from its folder.
 func TestCorpusPoliciesAreAccepted(t *testing.T) {
 	corpus := corpusDir(t)
 	f, err := os.Open(filepath.Join(corpus, "INDEX.tsv"))
@@ -29,6 +31,8 @@ func TestCorpusPoliciesAreAccepted(t *testing.T) {
 			dirs = append(dirs, filepath.Join(corpus, cols[0], cols[1]))
 		}
 	}
+	accepted := map[string]bool{} // folder + "\x00" + policy name
+
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +66,9 @@ func TestCorpusPoliciesAreAccepted(t *testing.T) {
 						continue
 					}
 					checked++
+					if lp.Invalid == nil {
+						accepted[dir+"\x00"+lp.Name] = true
+					}
 					var inv *InvalidPolicyError
 					if lp.Invalid != nil {
 						if !errors.As(lp.Invalid, &inv) {
@@ -77,6 +84,29 @@ func TestCorpusPoliciesAreAccepted(t *testing.T) {
 		t.Fatalf("only %d policies checked: the corpus was not read", checked)
 	}
 	t.Logf("%d policies of the corpus accepted", checked)
+	oracle, err := os.ReadFile(filepath.Join(corpus, "ORACLE.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(oracle)), "\n") {
+		var r struct{ Suite, Test, Policy string }
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("ORACLE.jsonl: %v", err)
+		}
+		key := filepath.Join(corpus, r.Suite, r.Test) + "\x00" + r.Policy
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		if !accepted[key] {
+			t.Errorf("%s/%s: policy %s, which the Kyverno CLI loaded, was not loaded", r.Suite, r.Test, r.Policy)
+		}
+	}
+	if len(seen) < 250 {
+		t.Fatalf("only %d policies of ORACLE.jsonl checked: it was not read", len(seen))
+	}
+	t.Logf("%d policies the Kyverno CLI loaded are loaded", len(seen))
 }
 
 // A ValidatingPolicy that cannot be evaluated is refused with the reason,
