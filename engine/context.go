@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -110,9 +111,10 @@ func serviceAccount(username string) (ns, name string, ok bool) {
 }
 
 // setPath sets a dotted path in data, copying every map on the way so that
-// shared inputs (the resource) are never modified.
+// shared inputs (the resource) are never modified. A segment may be quoted
+// as in JMESPath (request.object.metadata.annotations."example.com/x").
 func setPath(data map[string]any, path string, value any) {
-	keys := strings.Split(path, ".")
+	keys := splitPath(path)
 	cur := data
 	for _, k := range keys[:len(keys)-1] {
 		next, _ := cur[k].(map[string]any)
@@ -224,7 +226,7 @@ func variableValue(v *kyvernov1.Variable, data map[string]any) (any, error) {
 
 func lookupPath(data map[string]any, path string) (any, bool) {
 	var cur any = data
-	for _, k := range strings.Split(path, ".") {
+	for _, k := range splitPath(path) {
 		m, ok := cur.(map[string]any)
 		if !ok {
 			return nil, false
@@ -234,4 +236,41 @@ func lookupPath(data map[string]any, path string) (any, bool) {
 		}
 	}
 	return cur, true
+}
+
+// splitPath splits a dotted path (a values file's key, a context entry's
+// name) into its keys. A segment in double quotes is a JMESPath quoted
+// identifier: its dots are part of the key, and it may hold JSON escapes
+// (\" for a quote).
+func splitPath(path string) []string {
+	if !strings.Contains(path, `"`) {
+		return strings.Split(path, ".")
+	}
+	var keys []string
+	start, quoted := 0, false
+	for i := 0; i <= len(path); i++ {
+		switch {
+		case i == len(path) || (path[i] == '.' && !quoted):
+			keys = append(keys, unquoteKey(path[start:i]))
+			start = i + 1
+		case path[i] == '\\' && quoted && i+1 < len(path):
+			i++
+		case path[i] == '"':
+			quoted = !quoted
+		}
+	}
+	return keys
+}
+
+// unquoteKey reads a quoted identifier ("example.com/x"); any other segment
+// is a key as written.
+func unquoteKey(seg string) string {
+	if len(seg) < 2 || seg[0] != '"' || seg[len(seg)-1] != '"' {
+		return seg
+	}
+	var key string
+	if err := json.Unmarshal([]byte(seg), &key); err != nil {
+		return seg[1 : len(seg)-1]
+	}
+	return key
 }
