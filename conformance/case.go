@@ -83,6 +83,12 @@ type Given struct {
 	// Kyverno's policy webhook does (and tally's, in standalone mode); the
 	// runner creates them after Policies and checks that none is stored.
 	RejectedPolicies []RejectedPolicy `json:"rejectedPolicies,omitempty"`
+	// UnusablePolicies must never be evaluated, and the implementation
+	// chooses how: a policy webhook refuses one at creation (Kyverno's
+	// does, even for a policy that bypasses the local provider's webhook),
+	// or it is stored and marked not Ready. The runner creates them after
+	// Policies and waits for either.
+	UnusablePolicies []UnusablePolicy `json:"unusablePolicies,omitempty"`
 	// Bulk creates many copies of a resource (with the policies' existing
 	// resources), named <name>-000, <name>-001, ...
 	Bulk []Bulk `json:"bulk,omitempty"`
@@ -192,6 +198,19 @@ type RejectedPolicy struct {
 	MessageContains []string                  `json:"messageContains,omitempty"`
 }
 
+// UnusablePolicy is a policy that is either refused at creation or stored
+// and not Ready; either way the reason contains every MessageContains.
+type UnusablePolicy struct {
+	Policy unstructured.Unstructured `json:"policy"`
+	// MessageContains are substrings of the refusal, or of the Ready
+	// condition's message of a stored policy.
+	MessageContains []string `json:"messageContains,omitempty"`
+	// Event, when set, is the reason of an Event a stored policy must get,
+	// its message containing MessageContains too (nothing is asked of a
+	// refused one: it does not exist).
+	Event string `json:"event,omitempty"`
+}
+
 // Ref names an object.
 type Ref struct {
 	APIVersion string `json:"apiVersion"`
@@ -285,6 +304,10 @@ type ObjectExpectation struct {
 // ReportExpectation describes the final report of one resource.
 type ReportExpectation struct {
 	For Ref `json:"for"`
+	// Needs lists provider capabilities without which this expectation is
+	// not checked (a configuration's own promise: tally's webhook records
+	// what Kyverno's drops, say).
+	Needs []string `json:"needs,omitempty"`
 	// Absent: the resource has no final report at all.
 	Absent bool `json:"absent,omitempty"`
 	// Results must each match one entry of the report.
@@ -389,6 +412,12 @@ func (c *Case) validate() error {
 	objs := append(append(append(append([]unstructured.Unstructured{}, c.Given.CRDs...), c.Given.Resources...), c.Given.Exceptions...), append(c.Given.Policies, c.Given.InvalidPolicies...)...)
 	for _, r := range c.Given.RejectedPolicies {
 		objs = append(objs, r.Policy)
+	}
+	for i, u := range c.Given.UnusablePolicies {
+		if !isPolicy(&u.Policy) {
+			return fmt.Errorf("given.unusablePolicies[%d]: %s %s has no Ready condition to check: a ClusterPolicy, Policy, ValidatingPolicy or NamespacedValidatingPolicy is needed", i, u.Policy.GetKind(), u.Policy.GetName())
+		}
+		objs = append(objs, u.Policy)
 	}
 	for i, obj := range objs {
 		if obj.GetAPIVersion() == "" || obj.GetKind() == "" || obj.GetName() == "" {

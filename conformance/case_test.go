@@ -60,14 +60,15 @@ func TestReadmeTableNamesTheCases(t *testing.T) {
 
 func TestBadCasesAreRejectedWithTheirName(t *testing.T) {
 	tests := map[string]struct{ file, want string }{
-		"no rules":         {"rules: []\nsteps: [{then: {}}]", "at least one R-ID"},
-		"bad rule id":      {"rules: [X1]\nsteps: [{then: {}}]", `"X1" is not an R-ID`},
-		"name not rule":    {"rules: [R02]\nsteps: [{then: {}}]", "must start with its first rule"},
-		"two actions":      {"rules: [R01]\nsteps: [{when: [{scan: true, restart: scanner}], then: {}}]", "exactly one action"},
-		"unknown field":    {"rules: [R01]\nstep: []", "unknown field"},
-		"no steps":         {"rules: [R01]", "at least one step"},
-		"absent+results":   {"rules: [R01]\nsteps: [{then: {reports: [{for: {kind: Pod, name: p}, absent: true, results: [{policy: p}]}]}}]", "exclude each other"},
-		"bad intermediate": {"rules: [R01]\nsteps: [{then: {intermediate: [{for: {kind: Pod, name: p}, kind: Foo}]}}]", "AdmissionReport or BackgroundScanReport"},
+		"no rules":            {"rules: []\nsteps: [{then: {}}]", "at least one R-ID"},
+		"bad rule id":         {"rules: [X1]\nsteps: [{then: {}}]", `"X1" is not an R-ID`},
+		"name not rule":       {"rules: [R02]\nsteps: [{then: {}}]", "must start with its first rule"},
+		"two actions":         {"rules: [R01]\nsteps: [{when: [{scan: true, restart: scanner}], then: {}}]", "exactly one action"},
+		"unknown field":       {"rules: [R01]\nstep: []", "unknown field"},
+		"no steps":            {"rules: [R01]", "at least one step"},
+		"absent+results":      {"rules: [R01]\nsteps: [{then: {reports: [{for: {kind: Pod, name: p}, absent: true, results: [{policy: p}]}]}}]", "exclude each other"},
+		"unusable non-policy": {"rules: [R01]\ngiven: {unusablePolicies: [{policy: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}}}]}\nsteps: [{then: {}}]", "has no Ready condition"},
+		"bad intermediate":    {"rules: [R01]\nsteps: [{then: {intermediate: [{for: {kind: Pod, name: p}, kind: Foo}]}}]", "AdmissionReport or BackgroundScanReport"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-dev/tally/report"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -167,6 +168,11 @@ func (x *run) given(ctx context.Context) error {
 		}
 	}
 	for _, ns := range x.c.Given.Namespaces {
+		// The namespace of an earlier run of the case may still be
+		// terminating (cleanup does not wait): it must be gone first.
+		if err := x.waitNamespaceGone(ctx, ns.Name); err != nil {
+			return err
+		}
 		obj := &unstructured.Unstructured{}
 		obj.SetAPIVersion("v1")
 		obj.SetKind("Namespace")
@@ -225,7 +231,20 @@ func (x *run) given(ctx context.Context) error {
 			return err
 		}
 	}
-	return x.waitLoaded(ctx, policies)
+	var stored []UnusablePolicy
+	for _, u := range x.c.Given.UnusablePolicies {
+		ok, err := x.createUnusable(ctx, u)
+		if err != nil {
+			return err
+		}
+		if ok {
+			stored = append(stored, u)
+		}
+	}
+	if err := x.waitLoaded(ctx, policies); err != nil {
+		return err
+	}
+	return x.waitNotReady(ctx, stored)
 }
 
 // waitEstablished waits until a CRD serves its kind.
@@ -252,6 +271,47 @@ func (x *run) waitEstablished(ctx context.Context, ref Ref) error {
 	return nil
 }
 
+// waitNamespaceGone waits until a namespace that is being deleted is gone;
+// one that does not exist, or is not terminating, is left to create.
+func (x *run) waitNamespaceGone(ctx context.Context, name string) error {
+	var last *corev1.Namespace
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, x.Timeout, true, func(ctx context.Context) (bool, error) {
+		ns, err := x.kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, nil // transient: asked again until the timeout
+		}
+		last = ns
+		return ns.DeletionTimestamp == nil, nil
+	})
+	if err != nil {
+		phase := "(unknown)"
+		if last != nil {
+			phase = string(last.Status.Phase)
+		}
+		return fmt.Errorf("namespace %s, being deleted (phase %s), is not gone after %s: %w", name, phase, x.Timeout, err)
+	}
+	return nil
+}
+
+// refused reports whether a create failed because an admission webhook (or
+// the API server's validation) refused the object.
+func refused(err error) bool {
+	return apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || strings.Contains(err.Error(), "denied the request")
+}
+
+// firstMissing returns the first of substrings that text lacks ("" if none).
+func firstMissing(text string, substrings []string) (string, bool) {
+	for _, s := range substrings {
+		if !strings.Contains(text, s) {
+			return s, true
+		}
+	}
+	return "", false
+}
+
 // createRejected creates a policy that the policy webhook must refuse with
 // the given reason.
 func (x *run) createRejected(ctx context.Context, r RejectedPolicy) error {
@@ -261,12 +321,83 @@ func (x *run) createRejected(ctx context.Context, r RejectedPolicy) error {
 	if err == nil {
 		return fmt.Errorf("%s was stored; the policy webhook must refuse it", ref)
 	}
-	if !apierrors.IsBadRequest(err) && !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) && !strings.Contains(err.Error(), "denied the request") {
+	if !refused(err) {
 		return fmt.Errorf("%s: want a refusal, got %w", ref, err)
 	}
-	for _, s := range r.MessageContains {
-		if !strings.Contains(err.Error(), s) {
-			return fmt.Errorf("%s: the refusal %q does not say %q", ref, err.Error(), s)
+	if s, ok := firstMissing(err.Error(), r.MessageContains); ok {
+		return fmt.Errorf("%s: the refusal %q does not say %q", ref, err.Error(), s)
+	}
+	return nil
+}
+
+// createUnusable creates a policy that must never be evaluated. Refused at
+// creation, with the reason, it is done with; stored (true), it must then
+// be marked not Ready (waitNotReady).
+func (x *run) createUnusable(ctx context.Context, u UnusablePolicy) (stored bool, err error) {
+	p := u.Policy.DeepCopy()
+	ref := RefOf(p)
+	err = x.create(ctx, p, false)
+	if err == nil {
+		return true, nil
+	}
+	if !refused(err) {
+		return false, fmt.Errorf("%s: want it refused or stored, got %w", ref, err)
+	}
+	if s, ok := firstMissing(err.Error(), u.MessageContains); ok {
+		return false, fmt.Errorf("%s: the refusal %q does not say %q", ref, err.Error(), s)
+	}
+	x.logf("%s: %s refused at creation", x.c.Name, ref)
+	return false, nil
+}
+
+// waitNotReady waits until every stored unusable policy is marked not Ready
+// with its reason (and has its Event, if asked).
+func (x *run) waitNotReady(ctx context.Context, stored []UnusablePolicy) error {
+	for _, u := range stored {
+		ref := RefOf(&u.Policy)
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, x.Timeout, true, func(ctx context.Context) (bool, error) {
+			last = x.checkNotReady(ctx, u)
+			return last == nil, nil
+		})
+		if err != nil {
+			if last == nil {
+				last = err
+			}
+			return fmt.Errorf("%s was stored, and is not marked not Ready with its reason within %s: %w", ref, x.Timeout, last)
+		}
+	}
+	return nil
+}
+
+// checkNotReady says why a stored unusable policy is not (yet) marked not
+// Ready with its reason, nil once it is.
+func (x *run) checkNotReady(ctx context.Context, u UnusablePolicy) error {
+	ref := RefOf(&u.Policy)
+	cur, err := x.get(ctx, ref)
+	if err != nil {
+		return err
+	}
+	conds, _, _ := unstructured.NestedSlice(cur.Object, statusPath(cur, "conditions")...)
+	status, message := "(none)", ""
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			status, _ = m["status"].(string)
+			message, _ = m["message"].(string)
+		}
+	}
+	if status != "False" {
+		return fmt.Errorf("condition Ready is %s, want False", status)
+	}
+	if s, ok := firstMissing(message, u.MessageContains); ok {
+		return fmt.Errorf("condition Ready's message %q does not say %q", message, s)
+	}
+	if u.Event == "" {
+		return nil
+	}
+	for _, s := range append([]string{""}, u.MessageContains...) {
+		if err := x.checkEvent(ctx, EventExpectation{For: ref, Reason: u.Event, MessageContains: s}); err != nil {
+			return fmt.Errorf("event %s saying %q: %w", u.Event, s, err)
 		}
 	}
 	return nil
