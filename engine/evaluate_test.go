@@ -81,6 +81,18 @@ func TestRuleResults(t *testing.T) {
 			rule: `    validate: {message: "team", pattern: {metadata: {labels: {team: ">="}}}}`,
 			want: engine.RuleResult{Result: engine.Fail, Message: "validation error: team. rule r failed at path /metadata/labels/team/"},
 		},
+		"a precondition reading a variable nothing defines is an error, as Kyverno's": {
+			rule: `    preconditions: {all: [{key: "{{ tier == 'gold' }}", operator: Equals, value: false}]}
+    validate: {message: "m", pattern: {metadata: {name: "?*"}}}`,
+			want: engine.RuleResult{Result: engine.Error, Message: "failed to evaluate preconditions: failed to substitute variables in condition key: " +
+				"failed to resolve tier == 'gold' at path : JMESPath query failed: Unknown key \"tier\" in path"},
+		},
+		"a precondition reading a context variable in a comparison is evaluated": {
+			rule: `    context: [{name: tier, variable: {value: gold}}]
+    preconditions: {all: [{key: "{{ tier == 'gold' }}", operator: Equals, value: false}]}
+    validate: {message: "m", pattern: {metadata: {name: "?*"}}}`,
+			want: engine.RuleResult{Result: engine.Skip, Message: "preconditions not met"},
+		},
 		"R23 unmet preconditions skip": {
 			rule: `    preconditions: {all: [{key: "{{ request.object.metadata.namespace }}", operator: Equals, value: prod}]}
     validate: {message: "m", deny: {}}`,

@@ -26,7 +26,10 @@
 //
 // Missing keys are told from nulls for simple paths (a.b[0]."c.d"), alone
 // or as the last alternative of an "||"; other expressions yielding null are
-// taken as null.
+// taken as null. A variable nothing defines (a name read from the top of the
+// data that the data lacks: not request, element, a context entry, a value)
+// is an error wherever the expression reads it ("{{ tier == 'gold' }}"),
+// but on the left of an "||", whose right side is then the default.
 //
 // Numbers in the data may be float64, int, int64 or json.Number; the
 // interpreter only knows float64, so expressions that compare, compute or

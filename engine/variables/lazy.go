@@ -111,6 +111,35 @@ func rootReads(n parsing.ASTNode, names *[]string, whole *bool) {
 	}
 }
 
+// requiredReads collects the names an expression reads from the top of the
+// data (as rootReads) except those on the left of an "||": a missing name
+// there gives the right side, the default ("{{ foo || 'x' }}").
+func requiredReads(n parsing.ASTNode, names *[]string) {
+	switch n.NodeType {
+	case parsing.ASTField:
+		if key, ok := n.Value.(string); ok {
+			*names = append(*names, key)
+		}
+		return
+	case parsing.ASTCurrentNode, parsing.ASTIdentity, parsing.ASTRootNode, parsing.ASTLiteral, parsing.ASTExpRef:
+		return
+	case parsing.ASTOrExpression:
+		if len(n.Children) == 2 {
+			requiredReads(n.Children[1], names)
+		}
+		return
+	case parsing.ASTSubexpression, parsing.ASTIndexExpression, parsing.ASTPipe, parsing.ASTFlatten,
+		parsing.ASTProjection, parsing.ASTFilterProjection, parsing.ASTValueProjection:
+		if len(n.Children) > 0 {
+			requiredReads(n.Children[0], names)
+		}
+		return
+	}
+	for _, c := range n.Children {
+		requiredReads(c, names)
+	}
+}
+
 // readsDollar reports whether n reads the top of the data through $.
 func readsDollar(n parsing.ASTNode) bool {
 	if n.NodeType == parsing.ASTRootNode {

@@ -54,6 +54,9 @@ type expression struct {
 	// names are loaded before it is evaluated.
 	roots     []string
 	readsRoot bool
+	// required are the names of roots whose absence is an error: those read
+	// anywhere but on the left of an "||" (whose right side is the default).
+	required []string
 }
 
 // step is one field or index of a simple path.
@@ -105,6 +108,7 @@ func compileUncached(expr string) (e *expression) {
 	}
 	e = &expression{jp: jp, numeric: isNumeric(ast), path: nullPath(ast)}
 	rootReads(ast, &e.roots, &e.readsRoot)
+	requiredReads(ast, &e.required)
 	return e
 }
 
@@ -161,6 +165,18 @@ func simplePath(n parsing.ASTNode, out *[]step) bool {
 		return true
 	}
 	return false
+}
+
+// missingRoot returns the first name the expression requires from the top
+// of data that data lacks: a variable nothing defines ("{{ foo == 'x' }}"),
+// which Kyverno reports as an unknown key wherever it is read.
+func (e *expression) missingRoot(data map[string]any) (string, bool) {
+	for _, name := range e.required {
+		if _, ok := data[name]; !ok {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // missingKey walks a simple path through data and returns the first map key

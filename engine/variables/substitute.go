@@ -377,6 +377,9 @@ func (s *substituter) resolve(expr string) (any, error) {
 		}
 		data = s.numeric
 	}
+	if key, missing := e.missingRoot(s.data); missing {
+		return s.unresolved(expr, fmt.Errorf("JMESPath query failed: %w", notFoundError{key: key}))
+	}
 	v, err := e.search(expr, data)
 	if err == nil && v == nil && e.path != nil {
 		if key, missing := missingKey(e.path, data); missing {
@@ -384,16 +387,22 @@ func (s *substituter) resolve(expr string) (any, error) {
 		}
 	}
 	if err != nil {
-		if s.mode == Lenient {
-			return "", nil // Kyverno substitutes "" for what conditions cannot resolve
-		}
-		var ve *VariableError
-		if errors.As(err, &ve) {
-			return nil, err
-		}
-		return nil, &VariableError{Expr: expr, Path: s.pointer(), Err: err}
+		return s.unresolved(expr, err)
 	}
 	return v, nil
+}
+
+// unresolved is the outcome of a variable whose expression failed: an error
+// naming it and where it is, or "" in Lenient mode.
+func (s *substituter) unresolved(expr string, err error) (any, error) {
+	if s.mode == Lenient {
+		return "", nil // Kyverno substitutes "" for what conditions cannot resolve
+	}
+	var ve *VariableError
+	if errors.As(err, &ve) {
+		return nil, err
+	}
+	return nil, &VariableError{Expr: expr, Path: s.pointer(), Err: err}
 }
 
 // oldObject rewrites request.object (not request.objectX) to request.oldObject.
