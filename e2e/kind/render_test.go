@@ -1,7 +1,12 @@
 package kind
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -165,6 +170,127 @@ func TestRenderOverlays(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// TestRenderOverlaysWithKubectl renders every overlay with the kustomize
+// that kubectl embeds, which the documented `kubectl apply -k` uses: it must
+// render them at all (kubectl 1.32's kustomize v5.5.0 crashes on several
+// `$patch: delete` documents in one patch file, kustomize issue 5471), and
+// render the same objects as the pinned sigs.k8s.io/kustomize/api. That
+// older kustomize cannot be linked beside the pinned one (one module, one
+// version per build), so kubectl is run; without it the test is skipped.
+func TestRenderOverlaysWithKubectl(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl is not on PATH: the overlays are rendered with the pinned kustomize API only (TestRenderOverlays)")
+	}
+	if out, err := exec.Command(kubectl, "version", "--client", "-o", "json").Output(); err == nil {
+		var v struct {
+			Client struct {
+				GitVersion string `json:"gitVersion"`
+			} `json:"clientVersion"`
+			Kustomize string `json:"kustomizeVersion"`
+		}
+		if json.Unmarshal(out, &v) == nil {
+			t.Logf("kubectl %s, kustomize %s", v.Client.GitVersion, v.Kustomize)
+		}
+	}
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(filepath.Join(root, "config", "overlays"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		overlay := e.Name()
+		t.Run(overlay, func(t *testing.T) {
+			cmd := exec.Command(kubectl, "kustomize", filepath.Join(root, "config", "overlays", overlay))
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("kubectl kustomize: %v\n%s", err, tail(stderr.Bytes(), 2000))
+			}
+			got, err := decodeObjects(stdout.Bytes())
+			if err != nil {
+				t.Fatalf("kubectl kustomize printed what cannot be read: %v", err)
+			}
+			for _, diff := range sameObjects(got, render(t, overlay)) {
+				t.Error(diff)
+			}
+		})
+	}
+}
+
+// sameObjects lists how the objects of kubectl's rendering differ from the
+// pinned API's (nothing when they are the same objects, in any order).
+func sameObjects(kubectl, pinned []*unstructured.Unstructured) []string {
+	index := func(objs []*unstructured.Unstructured) map[string]string {
+		m := map[string]string{}
+		for _, o := range objs {
+			data, err := json.Marshal(o.Object) // keys sorted; 1 and 1.0 alike
+			if err != nil {
+				data = []byte(err.Error())
+			}
+			m[o.GetAPIVersion()+" "+Describe(o)] = string(data)
+		}
+		return m
+	}
+	got, want := index(kubectl), index(pinned)
+	var diffs []string
+	for _, id := range slices.Sorted(maps.Keys(want)) {
+		switch g, ok := got[id]; {
+		case !ok:
+			diffs = append(diffs, "kubectl's kustomize left out "+id)
+		case g != want[id]:
+			diffs = append(diffs, fmt.Sprintf("%s differs:\nkubectl: %s\npinned:  %s", id, g, want[id]))
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[id]; !ok {
+			diffs = append(diffs, "kubectl's kustomize added "+id)
+		}
+	}
+	if len(kubectl) != len(got) || len(pinned) != len(want) {
+		diffs = append(diffs, fmt.Sprintf("objects rendered twice: kubectl %d (%d distinct), pinned %d (%d distinct)", len(kubectl), len(got), len(pinned), len(want)))
+	}
+	return diffs
+}
+
+// TestBesideKyvernoCRDsAreCopies: the overlay lists its four CRDs from
+// crd/ (kustomize loads no file outside the overlay's folder); each must be
+// the generated file of config/crd/bases, byte for byte.
+func TestBesideKyvernoCRDsAreCopies(t *testing.T) {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "config", "overlays", "beside-kyverno", "crd")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 4 {
+		t.Errorf("%s holds %d files, want the 4 intermediate report CRDs", dir, len(entries))
+	}
+	for _, e := range entries {
+		copied, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		generated, err := os.ReadFile(filepath.Join(root, "config", "crd", "bases", e.Name()))
+		if err != nil {
+			t.Errorf("%s is not a copy of a generated CRD: %v", e.Name(), err)
+			continue
+		}
+		if !bytes.Equal(copied, generated) {
+			t.Errorf("config/overlays/beside-kyverno/crd/%s differs from config/crd/bases/%[1]s: copy it again (cp config/crd/bases/%[1]s config/overlays/beside-kyverno/crd/)", e.Name())
+		}
 	}
 }
 
