@@ -13,10 +13,13 @@
 // properties.process derived from the policy's background setting. Like
 // Kyverno, it keeps the policies' Ready condition.
 //
-// Like Kyverno 1.19 (measured beside it, issue 25), it writes no report at
-// all for an admitted request that a ValidatingPolicy with the Deny action
-// matched, even one that passed: the results of every other policy on that
-// request, Warn and Audit ones included, are never reported.
+// Like Kyverno 1.19 (measured beside it, issue 25), it reports no
+// ValidatingPolicy result of an admitted request that a ValidatingPolicy
+// with the Deny action matched, even one that passed: the results of the
+// Warn and Audit ValidatingPolicies on that request are never reported.
+// Results of classic policies, which Kyverno evaluates in a webhook handler
+// of their own, are written as usual (not measured: Kyverno's run had
+// ValidatingPolicies alone on such requests).
 package main
 
 import (
@@ -30,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -106,7 +110,7 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 			Name: "kyverno_standin_reports_created_total", Help: "EphemeralReports and ClusterEphemeralReports written, by kind.",
 		}, []string{"kind"})}
 	s.withheld = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "kyverno_standin_reports_withheld_total", Help: "Admitted requests left without a report because a denying ValidatingPolicy matched them, as Kyverno 1.19 does.",
+		Name: "kyverno_standin_reports_withheld_total", Help: "Admitted requests whose ValidatingPolicy results were not reported because a denying ValidatingPolicy matched them, as Kyverno 1.19 does.",
 	})
 	reg.MustRegister(s.created, s.withheld)
 	bridge := admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
@@ -175,7 +179,8 @@ type standin struct {
 	client  dynamic.Interface
 	ctx     context.Context
 	created *prometheus.CounterVec
-	// withheld counts the requests deniedBy left without a report.
+	// withheld counts the requests whose ValidatingPolicy results deniedBy
+	// kept out.
 	withheld prometheus.Counter
 
 	mu         sync.Mutex
@@ -222,17 +227,21 @@ func (s *standin) remember(gvr schema.GroupVersionResource, u *unstructured.Unst
 	}
 }
 
-// write creates the request's EphemeralReport as Kyverno 1.19 does: none
-// when a denying ValidatingPolicy gave a result (see deniedBy).
+// write creates the request's EphemeralReport as Kyverno 1.19 does:
+// without the ValidatingPolicy results when a denying ValidatingPolicy gave
+// one (see deniedBy), and none when nothing is left.
 func (s *standin) write(a admission.Admitted) {
-	results := make([]wgv1alpha2.PolicyReportResult, len(a.Results))
 	s.mu.Lock()
-	if s.deniedBy(a.Results) {
-		s.mu.Unlock()
+	kept, policyLabels, withheld := s.reported(a)
+	if withheld {
 		s.withheld.Inc()
+	}
+	if len(kept) == 0 {
+		s.mu.Unlock()
 		return
 	}
-	for i, r := range a.Results {
+	results := make([]wgv1alpha2.PolicyReportResult, len(kept))
+	for i, r := range kept {
 		process := report.ProcessAdmission
 		if s.background[r.Policy] {
 			process = report.ProcessBackground // Kyverno derives it from the policy
@@ -253,7 +262,7 @@ func (s *standin) write(a admission.Admitted) {
 	if v := report.GVRLabel(a.GVR); len(v) <= 63 {
 		labels[report.LabelResourceGVR] = v
 	}
-	maps.Copy(labels, a.PolicyLabels)
+	maps.Copy(labels, policyLabels)
 	meta := metav1.ObjectMeta{
 		GenerateName: string(a.Request.UID) + "-", Namespace: a.Subject.Namespace, Labels: labels,
 		Annotations: map[string]string{report.AnnotationResourceName: a.Subject.Name, report.AnnotationResourceNamespace: a.Subject.Namespace},
@@ -284,9 +293,24 @@ func (s *standin) write(a admission.Admitted) {
 	}()
 }
 
+// reported returns the results of a request that Kyverno 1.19 reports, and
+// the policy labels of its report: without the ValidatingPolicies' when
+// deniedBy (withheld). The caller holds s.mu.
+func (s *standin) reported(a admission.Admitted) (results []wgv1alpha2.PolicyReportResult, policyLabels map[string]string, withheld bool) {
+	if !s.deniedBy(a.Results) {
+		return a.Results, a.PolicyLabels, false
+	}
+	results = slices.DeleteFunc(slices.Clone(a.Results), func(r wgv1alpha2.PolicyReportResult) bool {
+		return r.Source == engine.SourceValidatingPolicy
+	})
+	policyLabels = maps.Clone(a.PolicyLabels)
+	maps.DeleteFunc(policyLabels, func(k, _ string) bool { return strings.HasPrefix(k, "vpol.kyverno.io/") })
+	return results, policyLabels, true
+}
+
 // deniedBy reports whether a ValidatingPolicy with the Deny action matched
 // the request (it gave a result, whatever the result). Kyverno 1.19 then
-// writes no EphemeralReport for the request. The caller holds s.mu.
+// reports no ValidatingPolicy result of the request. The caller holds s.mu.
 func (s *standin) deniedBy(results []wgv1alpha2.PolicyReportResult) bool {
 	for _, r := range results {
 		if r.Source == engine.SourceValidatingPolicy && s.deny[r.Policy] {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/admission"
 	"github.com/tally-dev/tally/engine"
 )
 
@@ -45,6 +48,58 @@ func TestDeniedBy(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := s.deniedBy(tc.results); got != tc.want {
 				t.Errorf("deniedBy = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReportedKeepsClassicResultsOnly(t *testing.T) {
+	s := &standin{background: map[string]bool{}, deny: map[string]bool{}}
+	for name, actions := range map[string][]any{"deny": {"Deny"}, "audit": {"Audit"}} {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"validationActions": actions}}}
+		u.SetName(name)
+		s.remember(gvrValidatingPolicy, u)
+	}
+	classic := wgv1alpha2.PolicyReportResult{Policy: "require-team", Rule: "r", Result: wgv1alpha2.ResultFail, Source: "kyverno"}
+	vp := func(name string) wgv1alpha2.PolicyReportResult {
+		return wgv1alpha2.PolicyReportResult{Policy: name, Result: wgv1alpha2.ResultPass, Source: engine.SourceValidatingPolicy}
+	}
+	labels := map[string]string{"cpol.kyverno.io/require-team": "1", "vpol.kyverno.io/deny": "2", "vpol.kyverno.io/audit": "3"}
+
+	tests := map[string]struct {
+		results      []wgv1alpha2.PolicyReportResult
+		want         []string
+		wantLabels   []string
+		wantWithheld bool
+	}{
+		"without a Deny policy, everything": {
+			[]wgv1alpha2.PolicyReportResult{classic, vp("audit")}, []string{"require-team", "audit"},
+			[]string{"cpol.kyverno.io/require-team", "vpol.kyverno.io/audit", "vpol.kyverno.io/deny"}, false,
+		},
+		"with one, the classic results alone": {
+			[]wgv1alpha2.PolicyReportResult{classic, vp("audit"), vp("deny")}, []string{"require-team"},
+			[]string{"cpol.kyverno.io/require-team"}, true,
+		},
+		"with one and CEL policies alone, nothing": {
+			[]wgv1alpha2.PolicyReportResult{vp("audit"), vp("deny")}, nil, []string{"cpol.kyverno.io/require-team"}, true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			a := admission.Admitted{Results: tc.results, PolicyLabels: labels}
+			got, gotLabels, withheld := s.reported(a)
+			var policies []string
+			for _, r := range got {
+				policies = append(policies, r.Policy)
+			}
+			if !slices.Equal(policies, tc.want) || withheld != tc.wantWithheld {
+				t.Errorf("reported %v (withheld %v), want %v (withheld %v)", policies, withheld, tc.want, tc.wantWithheld)
+			}
+			if keys := slices.Sorted(maps.Keys(gotLabels)); !slices.Equal(keys, tc.wantLabels) {
+				t.Errorf("policy labels %v, want %v", keys, tc.wantLabels)
+			}
+			if len(a.PolicyLabels) != 3 || len(a.Results) != len(tc.results) {
+				t.Error("the request's own results and labels were changed")
 			}
 		})
 	}
