@@ -11,7 +11,9 @@
 // the request UID, an empty spec.owner and no ownerReferences, the resource
 // named only by audit.kyverno.io labels and annotations, and
 // properties.process derived from the policy's background setting. Like
-// Kyverno, it keeps the policies' Ready condition.
+// Kyverno, it keeps the policies' Ready condition. Its webhook answers the
+// policy writes Kyverno's policy webhook refuses in its own words, or where
+// tally's webhook stores the policy, as Kyverno does (policywebhook.go).
 //
 // Like Kyverno 1.19 (measured beside it, issue 25), it reports no
 // ValidatingPolicy result of an admitted request that a ValidatingPolicy
@@ -113,11 +115,16 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 		Name: "kyverno_standin_reports_withheld_total", Help: "Admitted requests whose ValidatingPolicy results were not reported because a denying ValidatingPolicy matched them, as Kyverno 1.19 does.",
 	})
 	reg.MustRegister(s.created, s.withheld)
+	const secretName = "kyverno-svc.kyverno.svc.kyverno-tls-pair"
 	bridge := admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
-		Listen: webhookListen, SecretNamespace: namespace, SecretName: "kyverno-svc.kyverno.svc.kyverno-tls-pair",
+		// The bridge's own listener goes unused: the stand-in serves the
+		// webhook, Kyverno's policy checks first (policywebhook.go).
+		Listen: "127.0.0.1:0", SecretNamespace: namespace, SecretName: secretName,
 		WebhookConfiguration: webhookConfiguration, Registry: prometheus.NewRegistry(),
 		Sink: s.write, OnPolicy: s.policyLoaded,
 	})
+	webhook := &webhookServer{addr: webhookListen, handler: policyWebhook{next: bridge}, ready: bridge.Serving,
+		certs: &secretCert{kube: kube, namespace: namespace, name: secretName}}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -125,7 +132,7 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !bridge.Serving() || bridge.Addr() == "" {
+		if !bridge.Serving() || !webhook.up.Load() {
 			http.Error(w, "webhook not serving yet", http.StatusServiceUnavailable)
 			return
 		}
@@ -134,15 +141,22 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	// Kyverno also keeps the status of its CEL policies (which this
-	// stand-in's webhook does not evaluate): they are marked ready.
+	// Kyverno also keeps the status of its CEL policies: ready, or not with
+	// the compiler's message (one its webhook did not see).
 	for _, gvr := range []schema.GroupVersionResource{gvrValidatingPolicy, gvrNamespacedValidatingPolicy} {
 		if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
 			src := watch.Start(ctx, dyn, gvr, celStatus{s})
 			defer src.Stop()
 		}
 	}
-	return bridge.Run(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- bridge.Run(ctx) }()
+	go func() { errc <- webhook.run(ctx) }()
+	err = <-errc // the first to end ends the other
+	cancel()
+	return errors.Join(err, <-errc)
 }
 
 var (
