@@ -32,6 +32,14 @@ type Request struct {
 	// Operation defaults to CREATE.
 	Operation   string
 	Subresource string
+	// Parent is, for the object of a subresource that has a kind of its own
+	// (a Scale for deployments/scale), the group, version and kind of the
+	// resource it belongs to (apps/v1 Deployment). Rules then see the request
+	// as that subresource of the parent (kinds: [Deployment/scale]) and as
+	// the object's own kind (kinds: [Scale]), as Kyverno does. Empty when the
+	// subresource object is the parent's kind (deployments/status) or there
+	// is no subresource.
+	Parent schema.GroupVersionKind
 	// UserInfo is nil in background scans.
 	UserInfo *UserInfo
 	// NamespaceLabels are the labels of the resource's namespace (for namespaceSelector).
@@ -75,6 +83,10 @@ func (req *Request) shared() *requestCache {
 	if !c.filled {
 		c.data = req.data(req.Object, req.OldObject)
 		c.res = resourceOf(req.subject(), req.Subresource)
+		if req.Subresource != "" && req.Parent.Kind != "" {
+			c.res.ObjectGroup, c.res.ObjectVersion, c.res.ObjectKind = c.res.Group, c.res.Version, c.res.Kind
+			c.res.Group, c.res.Version, c.res.Kind = req.Parent.Group, req.Parent.Version, req.Parent.Kind
+		}
 		c.filled = true
 	}
 	return c

@@ -351,6 +351,7 @@ func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op 
 		Params:          l.params,
 		Values:          vs,
 	}
+	req.Subresource, req.Parent = l.test.Values.SubresourceOf(r.obj)
 	if l.cluster != nil {
 		req.Loader, req.Data = l.cluster, l.cluster
 	}
@@ -485,6 +486,7 @@ func mergeValues(inline, file *ValuesSpec) *ValuesSpec {
 	merged.Policies = append(append([]PolicyValues{}, file.Policies...), inline.Policies...)
 	merged.NamespaceSelector = append(append([]NamespaceSelector{}, file.NamespaceSelector...), inline.NamespaceSelector...)
 	merged.Namespaces = append(append(merged.Namespaces[:0:0], file.Namespaces...), inline.Namespaces...)
+	merged.Subresources = append(append([]Subresource{}, file.Subresources...), inline.Subresources...)
 	merged.GlobalValues = map[string]any{}
 	for k, v := range file.GlobalValues {
 		merged.GlobalValues[k] = v

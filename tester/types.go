@@ -2,6 +2,7 @@ package tester
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Test is a kyverno-test.yaml document (cli.kyverno.io/v1alpha1 Test).
@@ -65,6 +66,17 @@ type ValuesSpec struct {
 	Policies          []PolicyValues      `json:"policies,omitempty"`
 	NamespaceSelector []NamespaceSelector `json:"namespaceSelector,omitempty"`
 	Namespaces        []corev1.Namespace  `json:"namespaces,omitempty"`
+	// Subresources say which resource a subresource object with a kind of
+	// its own belongs to (autoscaling/v1 Scale: deployments/scale of apps/v1
+	// Deployment), as the cluster's discovery would.
+	Subresources []Subresource `json:"subresources,omitempty"`
+}
+
+// Subresource maps a subresource (name "deployments/scale", and the group,
+// version and kind of its object) to its parent resource.
+type Subresource struct {
+	Subresource    metav1.APIResource `json:"subresource"`
+	ParentResource metav1.APIResource `json:"parentResource"`
 }
 
 // PolicyValues are the values of one policy.

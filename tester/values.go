@@ -3,6 +3,8 @@ package tester
 import (
 	"strings"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/tally-dev/tally/engine"
 )
 
@@ -174,4 +176,33 @@ func (v *ValuesSpec) NamespaceLabels(namespace string) map[string]string {
 		}
 	}
 	return out
+}
+
+// SubresourceOf says, for an object whose group, version and kind are those
+// of a subresource the values list (autoscaling/v1 Scale), which subresource
+// it is ("scale") and the kind of its parent resource (apps/v1 Deployment),
+// as Kyverno's CLI reads the values' subresources. Other objects are not
+// subresources: "" and an empty kind.
+func (v *ValuesSpec) SubresourceOf(obj map[string]any) (string, schema.GroupVersionKind) {
+	if v == nil || len(v.Subresources) == 0 {
+		return "", schema.GroupVersionKind{}
+	}
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return "", schema.GroupVersionKind{}
+	}
+	for _, s := range v.Subresources {
+		sub, parent := s.Subresource, s.ParentResource
+		if sub.Kind != kind || sub.Group != gv.Group || sub.Version != gv.Version {
+			continue
+		}
+		_, name, found := strings.Cut(sub.Name, "/")
+		if !found || name == "" || parent.Kind == "" {
+			continue
+		}
+		return name, schema.GroupVersionKind{Group: parent.Group, Version: parent.Version, Kind: parent.Kind}
+	}
+	return "", schema.GroupVersionKind{}
 }

@@ -59,6 +59,7 @@ type dataInputs struct {
 func (in *dataInputs) request(req *engine.Request, res map[string]any) {
 	s := report.SubjectOf(res)
 	req.Values = tester.ValueSource(in.values, s.Name)
+	req.Subresource, req.Parent = in.values.SubresourceOf(res)
 	req.UserInfo = in.user
 	if labels := in.values.NamespaceLabels(s.Namespace); labels != nil {
 		req.NamespaceLabels = labels

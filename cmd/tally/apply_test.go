@@ -103,6 +103,32 @@ userInfo:
   groups: [admins]
 `
 
+// scalePolicy matches the scale subresource of Deployments; scaleObject is
+// such a subresource's object, which scaleValues maps to deployments/scale.
+const scalePolicy = `apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: restrict-scale}
+spec:
+  background: false
+  rules:
+  - name: scale-max-eight
+    match: {any: [{resources: {kinds: [Deployment/scale]}}]}
+    validate: {message: at most 8 replicas, pattern: {spec: {replicas: "<9"}}}
+`
+
+const scaleObject = `apiVersion: autoscaling/v1
+kind: Scale
+metadata: {name: web, namespace: shop}
+spec: {replicas: 9}
+`
+
+const scaleValues = `apiVersion: cli.kyverno.io/v1alpha1
+kind: Values
+subresources:
+- subresource: {name: deployments/scale, kind: Scale, group: autoscaling, version: v1}
+  parentResource: {name: deployments, kind: Deployment, group: apps, version: v1}
+`
+
 // tally apply takes the Kyverno CLI's flags and gives its exit codes: 0
 // when nothing failed, 1 on a fail or error result or unreadable input,
 // --warn-exit-code for warnings alone; bad input is named on stderr.
@@ -112,6 +138,7 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 		"good.yaml": goodPolicy, "audit.yaml": auditPolicy, "enforce.yaml": enforcePolicy, "erring.yaml": errorPolicy,
 		"pod.yaml": pod, "lone.yaml": podWithoutTeam, "broken.yaml": "kind: Pod\nmetadata: [\n", "empty.yaml": "",
 		"allowed.yaml": allowedPolicy, "values.yaml": allowedValues, "context.yaml": allowedContext, "user.yaml": userInfo, "admins.yaml": adminsPolicy,
+		"scale-policy.yaml": scalePolicy, "scale.yaml": scaleObject, "scale-values.yaml": scaleValues,
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
@@ -236,6 +263,14 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 		},
 		"without -u the policy does not pass": {
 			args: []string{"apply", in("admins.yaml"), "-r", in("pod.yaml")}, code: 1,
+		},
+		"-f's subresources make a Scale the scale subresource of a Deployment": {
+			args: []string{"apply", in("scale-policy.yaml"), "-r", in("scale.yaml"), "-f", in("scale-values.yaml")}, code: 1,
+			stdout: []string{"Scale/shop/web", "scale-max-eight", "fail: 1"},
+		},
+		"without the values' subresources a Scale is no Deployment's": {
+			args: []string{"apply", in("scale-policy.yaml"), "-r", in("scale.yaml")}, code: 0,
+			stdout: []string{"pass: 0, fail: 0"},
 		},
 		"-p prints one merged ClusterPolicyReport, as Kyverno's CLI": {
 			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-p"}, code: 0,

@@ -20,7 +20,12 @@ type Resource struct {
 	Group, Version, Kind string
 	// Subresource is "" for the resource itself, or e.g. "status", "exec", "scale".
 	Subresource string
-	Name        string
+	// ObjectGroup, ObjectVersion and ObjectKind are, for a subresource whose
+	// object has a kind of its own (autoscaling/v1 Scale for
+	// deployments/scale), that kind: a selector of it without subresource
+	// ("Scale") selects the request too, as in Kyverno. Empty otherwise.
+	ObjectGroup, ObjectVersion, ObjectKind string
+	Name                                   string
 	// GenerateName stands in for Name in name filters while Name is empty
 	// (a CREATE request of an object named by the API server).
 	GenerateName string
@@ -352,6 +357,9 @@ func (f *filter) matches(res *Resource, nsLabels map[string]string, req *request
 func (f *filter) matchKinds(res *Resource) bool {
 	for i := range f.kinds {
 		if f.kinds[i].Matches(res.Group, res.Version, res.Kind, res.Subresource) {
+			return true
+		}
+		if res.ObjectKind != "" && f.kinds[i].Matches(res.ObjectGroup, res.ObjectVersion, res.ObjectKind, "") {
 			return true
 		}
 	}

@@ -48,27 +48,37 @@ func TestMatches(t *testing.T) {
 		want     bool
 	}{
 		// kinds
-		"a kind selects that kind":                         {match: `any: [{resources: {kinds: [Pod]}}]`, res: pod, want: true},
-		"a kind does not select another kind":              {match: `any: [{resources: {kinds: [Pod]}}]`, res: deployment},
-		"a kind selects it in any group":                   {match: `any: [{resources: {kinds: [Deployment]}}]`, res: deployment, want: true},
-		"kinds are an OR":                                  {match: `any: [{resources: {kinds: [Service, Pod]}}]`, res: pod, want: true},
-		"kind matching is case-sensitive":                  {match: `any: [{resources: {kinds: [pod]}}]`, res: pod},
-		"version/kind selects that version":                {match: `any: [{resources: {kinds: [v1/Pod]}}]`, res: pod, want: true},
-		"version/kind rejects another version":             {match: `any: [{resources: {kinds: [v2/Pod]}}]`, res: pod},
-		"group/version/kind selects that group":            {match: `any: [{resources: {kinds: [apps/v1/Deployment]}}]`, res: deployment, want: true},
-		"group/version/kind rejects another group":         {match: `any: [{resources: {kinds: [extensions/v1beta1/Deployment]}}]`, res: deployment},
-		"group/*/kind selects every version":               {match: `any: [{resources: {kinds: ["apps/*/Deployment"]}}]`, res: deployment, want: true},
-		"group/*/* selects every kind of the group":        {match: `any: [{resources: {kinds: ["apps/*/*"]}}]`, res: deployment, want: true},
-		"group/*/* rejects other groups":                   {match: `any: [{resources: {kinds: ["apps/*/*"]}}]`, res: pod},
-		"*/kind selects every version":                     {match: `any: [{resources: {kinds: ["*/Pod"]}}]`, res: pod, want: true},
-		"* selects every kind":                             {match: `any: [{resources: {kinds: ["*"]}}]`, res: clusterRole, want: true},
-		"* selects no subresource":                         {match: `any: [{resources: {kinds: ["*"]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "status" })},
-		"*/* selects subresources":                         {match: `any: [{resources: {kinds: ["*/*"]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "status" }), want: true},
-		"kind/subresource selects the subresource":         {match: `any: [{resources: {kinds: [Pod/status]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "status" }), want: true},
-		"kind/subresource does not select the resource":    {match: `any: [{resources: {kinds: [Pod/status]}}]`, res: pod},
-		"kind.subresource selects the subresource":         {match: `any: [{resources: {kinds: [v1/Pod.exec]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "exec" }), want: true},
-		"group/version/kind/subresource":                   {match: `any: [{resources: {kinds: [apps/v1/Deployment/scale]}}]`, res: with(deployment, func(r *Resource) { r.Subresource = "scale" }), want: true},
-		"a kind does not select its subresources":          {match: `any: [{resources: {kinds: [Pod]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "exec" })},
+		"a kind selects that kind":                      {match: `any: [{resources: {kinds: [Pod]}}]`, res: pod, want: true},
+		"a kind does not select another kind":           {match: `any: [{resources: {kinds: [Pod]}}]`, res: deployment},
+		"a kind selects it in any group":                {match: `any: [{resources: {kinds: [Deployment]}}]`, res: deployment, want: true},
+		"kinds are an OR":                               {match: `any: [{resources: {kinds: [Service, Pod]}}]`, res: pod, want: true},
+		"kind matching is case-sensitive":               {match: `any: [{resources: {kinds: [pod]}}]`, res: pod},
+		"version/kind selects that version":             {match: `any: [{resources: {kinds: [v1/Pod]}}]`, res: pod, want: true},
+		"version/kind rejects another version":          {match: `any: [{resources: {kinds: [v2/Pod]}}]`, res: pod},
+		"group/version/kind selects that group":         {match: `any: [{resources: {kinds: [apps/v1/Deployment]}}]`, res: deployment, want: true},
+		"group/version/kind rejects another group":      {match: `any: [{resources: {kinds: [extensions/v1beta1/Deployment]}}]`, res: deployment},
+		"group/*/kind selects every version":            {match: `any: [{resources: {kinds: ["apps/*/Deployment"]}}]`, res: deployment, want: true},
+		"group/*/* selects every kind of the group":     {match: `any: [{resources: {kinds: ["apps/*/*"]}}]`, res: deployment, want: true},
+		"group/*/* rejects other groups":                {match: `any: [{resources: {kinds: ["apps/*/*"]}}]`, res: pod},
+		"*/kind selects every version":                  {match: `any: [{resources: {kinds: ["*/Pod"]}}]`, res: pod, want: true},
+		"* selects every kind":                          {match: `any: [{resources: {kinds: ["*"]}}]`, res: clusterRole, want: true},
+		"* selects no subresource":                      {match: `any: [{resources: {kinds: ["*"]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "status" })},
+		"*/* selects subresources":                      {match: `any: [{resources: {kinds: ["*/*"]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "status" }), want: true},
+		"kind/subresource selects the subresource":      {match: `any: [{resources: {kinds: [Pod/status]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "status" }), want: true},
+		"kind/subresource does not select the resource": {match: `any: [{resources: {kinds: [Pod/status]}}]`, res: pod},
+		"kind.subresource selects the subresource":      {match: `any: [{resources: {kinds: [v1/Pod.exec]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "exec" }), want: true},
+		"group/version/kind/subresource":                {match: `any: [{resources: {kinds: [apps/v1/Deployment/scale]}}]`, res: with(deployment, func(r *Resource) { r.Subresource = "scale" }), want: true},
+		"a kind does not select its subresources":       {match: `any: [{resources: {kinds: [Pod]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "exec" })},
+		"a subresource object's own kind selects it": {match: `any: [{resources: {kinds: [Scale]}}]`, res: with(deployment, func(r *Resource) {
+			r.Subresource, r.ObjectGroup, r.ObjectVersion, r.ObjectKind = "scale", "autoscaling", "v1", "Scale"
+		}), want: true},
+		"a subresource object's own kind with its version selects it": {match: `any: [{resources: {kinds: [autoscaling/v1/Scale]}}]`, res: with(deployment, func(r *Resource) {
+			r.Subresource, r.ObjectGroup, r.ObjectVersion, r.ObjectKind = "scale", "autoscaling", "v1", "Scale"
+		}), want: true},
+		"another kind does not select a subresource object": {match: `any: [{resources: {kinds: [Deployment]}}]`, res: with(deployment, func(r *Resource) {
+			r.Subresource, r.ObjectGroup, r.ObjectVersion, r.ObjectKind = "scale", "autoscaling", "v1", "Scale"
+		})},
+
 		"Pod selects the ephemeralcontainers subresource":  {match: `any: [{resources: {kinds: [Pod]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "ephemeralcontainers" }), want: true},
 		"kind/* selects the resource and its subresources": {match: `any: [{resources: {kinds: ["Pod/*"]}}]`, res: with(pod, func(r *Resource) { r.Subresource = "log" }), want: true},
 
