@@ -162,9 +162,16 @@ func admissionResults(ctx context.Context, cfg *envconf.Config, ns, uid string) 
 		}
 		return nil, nil, err
 	}
+	// The newest result per rule, across the report's sections (one per
+	// content hash; Kyverno's ingested results carry none).
 	out := map[string]string{}
+	newest := map[string]metav1.Timestamp{}
 	for _, res := range r.Spec.Results {
-		out[res.Policy+"/"+res.Rule] = string(res.Result)
+		k := res.Policy + "/" + res.Rule
+		if t, ok := newest[k]; ok && (t.Seconds > res.Timestamp.Seconds || (t.Seconds == res.Timestamp.Seconds && t.Nanos > res.Timestamp.Nanos)) {
+			continue
+		}
+		out[k], newest[k] = string(res.Result), res.Timestamp
 	}
 	return out, &r, nil
 }

@@ -83,6 +83,7 @@ func oneOfEachKind() []k8s.Object {
 	}
 	spec := kyvernov1.Spec{
 		Background:              ptr.To(true),
+		Admission:               ptr.To(true), // the CRD defaults it, as Kyverno's does
 		ValidationFailureAction: kyvernov1.Audit,
 		Rules:                   []kyvernov1.Rule{rule, psRule},
 	}

@@ -507,7 +507,7 @@ func TestScannerRejectsInvalidPolicies(t *testing.T) {
 	)
 	badCron.Annotations[scan.AnnotationSchedule] = "every tuesday"
 	badUser.Spec.Rules[0].Match.Any[0].Subjects = []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "alice"}} // background is on by default
-	badPat.Spec.Rules[0].Validate.Pattern = &apiextv1.JSON{Raw: []byte(`{"metadata":{"name":">="}}`)}
+	badPat.Spec.Rules[0].Validate.Pattern = &apiextv1.JSON{Raw: []byte(`{"metadata":{"name":"{{ request.object.metadata.(( }}"}}`)}
 	f := features.New("invalid policies").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			r := cfg.Client().Resources()
@@ -606,11 +606,14 @@ func TestScannerSurvivesAPIOutages(t *testing.T) {
 			return ctx
 		}).
 		Assess("started during an outage, it waits and then scans", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			time.Sleep(3 * time.Second)
-			alive(t)
-			if scanner.outage.failed.Load() == 0 {
-				t.Fatal("no request went through the outage")
+			// It keeps trying through the outage (three refused requests),
+			// and does not exit.
+			err := wait.For(func(context.Context) (bool, error) { return scanner.outage.failed.Load() >= 3, nil },
+				wait.WithTimeout(30*time.Second), wait.WithInterval(100*time.Millisecond))
+			if err != nil {
+				t.Fatalf("the scanner did not keep trying through the outage (%d requests failed): %v", scanner.outage.failed.Load(), err)
 			}
+			alive(t)
 			scanner.outage.on.Store(false)
 			waitForResults(ctx, t, cfg, pod, map[string]string{rule: string(wgv1alpha2.ResultFail)})
 			return ctx
@@ -624,12 +627,12 @@ func TestScannerSurvivesAPIOutages(t *testing.T) {
 			if err := cfg.Client().Resources().Update(ctx, pod); err != nil { // the test's client is not cut off
 				t.Fatal(err)
 			}
-			err := wait.For(func(context.Context) (bool, error) { return scanner.outage.failed.Load() > failed, nil },
+			// It keeps trying (three more refused requests), and does not exit.
+			err := wait.For(func(context.Context) (bool, error) { return scanner.outage.failed.Load() >= failed+3, nil },
 				wait.WithTimeout(30*time.Second), wait.WithInterval(100*time.Millisecond))
 			if err != nil {
-				t.Fatalf("the scanner made no request during the outage: %v", err)
+				t.Fatalf("the scanner did not keep trying during the outage: %v", err)
 			}
-			time.Sleep(2 * time.Second)
 			alive(t)
 			scanner.outage.on.Store(false)
 			waitForResults(ctx, t, cfg, pod, map[string]string{rule: string(wgv1alpha2.ResultPass)})
