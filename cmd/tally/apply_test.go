@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -279,23 +277,9 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := runIO(context.Background(), tc.args, strings.NewReader(tc.stdin), &out, &errOut)
-			if code != tc.code {
-				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errOut.String())
-			}
-			for _, want := range tc.stdout {
-				if !strings.Contains(out.String(), want) {
-					t.Errorf("stdout lacks %q:\n%s", want, out.String())
-				}
-			}
-			for _, want := range tc.stderr {
-				if !strings.Contains(errOut.String(), want) {
-					t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
-				}
-			}
-			if strings.Contains(out.String(), `"Policy"`) {
-				t.Errorf("Go field names in the output:\n%s", out.String())
+			out := cliCase{tc.args, tc.stdin, tc.code, tc.stdout, tc.stderr}.check(t)
+			if strings.Contains(out, `"Policy"`) {
+				t.Errorf("Go field names in the output:\n%s", out)
 			}
 		})
 	}

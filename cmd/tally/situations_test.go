@@ -169,21 +169,7 @@ results:
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := runIO(context.Background(), tc.args, strings.NewReader(tc.stdin), &out, &errOut)
-			if code != tc.code {
-				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errOut.String())
-			}
-			for _, want := range tc.stdout {
-				if !strings.Contains(out.String(), want) {
-					t.Errorf("stdout lacks %q:\n%s", want, out.String())
-				}
-			}
-			for _, want := range tc.stderr {
-				if !strings.Contains(errOut.String(), want) {
-					t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
-				}
-			}
+			cliCase{tc.args, tc.stdin, tc.code, tc.stdout, tc.stderr}.check(t)
 		})
 	}
 }
@@ -240,4 +226,35 @@ func TestApplyPolicyReportShape(t *testing.T) {
 	if ns.Kind != "PolicyReport" || ns.Metadata.Name != "team-in-shop" || ns.Metadata.Namespace != "shop" || len(ns.Results) != 2 {
 		t.Errorf("namespaced policy's report: %+v", ns)
 	}
+}
+
+// cliCase is a command line, its standard input, and what it must do: its
+// exit code and substrings of its output.
+type cliCase struct {
+	args           []string
+	stdin          string
+	code           int
+	stdout, stderr []string
+}
+
+// check runs the command line, checks its exit code and output, and
+// returns its standard output.
+func (c cliCase) check(t *testing.T) string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := runIO(context.Background(), c.args, strings.NewReader(c.stdin), &out, &errOut)
+	if code != c.code {
+		t.Errorf("exit %d, want %d (stderr %q)", code, c.code, errOut.String())
+	}
+	for _, want := range c.stdout {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, want := range c.stderr {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+		}
+	}
+	return out.String()
 }
