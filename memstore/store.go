@@ -48,8 +48,9 @@ func (r *Resource) Object() (map[string]any, error) {
 	return obj, nil
 }
 
-// Policy is a policy as the scanner tracks it. Compiled holds the engine's
-// compiled form; memstore does not look into it.
+// Policy is a policy as the scanner tracks it, for the indexes that find
+// the results of a policy and the policies to scan (the compiled form is
+// the scanner's policy set's alone).
 type Policy struct {
 	// Name is the policy's key: its report name ("name" for a ClusterPolicy,
 	// "namespace/name" for a Policy), or for a CEL policy its kind and
@@ -63,9 +64,6 @@ type Policy struct {
 	ResourceVersion    string
 	// Background is false for policies that are not scanned.
 	Background bool
-	// RuleHashes maps each validate rule (autogen included) to a hash of its spec.
-	RuleHashes map[string]uint64
-	Compiled   any
 }
 
 // Exception is a PolicyException; Compiled is the engine's form.

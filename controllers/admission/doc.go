@@ -8,12 +8,15 @@
 // own reflectors, so the webhook works on every replica, not only the
 // scanner's leader); with ingestion on, the kyverno.io AdmissionReports and
 // reports.kyverno.io EphemeralReports that a Kyverno admission controller
-// writes beside tally; the Secret holding the generated serving certificate
-// and the ValidatingWebhookConfiguration whose caBundle it keeps set.
+// writes beside tally. Reads and writes, without watching: the Secret
+// holding the generated serving certificate, and the
+// ValidatingWebhookConfiguration whose caBundle (and rules) it keeps set.
 //
 // Writes: at most one AdmissionReport (namespaced resources) or
-// ClusterAdmissionReport per resource, named by the resource UID. Results
-// are aggregated per UID in memory and flushed in batches with a
-// read-merge-write that keeps the newest result per (policy, rule), so that
-// several replicas can serve the webhook at once. Queue key: resource UID.
+// ClusterAdmissionReport per resource, named by the resource UID, holding
+// one section of results per content hash of the admitted object
+// (sections.go). Results are aggregated per UID in memory and flushed in
+// batches with a read-merge-write that keeps the newest result per (content
+// hash, policy, rule), so that several replicas can serve the webhook at
+// once. Queue key: resource UID.
 package admission

@@ -7,10 +7,11 @@
 //
 // The Merger watches the policies and the four intermediate kinds (lists
 // streamed, so a large kind is never held whole), keeps per resource UID only
-// what Merge needs (compact results, state.go), and, its queue keyed by
-// resource UID, writes the final report (server-side apply) only when its
-// content differs from what it wrote or found at start-up, and deletes it
-// when no result remains. It merges nothing until every kind was listed once,
+// what Merge needs (compact results, state.go; of an AdmissionReport, its
+// sections by content hash, verify.go), and, its queue keyed by resource
+// UID, writes the final report (a create, or a JSON patch of what changed)
+// only when its content differs from what it wrote or found at start-up,
+// and deletes it when no result remains. It merges nothing until every kind was listed once,
 // so a restart writes nothing when nothing changed. Intermediate reports of
 // resources that no longer exist and that the garbage collector cannot see
 // (no ownerReference) are found and deleted by a rate-limited check

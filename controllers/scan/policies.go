@@ -176,7 +176,7 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	if err := s.store.Write(func(w *memstore.WriteTxn) error {
 		return w.PutPolicy(&memstore.Policy{Name: name, ReportName: compiled.Name, Source: compiled.Source,
 			Namespace: compiled.Namespace, ResourceVersion: u.GetResourceVersion(),
-			Background: true, RuleHashes: tp.ruleHashes, Compiled: compiled})
+			Background: true})
 	}); err != nil {
 		log.Error(err, "storing the policy failed")
 	}
@@ -370,7 +370,3 @@ func (s *Scanner) enqueueKinds(gvrs []schema.GroupVersionResource, namespace str
 		}
 	}
 }
-
-// AdmissionPolicies returns the compiled policies with admission enabled
-// (background or not), for the admission bridge.
-func (s *Scanner) AdmissionPolicies() []*engine.Policy { return s.policies.admission() }

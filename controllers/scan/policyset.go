@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
-	"github.com/tally-dev/tally/engine"
 )
 
 // policySet is the policies the scanner knows, by key (policyName): those
@@ -52,20 +51,6 @@ func (ps *policySet) active() []*trackedPolicy {
 	for _, tp := range ps.byKey {
 		if tp.background {
 			out = append(out, tp)
-		}
-	}
-	return out
-}
-
-// admission returns the compiled policies with admission enabled
-// (background or not).
-func (ps *policySet) admission() []*engine.Policy {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	out := make([]*engine.Policy, 0, len(ps.byKey))
-	for _, tp := range ps.byKey {
-		if tp.compiled.AdmissionEnabled() {
-			out = append(out, tp.compiled)
 		}
 	}
 	return out

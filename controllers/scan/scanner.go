@@ -263,15 +263,6 @@ func (s *Scanner) RescanPolicies(keys []string) { s.enqueuePolicies(keys) }
 // not keep (admission.RecorderOptions.OnOverflow).
 func (s *Scanner) Rescan(uid string) { s.queue.Add(uid) }
 
-// NamespaceLabels returns a namespace's labels as the scanner knows them.
-func (s *Scanner) NamespaceLabels(name string) map[string]string {
-	ns, err := s.store.Read().Namespace(name)
-	if err != nil || ns == nil {
-		return nil
-	}
-	return ns.Labels
-}
-
 // Exceptions returns the compiled PolicyExceptions.
 func (s *Scanner) Exceptions() []*engine.Exception {
 	all, err := s.store.Read().Exceptions()
