@@ -1,20 +1,61 @@
 package tester
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/tally-dev/tally/engine/wildcard"
+	sigsyaml "sigs.k8s.io/yaml"
 )
+
+// Reporter writes the results of a run as they come. It is the one place an
+// output format plugs in: RunFiles runs, a Reporter writes.
+//
+// The contract:
+//   - Report is called once per run. Ranging over res.Files runs the test
+//     files, one per iteration, in the order given to RunFiles: each
+//     FileResult is yielded as soon as its file has run, so a reporter that
+//     writes as it ranges streams.
+//   - A reporter ranges over res.Files to the end, unless it fails: it then
+//     returns its error and the files left do not run. Stopping early
+//     without an error is a bug RunFiles reports.
+//   - A reporter needing totals builds them with NewReport(res.Tiers) and
+//     Add, as RunFiles builds the summary it returns: the two agree.
+//   - A reporter does not decide the exit code, and writes nothing but its
+//     format: the caller reads RunFiles' summary (Report.Status) for both.
+type Reporter interface {
+	Report(res Results) error
+}
+
+// Results is a run as a reporter receives it.
+type Results struct {
+	// Tiers are the tier names of Options.Index, in its order (nil without
+	// an index): a report lists every tier, even one with no outcome.
+	Tiers []string
+	// Files yields each test file's result once it has run. It can be
+	// ranged over once.
+	Files iter.Seq[FileResult]
+}
+
+// Discard is a Reporter that writes nothing: the run is read from the
+// summary RunFiles returns.
+var Discard Reporter = discard{}
+
+type discard struct{}
+
+func (discard) Report(res Results) error {
+	for range res.Files {
+	}
+	return nil
+}
 
 // Counts tallies outcomes.
 type Counts struct {
@@ -45,11 +86,12 @@ func (c Counts) String() string {
 	return s
 }
 
-// Report is the result of a run.
+// Report is the summary of a run, as Add builds it from the files' results;
+// the JSON and YAML reporters print it whole.
 type Report struct {
 	Outcomes []Outcome `json:"outcomes"`
-	// Files is the number of test files found (none is not an error:
-	// the caller decides, as kyverno test --require-tests does).
+	// Files is the number of test files run (none is not an error: the
+	// caller decides, as kyverno test --require-tests does).
 	Files int `json:"files"`
 	// Errors are test files that could not be read, and files a test
 	// names that could not be read (their expectations fail too).
@@ -62,163 +104,66 @@ type Report struct {
 	// Tiers, when an index was given: counts per tier name, and the order of the names.
 	Tiers     map[string]*Counts `json:"tiers,omitempty"`
 	TierOrder []string           `json:"-"`
+
+	status Status
 }
 
-// Options choose what a run runs.
-type Options struct {
-	// FileName is the name of the test files (default kyverno-test.yaml).
-	FileName string
-	// Selector keeps the expectations it selects (Kyverno's --test-case-selector).
-	Selector Selector
+// NewReport is an empty summary that will list the given tiers (those of
+// Results.Tiers) first, in their order.
+func NewReport(tiers []string) *Report {
+	r := &Report{}
+	for _, t := range tiers {
+		r.tier(t)
+	}
+	return r
 }
 
-// Selector selects expectations by policy, rule and resource name; an
-// empty or "*" field selects every value.
-type Selector struct{ Policy, Rule, Resource string }
-
-// ParseSelector reads Kyverno's selector syntax:
-// "policy=NAME, rule=NAME, resource=NAME" (any of the three).
-func ParseSelector(s string) (Selector, error) {
-	var sel Selector
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(part, "=")
-		if !ok {
-			return sel, fmt.Errorf("test case selector %q: %q is not key=value", s, part)
-		}
-		switch strings.TrimSpace(k) {
-		case "policy":
-			sel.Policy = strings.TrimSpace(v)
-		case "rule":
-			sel.Rule = strings.TrimSpace(v)
-		case "resource":
-			sel.Resource = strings.TrimSpace(v)
-		default:
-			return sel, fmt.Errorf("test case selector %q: unknown key %q (want policy, rule or resource)", s, k)
+// Add counts one file's result in. A line of Errors or InvalidPolicies
+// several files share is kept once.
+func (r *Report) Add(f FileResult) {
+	r.Files++
+	r.Outcomes = append(r.Outcomes, f.Outcomes...)
+	for _, inv := range f.InvalidPolicies {
+		if !slices.Contains(r.InvalidPolicies, inv) {
+			r.InvalidPolicies = append(r.InvalidPolicies, inv)
 		}
 	}
-	return sel, nil
+	for _, e := range f.Unreadable {
+		if !slices.Contains(r.Errors, e) {
+			r.Errors = append(r.Errors, e)
+		}
+	}
+	if f.Err != nil {
+		r.Errors = append(r.Errors, f.Err.Error())
+	}
+	for _, o := range f.Outcomes {
+		r.Counts.add(o.Status)
+		if f.Tier != "" {
+			r.tier(f.Tier).add(o.Status)
+		}
+	}
+	r.status = r.status.Merge(f.Status())
 }
 
-// selects matches the selector's fields as Kyverno's does: wildcards (*
-// and ?) allowed, a namespace/name resource or policy also named by its
-// name alone.
-func (s Selector) selects(o Outcome) bool {
-	match := func(want, got string) bool {
-		if want == "" || wildcard.Match(want, got) {
-			return true
-		}
-		_, plain, ok := strings.Cut(got, "/")
-		return ok && wildcard.Match(want, plain)
+// tier returns the counts of a tier, adding the tier after the others.
+func (r *Report) tier(name string) *Counts {
+	if r.Tiers == nil {
+		r.Tiers = map[string]*Counts{}
 	}
-	return match(s.Policy, o.Policy) && match(s.Rule, o.Rule) && match(s.Resource, o.Resource)
+	c := r.Tiers[name]
+	if c == nil {
+		c = &Counts{}
+		r.Tiers[name] = c
+		r.TierOrder = append(r.TierOrder, name)
+	}
+	return c
 }
 
-// Run runs every test file under paths. A file that cannot be read counts as
-// one failed expectation, and the others still run. Finding no test file is
-// not an error: the report says so with Files == 0.
-func Run(ctx context.Context, paths []string) (*Report, error) {
-	return RunWith(ctx, paths, Options{})
-}
+// Status is the run rolled up: the Merge of every file's status. Errored
+// means a test could not run; Unsupported and above fail the run.
+func (r *Report) Status() Status { return r.status }
 
-// RunWith is Run with options.
-func RunWith(ctx context.Context, paths []string, opts Options) (*Report, error) {
-	files, err := DiscoverNamed(paths, opts.FileName)
-	if err != nil {
-		return nil, err
-	}
-	rep := &Report{Files: len(files)}
-	for _, f := range files {
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
-		run, err := runFile(ctx, f, nil)
-		for _, o := range run.outcomes {
-			if opts.Selector.selects(o) {
-				rep.Outcomes = append(rep.Outcomes, o)
-			}
-		}
-		for _, inv := range run.invalid {
-			if !contains(rep.InvalidPolicies, inv) {
-				rep.InvalidPolicies = append(rep.InvalidPolicies, inv)
-			}
-		}
-		for _, e := range run.unreadable {
-			if !contains(rep.Errors, e) {
-				rep.Errors = append(rep.Errors, e)
-			}
-		}
-		if err != nil {
-			rep.Errors = append(rep.Errors, err.Error())
-			rep.Outcomes = append(rep.Outcomes, Outcome{File: f, Status: Failed, Reason: err.Error()})
-		}
-	}
-	for _, o := range rep.Outcomes {
-		rep.Counts.add(o.Status)
-	}
-	return rep, nil
-}
-
-// ApplyIndex counts outcomes per tier, from the corpus index (a TSV with the
-// columns suite, folder, tier, ...). A test file belongs to the row whose
-// suite/folder its path ends with; files in no row count under "unindexed".
-func (r *Report) ApplyIndex(indexFile string) error {
-	f, err := os.Open(indexFile)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tierOf := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for line := 0; sc.Scan(); line++ {
-		cols := strings.Split(sc.Text(), "\t")
-		if line == 0 || len(cols) < 3 {
-			continue
-		}
-		key := filepath.ToSlash(filepath.Join(cols[0], cols[1]))
-		tierOf[key] = cols[2]
-		if !contains(r.TierOrder, cols[2]) {
-			r.TierOrder = append(r.TierOrder, cols[2])
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("%s: %w", indexFile, err)
-	}
-	r.Tiers = map[string]*Counts{}
-	for _, t := range r.TierOrder {
-		r.Tiers[t] = &Counts{}
-	}
-	for _, o := range r.Outcomes {
-		tier := "unindexed"
-		dir := filepath.ToSlash(filepath.Dir(o.File))
-		for key, t := range tierOf {
-			if dir == key || strings.HasSuffix(dir, "/"+key) {
-				tier = t
-				break
-			}
-		}
-		if r.Tiers[tier] == nil {
-			r.Tiers[tier] = &Counts{}
-			r.TierOrder = append(r.TierOrder, tier)
-		}
-		r.Tiers[tier].add(o.Status)
-	}
-	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-// TableOptions choose what WriteTable prints.
+// TableOptions choose what the table reporter prints.
 type TableOptions struct {
 	// FailOnly prints only the expectations that failed (or are unsupported).
 	FailOnly bool
@@ -229,76 +174,80 @@ type TableOptions struct {
 	Roots []string
 }
 
-// WriteTable prints one table per test file, as kyverno test does (its
-// expectations numbered, each with its result and reason), then the tier
-// and total lines.
-func (r *Report) WriteTable(w io.Writer, opts TableOptions) error {
-	var files []string
-	byFile := map[string][]Outcome{}
-	for _, o := range r.Outcomes {
-		if _, ok := byFile[o.File]; !ok {
-			files = append(files, o.File)
-		}
-		byFile[o.File] = append(byFile[o.File], o)
-	}
-	for _, f := range files {
-		outs := byFile[f]
-		var c Counts
-		for _, o := range outs {
-			c.add(o.Status)
-		}
-		if opts.FailOnly && c.Failed == 0 && c.Unsupported == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "Test %s (%s): %s\n", relativeTo(f, opts.Roots), outs[0].Test, c)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		header := "  ID\tPOLICY\tRULE\tRESOURCE\tRESULT\tREASON"
-		if opts.Detailed {
-			header = "  ID\tPOLICY\tRULE\tRESOURCE\tRESULT\tEXPECTED\tGOT\tREASON"
-		}
-		fmt.Fprintln(tw, header)
-		for i, o := range outs {
-			if opts.FailOnly && o.Status != Failed && o.Status != Unsupported {
-				continue
-			}
-			reason := "Ok"
-			switch {
-			case o.Status != Passed && o.Reason != "":
-				reason = o.Reason
-			case o.Status == Failed:
-				reason = fmt.Sprintf("Want %s, got %s", o.Expected, o.Got)
-			case o.Reason != "" && opts.Detailed:
-				reason = o.Reason
-			}
-			if !opts.Detailed {
-				reason = oneLine(reason)
-			}
-			if opts.Detailed {
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, o.Policy, o.Rule, o.Resource, statusWord(o.Status), o.Expected, o.Got, reason)
-			} else {
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, o.Policy, o.Rule, o.Resource, statusWord(o.Status), reason)
-			}
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		fmt.Fprintln(w)
-	}
-	r.writeTotals(w)
-	return nil
+// NewTable is the reporter kyverno test's output is modelled on: one table
+// per test file (its expectations numbered, each with its result and
+// reason), written as the file has run, then the tier and total lines.
+func NewTable(w io.Writer, opts TableOptions) Reporter { return table{w: w, opts: opts} }
+
+type table struct {
+	w    io.Writer
+	opts TableOptions
 }
 
-// statusWord is a status as kyverno test prints it.
-func statusWord(s Status) string {
-	switch s {
-	case Passed:
-		return "Pass"
-	case Failed:
-		return "Fail"
-	case Skipped:
-		return "Skip"
+func (t table) Report(res Results) error {
+	w := &errWriter{w: t.w}
+	sum := NewReport(res.Tiers)
+	// A file given twice runs twice, its results one after the other (the
+	// files are sorted): both runs share one table, numbered on.
+	var pending []Outcome
+	for fr := range res.Files {
+		sum.Add(fr)
+		if len(pending) > 0 && pending[0].File != fr.File {
+			t.writeFile(w, pending)
+			pending = nil
+		}
+		pending = append(pending, fr.Outcomes...)
+		if w.err != nil {
+			return w.err
+		}
 	}
-	return "Unsupported"
+	if len(pending) > 0 {
+		t.writeFile(w, pending)
+	}
+	for _, name := range sum.TierOrder {
+		fmt.Fprintf(w, "tier %s: %s\n", name, sum.Tiers[name])
+	}
+	fmt.Fprintln(w, sum.Counts)
+	return w.err
+}
+
+// writeFile prints the table of one test file's outcomes.
+func (t table) writeFile(w *errWriter, outs []Outcome) {
+	if t.opts.FailOnly && merged(outs) < Unsupported {
+		return
+	}
+	var c Counts
+	for _, o := range outs {
+		c.add(o.Status)
+	}
+	fmt.Fprintf(w, "Test %s (%s): %s\n", relativeTo(outs[0].File, t.opts.Roots), outs[0].Test, c)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if t.opts.Detailed {
+		fmt.Fprintln(tw, "  ID\tPOLICY\tRULE\tRESOURCE\tRESULT\tEXPECTED\tGOT\tREASON")
+	} else {
+		fmt.Fprintln(tw, "  ID\tPOLICY\tRULE\tRESOURCE\tRESULT\tREASON")
+	}
+	for i, o := range outs {
+		if t.opts.FailOnly && o.Status < Unsupported {
+			continue
+		}
+		reason := "Ok"
+		switch {
+		case o.Status != Passed && o.Reason != "":
+			reason = o.Reason
+		case o.Status == Failed:
+			reason = fmt.Sprintf("Want %s, got %s", o.Expected, o.Got)
+		case o.Reason != "" && t.opts.Detailed:
+			reason = o.Reason
+		}
+		if t.opts.Detailed {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, o.Policy, o.Rule, o.Resource, o.Status.word(), o.Expected, o.Got, reason)
+		} else {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", i+1, o.Policy, o.Rule, o.Resource, o.Status.word(), oneLine(reason))
+		}
+	}
+	_ = tw.Flush() // its error is w's, which Report returns
+	fmt.Fprintln(w)
 }
 
 // relativeTo names a test file relative to the root it was found under.
@@ -316,13 +265,6 @@ func relativeTo(file string, roots []string) string {
 	return filepath.ToSlash(best)
 }
 
-func (r *Report) writeTotals(w io.Writer) {
-	for _, t := range r.TierOrder {
-		fmt.Fprintf(w, "tier %s: %s\n", t, r.Tiers[t])
-	}
-	fmt.Fprintln(w, r.Counts)
-}
-
 func oneLine(s string) string {
 	s = strings.ReplaceAll(s, "\n", " ")
 	if len(s) > 160 {
@@ -331,12 +273,58 @@ func oneLine(s string) string {
 	return s
 }
 
-// WriteJSON prints the whole report as JSON.
-func (r *Report) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+// errWriter keeps the first write error, so that a reporter writes on and
+// checks once.
+type errWriter struct {
+	w   io.Writer
+	err error
 }
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+// NewJSON is a reporter that prints the whole Report as JSON once the run
+// is over.
+func NewJSON(w io.Writer) Reporter { return document{w: w} }
+
+// NewYAML is NewJSON in YAML.
+func NewYAML(w io.Writer) Reporter { return document{w: w, yaml: true} }
+
+type document struct {
+	w    io.Writer
+	yaml bool
+}
+
+func (d document) Report(res Results) error {
+	sum := NewReport(res.Tiers)
+	for fr := range res.Files {
+		sum.Add(fr)
+	}
+	if d.yaml {
+		data, err := sigsyaml.Marshal(sum)
+		if err != nil {
+			return fmt.Errorf("encode yaml: %w", err)
+		}
+		_, err = d.w.Write(data)
+		return err
+	}
+	enc := json.NewEncoder(d.w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(sum)
+}
+
+// NewJUnit is a reporter that prints JUnit XML once the run is over: one
+// suite per test file, sorted by name; failed expectations are failures,
+// skipped and unsupported ones skipped.
+func NewJUnit(w io.Writer) Reporter { return junit{w: w} }
+
+type junit struct{ w io.Writer }
 
 type junitSuites struct {
 	XMLName  xml.Name     `xml:"testsuites"`
@@ -365,42 +353,45 @@ type junitMessage struct {
 	Message string `xml:"message,attr"`
 }
 
-// WriteJUnit prints the report as JUnit XML, one suite per test file.
-func (r *Report) WriteJUnit(w io.Writer) error {
+func (j junit) Report(res Results) error {
+	var out junitSuites
 	byFile := map[string]*junitSuite{}
 	var order []string
-	for _, o := range r.Outcomes {
-		s := byFile[o.File]
-		if s == nil {
-			s = &junitSuite{Name: o.File}
-			byFile[o.File] = s
-			order = append(order, o.File)
+	for fr := range res.Files {
+		for _, o := range fr.Outcomes {
+			s := byFile[o.File]
+			if s == nil {
+				s = &junitSuite{Name: o.File}
+				byFile[o.File] = s
+				order = append(order, o.File)
+			}
+			c := junitCase{Name: fmt.Sprintf("%s/%s/%s", o.Policy, o.Rule, o.Resource), Classname: o.Test}
+			switch o.Status {
+			case Failed:
+				c.Failure = &junitMessage{Message: fmt.Sprintf("expected %s, got %s: %s", o.Expected, o.Got, o.Reason)}
+				s.Failures++
+				out.Failures++
+			case Skipped, Unsupported:
+				c.Skipped = &junitMessage{Message: o.Reason}
+				s.Skipped++
+				out.Skipped++
+			}
+			s.Tests++
+			out.Tests++
+			s.Cases = append(s.Cases, c)
 		}
-		c := junitCase{Name: fmt.Sprintf("%s/%s/%s", o.Policy, o.Rule, o.Resource), Classname: o.Test}
-		switch o.Status {
-		case Failed:
-			c.Failure = &junitMessage{Message: fmt.Sprintf("expected %s, got %s: %s", o.Expected, o.Got, o.Reason)}
-			s.Failures++
-		case Skipped, Unsupported:
-			c.Skipped = &junitMessage{Message: o.Reason}
-			s.Skipped++
-		}
-		s.Tests++
-		s.Cases = append(s.Cases, c)
 	}
 	sort.Strings(order)
-	out := junitSuites{Tests: len(r.Outcomes), Failures: r.Counts.Failed, Skipped: r.Counts.Skipped + r.Counts.Unsupported}
 	for _, f := range order {
 		out.Suites = append(out.Suites, *byFile[f])
 	}
-	if _, err := io.WriteString(w, xml.Header); err != nil {
-		return err
-	}
+	w := &errWriter{w: j.w} // the writes' errors are w.err
+	io.WriteString(w, xml.Header)
 	enc := xml.NewEncoder(w)
 	enc.Indent("", "  ")
 	if err := enc.Encode(out); err != nil {
 		return err
 	}
-	_, err := io.WriteString(w, "\n")
-	return err
+	io.WriteString(w, "\n")
+	return w.err
 }

@@ -17,19 +17,6 @@ import (
 	"github.com/tally-dev/tally/engine"
 )
 
-// Status is the outcome of one expectation.
-type Status string
-
-// Expectation outcomes.
-const (
-	Passed  Status = "pass"
-	Failed  Status = "fail"
-	Skipped Status = "skip"
-	// Unsupported expectations check what tally does not evaluate (mutate
-	// and generate results): counted apart, never as passes.
-	Unsupported Status = "unsupported"
-)
-
 // Outcome is the check of one expectation: one policy, rule and resource.
 type Outcome struct {
 	File     string `json:"file"`

@@ -63,8 +63,17 @@ func runTest(cmd *cobra.Command, args []string, o testOptions) error {
 	if err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
 	}
+	out := cmd.OutOrStdout()
+	var reporter tester.Reporter
 	switch o.output {
-	case "table", "", "json", "yaml", "junit":
+	case "table", "":
+		reporter = tester.NewTable(out, tester.TableOptions{FailOnly: o.failOnly, Detailed: o.detailed, Roots: args})
+	case "json":
+		reporter = tester.NewJSON(out)
+	case "yaml":
+		reporter = tester.NewYAML(out)
+	case "junit":
+		reporter = tester.NewJUnit(out)
 	default:
 		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output format %q (want table, json, yaml or junit)", o.output)}
 	}
@@ -72,11 +81,11 @@ func runTest(cmd *cobra.Command, args []string, o testOptions) error {
 	if name == tester.TestFileName {
 		name = "" // kyverno-test.yaml or kyverno-test.yml
 	}
-	rep, err := tester.RunWith(cmd.Context(), args, tester.Options{FileName: name, Selector: sel})
+	files, err := tester.DiscoverNamed(args, name)
 	if err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
 	}
-	if rep.Files == 0 {
+	if len(files) == 0 {
 		msg := fmt.Sprintf("no %s found under %s", o.fileName, strings.Join(args, ", "))
 		if o.requireTests {
 			return exitError{code: exitCouldNotRun, msg: msg + " (--require-tests)"}
@@ -84,10 +93,17 @@ func runTest(cmd *cobra.Command, args []string, o testOptions) error {
 		fmt.Fprintln(cmd.ErrOrStderr(), "tally:", msg)
 		return nil
 	}
+	var index *tester.Index
 	if o.byTier != "" {
-		if err := rep.ApplyIndex(o.byTier); err != nil {
+		if index, err = tester.LoadIndex(o.byTier); err != nil {
 			return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("--by-tier: %v", err)}
 		}
+	}
+	// The reporter writes each file's table as the file has run; what goes
+	// to stderr and the exit code come from the summary, once it is whole.
+	rep, err := tester.RunFiles(cmd.Context(), files, tester.Options{Selector: sel, Index: index}, reporter)
+	if err != nil {
+		return exitError{code: exitCouldNotRun, msg: err.Error()}
 	}
 	for _, e := range rep.Errors {
 		fmt.Fprintln(cmd.ErrOrStderr(), "error:", e)
@@ -95,37 +111,24 @@ func runTest(cmd *cobra.Command, args []string, o testOptions) error {
 	for _, e := range rep.InvalidPolicies {
 		fmt.Fprintln(cmd.ErrOrStderr(), "invalid policy:", e)
 	}
-	out := cmd.OutOrStdout()
-	switch o.output {
-	case "table", "":
-		err = rep.WriteTable(out, tester.TableOptions{FailOnly: o.failOnly, Detailed: o.detailed, Roots: args})
-	case "json":
-		err = rep.WriteJSON(out)
-	case "yaml":
-		err = encode(out, "yaml", rep)
-	case "junit":
-		err = rep.WriteJUnit(out)
-	}
-	if err != nil {
-		return exitError{code: exitCouldNotRun, msg: err.Error()}
-	}
 	if o.output != "table" && o.output != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), rep.Counts)
 	}
 	total := rep.Counts.Passed + rep.Counts.Failed + rep.Counts.Skipped + rep.Counts.Unsupported
-	switch {
-	case len(rep.Errors) > 0:
+	switch status := rep.Status(); {
+	case status == tester.Errored && len(rep.Errors) > 0:
 		// The other tests ran; these could not, and their expectations
 		// failed.
 		return exitError{code: exitCouldNotRun, msg: plural(len(rep.Errors), "test could not be run", "tests could not be run") + " (see above)"}
-	case len(rep.InvalidPolicies) > 0:
+	case status == tester.Errored:
 		// The other tests ran; the refused policies' could not.
 		return exitError{code: exitCouldNotRun, msg: refused(len(rep.InvalidPolicies))}
 	case o.requireTests && total == 0:
 		return exitError{code: exitCouldNotRun, msg: "no test was run (--require-tests)"}
-	case rep.Counts.Failed > 0 || rep.Counts.Unsupported > 0:
-		// Kyverno's CLI exits 1 when an expectation fails; tally does the
-		// same so that a CI gate written for one works with the other.
+	case status >= tester.Unsupported:
+		// Kyverno's CLI exits 1 when an expectation fails or is
+		// unsupported; tally does the same so that a CI gate written for
+		// one works with the other.
 		return exitError{code: exitFailedTest}
 	}
 	return nil
