@@ -53,25 +53,26 @@ type Section struct {
 }
 
 // Sections splits admission results by the hash they are bound to (entries
-// without one belong to fallback), in order of first appearance, and strips
-// the hash property from the entries.
+// without one belong to fallback), in order of first appearance. The
+// entries keep their Properties as they are, the hash included: a reader
+// that copies them on ignores PropertyResourceHash (the merger's compact
+// form does).
 func Sections(results []wgv1alpha2.PolicyReportResult, fallback string) []Section {
+	if len(results) == 0 {
+		return nil
+	}
+	first := HashOf(&results[0], fallback)
+	same := true
+	for i := 1; i < len(results) && same; i++ {
+		same = HashOf(&results[i], fallback) == first
+	}
+	if same { // one content, as nearly always: no copy
+		return []Section{{Hash: first, Results: results}}
+	}
 	var out []Section
 	index := map[string]int{}
 	for _, r := range results {
 		h := HashOf(&r, fallback)
-		if _, ok := r.Properties[PropertyResourceHash]; ok {
-			props := make(map[string]string, len(r.Properties)-1)
-			for k, v := range r.Properties {
-				if k != PropertyResourceHash {
-					props[k] = v
-				}
-			}
-			if len(props) == 0 {
-				props = nil
-			}
-			r.Properties = props
-		}
 		i, ok := index[h]
 		if !ok {
 			i = len(out)

@@ -29,14 +29,12 @@ func TestBindHashAndSectionsRoundTrip(t *testing.T) {
 		if sections[i].Hash != want.hash || len(sections[i].Results) != want.n {
 			t.Errorf("section %d = %s with %d results, want %s with %d", i, sections[i].Hash, len(sections[i].Results), want.hash, want.n)
 		}
-		for _, r := range sections[i].Results {
-			if _, ok := r.Properties[PropertyResourceHash]; ok {
-				t.Errorf("section %s: a result still carries the hash property", sections[i].Hash)
-			}
-		}
 	}
 	if got := sections[0].Results[0].Properties[PropertyProcess]; got != ProcessAdmission {
 		t.Errorf("other properties lost: process = %q", got)
+	}
+	if one := Sections(bound, "label"); len(one) != 1 || one[0].Hash != "h1" || len(one[0].Results) != 2 {
+		t.Errorf("one content: %+v", one)
 	}
 	if BindHash(all, "")[3].Properties != nil {
 		t.Error("an empty hash bound something")

@@ -158,7 +158,7 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 
 // sections splits admission results by the content hash they are bound to
 // (those without one: the report's hash label), newest first, and compacts
-// them (stripped of the hash property). Callers hold m.mu.
+// them (their compact form leaves the hash property out). Callers hold m.mu.
 func (m *Merger) sections(results []wgv1alpha2.PolicyReportResult, labelHash string) []section {
 	split := report.Sections(results, labelHash)
 	out := make([]section, len(split))

@@ -162,6 +162,9 @@ func (m *Merger) compact(results []wgv1alpha2.PolicyReportResult) []compactResul
 			key.WriteByte(0)
 		}
 		for _, k := range slices.Sorted(maps.Keys(r.Properties)) {
+			if k == report.PropertyResourceHash {
+				continue // the section's, never reported (verify.go)
+			}
 			key.WriteString(k)
 			key.WriteByte('=')
 			key.WriteString(r.Properties[k])
@@ -172,12 +175,30 @@ func (m *Merger) compact(results []wgv1alpha2.PolicyReportResult) []compactResul
 			meta = &resultMeta{
 				key:    key.String(),
 				source: m.intern(r.Source), policy: m.intern(r.Policy), rule: m.intern(r.Rule), category: m.intern(r.Category),
-				severity: wgv1alpha2.Severity(m.intern(string(r.Severity))), scored: r.Scored, properties: maps.Clone(r.Properties),
+				severity: wgv1alpha2.Severity(m.intern(string(r.Severity))), scored: r.Scored, properties: reportedProperties(r.Properties),
 			}
 			m.metas[meta.key] = meta
 		}
 		out[i] = compactResult{meta: meta, message: m.intern(r.Message), result: wgv1alpha2.Result(m.intern(string(r.Result))),
 			seconds: r.Timestamp.Seconds, nanos: r.Timestamp.Nanos}
+	}
+	return out
+}
+
+// reportedProperties copies a result's properties but the content hash an
+// admission result is bound to (nil when none is left).
+func reportedProperties(p map[string]string) map[string]string {
+	if _, ok := p[report.PropertyResourceHash]; !ok {
+		return maps.Clone(p)
+	}
+	if len(p) == 1 {
+		return nil
+	}
+	out := make(map[string]string, len(p)-1)
+	for k, v := range p {
+		if k != report.PropertyResourceHash {
+			out[k] = v
+		}
 	}
 	return out
 }

@@ -141,6 +141,9 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 				s := ""
 				for _, r := range out {
 					s += r.Policy + "/" + r.Rule + "=" + string(r.Result)
+					if _, ok := r.Properties[report.PropertyResourceHash]; ok {
+						t.Errorf("a final result carries %s", report.PropertyResourceHash)
+					}
 				}
 				return s
 			}
