@@ -299,6 +299,9 @@ type ObjectExpectation struct {
 	// Conditions maps status condition types to their expected status
 	// ("True", "False").
 	Conditions map[string]string `json:"conditions,omitempty"`
+	// Needs lists provider capabilities without which this expectation is
+	// not checked (conditions only tally's scanner writes, say).
+	Needs []string `json:"needs,omitempty"`
 }
 
 // ReportExpectation describes the final report of one resource.

@@ -72,6 +72,9 @@ func (x *run) check(ctx context.Context, then Then, before map[Ref]string) error
 		}
 	}
 	for _, e := range then.Objects {
+		if !x.can(e.Needs) {
+			continue
+		}
 		if err := x.checkObject(ctx, e); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", e.For, err))
 		}

@@ -36,6 +36,9 @@ type kindWatch struct {
 	sources map[schema.GroupVersionResource]*watch.Source
 	synced  map[schema.GroupVersionResource]bool
 	users   map[schema.GroupVersionResource]map[string]bool // policies that need a kind
+	// forbidden are the kinds the service account may not list, with the
+	// reason, as last probed (when a kind gained its first user).
+	forbidden map[schema.GroupVersionResource]error
 	// policySources are the kinds listed before any resource is evaluated:
 	// namespaces, policies and exceptions.
 	policySources []schema.GroupVersionResource
@@ -45,11 +48,12 @@ type kindWatch struct {
 
 func newKindWatch(client dynamic.Interface, disc discovery.DiscoveryInterface, sink watch.Sink) *kindWatch {
 	return &kindWatch{client: client, disc: disc, sink: sink,
-		sources: map[schema.GroupVersionResource]*watch.Source{},
-		synced:  map[schema.GroupVersionResource]bool{},
-		users:   map[schema.GroupVersionResource]map[string]bool{},
-		kindOf:  map[schema.GroupVersionResource]string{},
-		gvrOf:   map[string]schema.GroupVersionResource{},
+		sources:   map[schema.GroupVersionResource]*watch.Source{},
+		synced:    map[schema.GroupVersionResource]bool{},
+		users:     map[schema.GroupVersionResource]map[string]bool{},
+		forbidden: map[schema.GroupVersionResource]error{},
+		kindOf:    map[schema.GroupVersionResource]string{},
+		gvrOf:     map[string]schema.GroupVersionResource{},
 	}
 }
 
@@ -290,7 +294,15 @@ func (k *kindWatch) need(policy string, gvrs []schema.GroupVersionResource) (ref
 
 	for _, g := range start {
 		if g != GVRNamespace {
-			if err := k.canList(ctx, g); err != nil {
+			err := k.canList(ctx, g)
+			k.mu.Lock()
+			if err != nil {
+				k.forbidden[g] = err
+			} else {
+				delete(k.forbidden, g)
+			}
+			k.mu.Unlock()
+			if err != nil {
 				if refused == nil {
 					refused = map[schema.GroupVersionResource]error{}
 				}
@@ -324,6 +336,20 @@ func (k *kindWatch) need(policy string, gvrs []schema.GroupVersionResource) (ref
 		}
 	}
 	return refused, stopped
+}
+
+// forbiddenOf is why the service account may not list some of gvrs (nil
+// when it may list them all, as far as the last probes tell).
+func (k *kindWatch) forbiddenOf(gvrs []schema.GroupVersionResource) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var errs []error
+	for _, g := range gvrs {
+		if err := k.forbidden[g]; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // canList probes a kind with a one-item LIST, so that a kind the service

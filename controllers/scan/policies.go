@@ -121,7 +121,14 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 		s.setPolicyStatus(gvr, u, err)
 		return
 	}
-	defer s.setPolicyStatus(gvr, u, nil)
+	var scanned []schema.GroupVersionResource // the kinds the policy is scanned on
+	defer func() {
+		var more []Condition
+		if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
+			more = celConditions(compiled.AdmissionEnabled(), s.kinds.forbiddenOf(scanned))
+		}
+		s.setPolicyStatus(gvr, u, nil, more...)
+	}()
 	if !compiled.BackgroundEnabled() {
 		s.removePolicy(name) // R19: background entries go when background is turned off
 		s.policies.put(&trackedPolicy{name: name, gvr: gvr, object: obj, compiled: compiled})
@@ -180,7 +187,8 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	}); err != nil {
 		log.Error(err, "storing the policy failed")
 	}
-	s.ensureKinds(name, tp.kinds())
+	scanned = tp.kinds()
+	s.ensureKinds(name, scanned)
 	if len(changed) == 0 && len(removedRules) == 0 {
 		return // a status-only or cosmetic update
 	}

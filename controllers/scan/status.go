@@ -3,6 +3,7 @@ package scan
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -23,12 +24,45 @@ const (
 	conditionReady = "Ready"
 	reasonLoaded   = "Succeeded"
 	reasonRejected = "PolicyRejected"
+	reasonFailed   = "Failed"
 )
+
+// The further conditions Kyverno keeps on a CEL policy (policies.kyverno.io)
+// under status.conditionStatus, with its messages: tools and Kyverno's own
+// tests wait on them. Its status.conditionStatus.ready is true when all are.
+const (
+	ConditionWebhookConfigured      = "WebhookConfigured"
+	ConditionRBACPermissionsGranted = "RBACPermissionsGranted"
+)
+
+// Condition is one further status condition of a policy (CEL policies).
+type Condition struct {
+	Type    string
+	True    bool
+	Message string
+}
+
+// celConditions are the conditions Kyverno writes on a CEL policy that
+// loaded: WebhookConfigured when admission is on (the admission bridge
+// evaluates every policy that compiles, and its rules follow the policies),
+// RBACPermissionsGranted with the kinds the scanner may not list (forbidden
+// nil: it may list them all, or it scans nothing for the policy).
+func celConditions(admission bool, forbidden error) []Condition {
+	var out []Condition
+	if admission {
+		out = append(out, Condition{Type: ConditionWebhookConfigured, True: true, Message: "Webhook configured."})
+	}
+	rbac := Condition{Type: ConditionRBACPermissionsGranted, True: true, Message: "Policy is ready for reporting."}
+	if forbidden != nil {
+		rbac = Condition{Type: ConditionRBACPermissionsGranted, Message: "Policy is not ready for reporting, missing permissions: " + forbidden.Error() + "."}
+	}
+	return append(out, rbac)
+}
 
 // setPolicyStatus records whether the policy is evaluated, unless its status
 // already says so for this generation. The patch is conditional on the
 // resourceVersion seen: a newer version gets its own update.
-func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error) {
+func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error, more ...Condition) {
 	parent, running := s.kinds.running()
 	// A ValidatingAdmissionPolicy's status is the API server's.
 	if s.opts.NoPolicyStatus || !running || gvr == GVRValidatingAdmissionPolicy {
@@ -37,19 +71,19 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 	go func() {
 		ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 		defer cancel()
-		if err := WriteReady(ctx, s.client, gvr, u, rejected, "the policy is evaluated by tally", fieldManager); err != nil && ctx.Err() == nil {
+		if err := WriteReady(ctx, s.client, gvr, u, rejected, "the policy is evaluated by tally", fieldManager, more...); err != nil && ctx.Err() == nil {
 			s.log().Error(err, "recording the policy's Ready condition failed", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()
 }
 
-// WriteReady records a policy's Ready condition (ReadyPatch) on its status
-// subresource, unless the status already says so. A newer version of the
+// WriteReady records a policy's Ready condition, and the further ones given
+// (ReadyPatch), on its status subresource, unless the status already says so. A newer version of the
 // policy (conflict) or a deleted one is not an error: the newer version
 // gets its own write.
 func WriteReady(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, u *unstructured.Unstructured,
-	rejected error, loaded, manager string) error {
-	patch, changed := ReadyPatch(u, rejected, loaded)
+	rejected error, loaded, manager string, more ...Condition) error {
+	patch, changed := ReadyPatch(u, rejected, loaded, more...)
 	if !changed {
 		return nil
 	}
@@ -62,39 +96,56 @@ func WriteReady(ctx context.Context, client dynamic.Interface, gvr schema.GroupV
 
 // ReadyPatch is the merge patch of a policy's status that records whether
 // it is evaluated (rejected nil, with message loaded) or refused (with the
-// reason), conditional on the policy's resourceVersion. changed is false
-// when the status already says so for this generation.
+// reason), and the further conditions given, conditional on the policy's
+// resourceVersion. changed is false when the status already says so for
+// this generation. The status's ready is true when every condition is.
 //
 // A CEL policy (policies.kyverno.io) keeps them under status.conditionStatus,
 // as Kyverno writes its status there.
-func ReadyPatch(u *unstructured.Unstructured, rejected error, loaded string) (patch []byte, changed bool) {
-	status, reason, message := metav1.ConditionTrue, reasonLoaded, loaded
+func ReadyPatch(u *unstructured.Unstructured, rejected error, loaded string, more ...Condition) (patch []byte, changed bool) {
+	want := []Condition{{Type: conditionReady, True: rejected == nil, Message: loaded}}
 	if rejected != nil {
-		status, reason, message = metav1.ConditionFalse, reasonRejected, rejected.Error()
+		want[0].Message = rejected.Error()
 	}
+	want = append(want, more...)
 	path := []string{"status"}
 	if strings.HasPrefix(u.GetAPIVersion(), policiesv1.Group+"/") {
 		path = []string{"status", "conditionStatus"}
 	}
 	gen := u.GetGeneration()
 	conds, _, _ := unstructured.NestedSlice(u.Object, append(path, "conditions")...)
-	next := make([]any, 0, len(conds)+1)
+	byType := map[string]Condition{}
+	ready := true
+	for _, c := range want {
+		byType[c.Type] = c
+		ready = ready && c.True
+	}
+	next := make([]any, 0, len(conds)+len(want))
+	same := 0
 	for _, c := range conds {
 		m, ok := c.(map[string]any)
-		if !ok || m["type"] != conditionReady {
+		w, mine := byType[fmt.Sprint(m["type"])]
+		if !ok || !mine {
 			next = append(next, c)
 			continue
 		}
-		og, _ := m["observedGeneration"].(int64)
-		if m["status"] == string(status) && m["reason"] == reason && m["message"] == message && og == gen {
-			return nil, false // already recorded
+		status, reason := conditionFields(w)
+		if og, _ := m["observedGeneration"].(int64); m["status"] == status && m["reason"] == reason && m["message"] == w.Message && og == gen {
+			same++
 		}
 	}
-	next = append(next, map[string]any{
-		"type": conditionReady, "status": string(status), "reason": reason, "message": message,
-		"observedGeneration": gen, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-	})
-	var body any = map[string]any{"ready": rejected == nil, "conditions": next}
+	if same == len(want) {
+		return nil, false // already recorded
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	for _, w := range want {
+		status, reason := conditionFields(w)
+		next = append(next, map[string]any{
+			"type": w.Type, "status": status, "reason": reason, "message": w.Message,
+			"observedGeneration": gen, "lastTransitionTime": now,
+		})
+	}
+	var body any = map[string]any{"ready": ready, "conditions": next}
 	if len(path) == 2 {
 		body = map[string]any{path[1]: body}
 	}
@@ -106,4 +157,15 @@ func ReadyPatch(u *unstructured.Unstructured, rejected error, loaded string) (pa
 		return nil, false
 	}
 	return patch, true
+}
+
+// conditionFields are a condition's status and reason, as Kyverno sets them.
+func conditionFields(c Condition) (status, reason string) {
+	switch {
+	case c.True:
+		return string(metav1.ConditionTrue), reasonLoaded
+	case c.Type == conditionReady:
+		return string(metav1.ConditionFalse), reasonRejected
+	}
+	return string(metav1.ConditionFalse), reasonFailed
 }
