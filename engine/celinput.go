@@ -61,6 +61,11 @@ func (req *Request) celInput() *cel.Input {
 	return in
 }
 
+// CELInput is the request as CEL expressions see it (object, oldObject,
+// request, namespaceObject), built once per request: for expressions the
+// caller evaluates itself, such as a policy's webhook match conditions.
+func (req *Request) CELInput() *cel.Input { return req.celInput() }
+
 // namespaceObject is the Namespace of a namespaced resource: the one the
 // caller gave, else one made of its name and the labels known of it; nil
 // for a cluster-scoped resource.

@@ -224,6 +224,12 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 			if ctx.Err() != nil {
 				return
 			}
+			if !b.webhookMatches(ctx, ap, ereq) {
+				ev.mu.Lock()
+				ev.done = i + 1 // not sent to the policy: no result
+				ev.mu.Unlock()
+				continue
+			}
 			rr, err := evaluateSafely(ctx, ap.compiled, ereq)
 			if err != nil {
 				b.metrics.evalPanics.Inc()
@@ -336,6 +342,24 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		hash:  fmt.Sprintf("%x", hash), at: now, policyLabels: labels, results: record,
 	})
 	return resp, nil
+}
+
+// webhookMatches evaluates a policy's webhook match conditions
+// (spec.webhookConfiguration.matchConditions) on the request, as the API
+// server evaluates those of the webhook Kyverno registers for the policy:
+// a condition that is false keeps the request from the policy. A condition
+// that cannot be evaluated follows the policy's failurePolicy, as it does
+// for a webhook: Ignore skips the policy, Fail evaluates it.
+func (b *Bridge) webhookMatches(ctx context.Context, ap *admissionPolicy, req *engine.Request) bool {
+	if ap.matchConditions == nil {
+		return true
+	}
+	o := ap.matchConditions.Evaluate(ctx, req.CELInput())
+	if o.ConditionErr != nil {
+		b.log().V(1).Info("webhook match conditions could not be evaluated", "policy", ap.compiled.Name, "error", o.ConditionErr.Error())
+		return ap.failClosed
+	}
+	return !o.NotMet
 }
 
 // Admitted is what one admitted, recorded request produced.

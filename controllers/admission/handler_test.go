@@ -112,6 +112,17 @@ func TestReview(t *testing.T) {
     namespaceSelector:
       matchLabels: {env: prod}`)
 	admissionOff := policyYAML("admission-off", "Enforce", "  admission: false")
+	// Kyverno sets webhookConfiguration.matchConditions on the webhook it
+	// registers for the policy: requests they exclude never reach it.
+	conditioned := policyYAML("conditioned", "Enforce", `  webhookConfiguration:
+    matchConditions:
+    - name: not-skipped
+      expression: "object.metadata.?labels.?skip.orValue('') != 'yes'"`)
+	conditionErr := policyYAML("conditioned-err", "Audit", `  failurePolicy: Ignore
+  webhookConfiguration:
+    matchConditions:
+    - name: broken-at-runtime
+      expression: "object.metadata.labels.missing == 'x'"`)
 	tests := map[string]struct {
 		policies     []string
 		req          func() *admissionv1.AdmissionRequest
@@ -120,6 +131,18 @@ func TestReview(t *testing.T) {
 		warnings     int
 		wantRecorded map[string]string
 	}{
+		"a request the policy's webhook match conditions exclude never reaches it": {
+			policies: []string{conditioned}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(map[string]string{"skip": "yes"})) },
+			allowed: true, wantRecorded: map[string]string{},
+		},
+		"a request the webhook match conditions include is evaluated": {
+			policies: []string{conditioned}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(nil)) },
+			allowed: false, messageHas: []string{"conditioned"}, wantRecorded: map[string]string{},
+		},
+		"a match condition that errs skips a policy with failurePolicy Ignore": {
+			policies: []string{conditionErr}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(nil)) },
+			allowed: true, wantRecorded: map[string]string{},
+		},
 		"an Audit failure of a policy without emitWarning is admitted without warning and recorded": {
 			policies: []string{auditQuiet}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(nil)) },
 			allowed: true, warnings: 0, wantRecorded: map[string]string{"uid-1 audit-quiet/require-team": "fail"},

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/cel"
 )
 
 // GVRs the bridge watches for evaluation.
@@ -54,6 +56,11 @@ type admissionPolicy struct {
 	// (Audit) are returned as admission warnings only when it is set, as
 	// Kyverno does.
 	emitWarning bool
+	// matchConditions are spec.webhookConfiguration.matchConditions of a
+	// ClusterPolicy or Policy (nil when none): Kyverno sets them on the
+	// webhook it registers for the policy, so a request they do not match
+	// never reaches the policy (handler.go).
+	matchConditions *cel.Program
 }
 
 // snapshot is an immutable view of the policies and exceptions, swapped as a
@@ -230,6 +237,13 @@ func compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 		resourceVersion: u.GetResourceVersion(),
 		failClosed:      spec.FailurePolicy == nil || *spec.FailurePolicy != kyvernov1.Ignore,
 		emitWarning:     spec.EmitWarning != nil && *spec.EmitWarning,
+	}
+	if wc := spec.WebhookConfiguration; wc != nil && len(wc.MatchConditions) > 0 {
+		prog, err := cel.Compile(cel.Spec{Mode: cel.ModeKyverno, MatchConditions: wc.MatchConditions})
+		if err != nil {
+			return nil, fmt.Errorf("spec.webhookConfiguration.matchConditions: %w", err)
+		}
+		ap.matchConditions = prog
 	}
 	if key := prefix + u.GetName(); len(validation.IsQualifiedName(key)) == 0 {
 		ap.labelKey = key
