@@ -132,7 +132,9 @@ func TestReview(t *testing.T) {
 		wantRecorded map[string]string
 	}{
 		"a request the policy's webhook match conditions exclude never reaches it": {
-			policies: []string{conditioned}, req: func() *admissionv1.AdmissionRequest { return request(admissionv1.Create, pod(map[string]string{"skip": "yes"})) },
+			policies: []string{conditioned}, req: func() *admissionv1.AdmissionRequest {
+				return request(admissionv1.Create, pod(map[string]string{"skip": "yes"}))
+			},
 			allowed: true, wantRecorded: map[string]string{},
 		},
 		"a request the webhook match conditions include is evaluated": {
