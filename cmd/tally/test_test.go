@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,24 +95,10 @@ func TestTestFlagsAndExitCodes(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := run(context.Background(), tc.args, &out, &errOut)
-			if code != tc.code {
-				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errOut.String())
-			}
-			for _, want := range tc.stdout {
-				if !strings.Contains(out.String(), want) {
-					t.Errorf("stdout lacks %q:\n%s", want, out.String())
-				}
-			}
+			out := cliCase{args: tc.args, code: tc.code, stdout: tc.stdout, stderr: tc.stderr}.check(t)
 			for _, not := range tc.notStdout {
-				if strings.Contains(out.String(), not) {
-					t.Errorf("stdout has %q:\n%s", not, out.String())
-				}
-			}
-			for _, want := range tc.stderr {
-				if !strings.Contains(errOut.String(), want) {
-					t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+				if strings.Contains(out, not) {
+					t.Errorf("stdout has %q:\n%s", not, out)
 				}
 			}
 		})
