@@ -81,6 +81,18 @@ func TestWebhookRulesFollowThePolicies(t *testing.T) {
 			if fmt.Sprint(got[1].APIGroups, got[1].Resources) != "[kyverno.io] [clusterpolicies policies]" {
 				t.Errorf("second rule = %+v, want kyverno.io policies (checked before they are stored)", got[1])
 			}
+			// The scanner marks a policy Ready once the rules send its
+			// requests, and a moment more (the API server applies them
+			// from its watch).
+			err = wait.For(func(context.Context) (bool, error) {
+				return bridge.bridge.WebhookConfigured(policy.GetName(), policy.GetGeneration()), nil
+			}, wait.WithTimeout(30*time.Second), wait.WithInterval(100*time.Millisecond))
+			if err != nil {
+				t.Errorf("WebhookConfigured(%s, %d) never true: %v", policy.GetName(), policy.GetGeneration(), err)
+			}
+			if bridge.bridge.WebhookConfigured(policy.GetName(), policy.GetGeneration()+1) || bridge.bridge.WebhookConfigured("no-such-policy", 1) {
+				t.Error("WebhookConfigured is true for a generation or a policy the rules were not computed from")
+			}
 			// The API server picks the narrowed rules up asynchronously: wait
 			// until a Secret no longer reaches the webhook while a Pod does.
 			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}

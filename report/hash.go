@@ -63,3 +63,39 @@ func ContentHash(obj map[string]any) (uint64, error) {
 	sum := sha256.Sum256(data)
 	return binary.BigEndian.Uint64(sum[:8]), nil
 }
+
+// AdmissionHash is the content hash an admission result is bound to
+// (PropertyResourceHash): ContentHash without the fields that change
+// through subresources, which no review of the resource itself carries:
+// a Pod's spec.nodeName (pods/binding, set by the scheduler on every Pod)
+// and the replicas of the built-in kinds with a scale subresource (what a
+// HorizontalPodAutoscaler or `kubectl scale` writes). Without this, every
+// scheduled Pod and scaled Deployment would lose the results of its own
+// admission. A review that differs from another only in those fields lands
+// in the same section, where the newest result wins.
+func AdmissionHash(obj map[string]any) (uint64, error) {
+	kind, _ := obj["kind"].(string)
+	var drop string
+	switch kind {
+	case "Pod":
+		drop = "nodeName"
+	case "Deployment", "ReplicaSet", "StatefulSet", "ReplicationController":
+		drop = "replicas"
+	}
+	spec, ok := obj["spec"].(map[string]any)
+	if _, has := spec[drop]; drop == "" || !ok || !has {
+		return ContentHash(obj)
+	}
+	view := make(map[string]any, len(obj))
+	for k, v := range obj {
+		view[k] = v
+	}
+	kept := make(map[string]any, len(spec))
+	for k, v := range spec {
+		if k != drop {
+			kept[k] = v
+		}
+	}
+	view["spec"] = kept
+	return ContentHash(view)
+}

@@ -61,3 +61,42 @@ func BenchmarkContentHash(b *testing.B) {
 		}
 	}
 }
+
+func TestAdmissionHashIgnoresWhatSubresourcesWrite(t *testing.T) {
+	pod := func(node string) map[string]any {
+		spec := map[string]any{"containers": []any{map[string]any{"name": "app", "image": "nginx"}}}
+		if node != "" {
+			spec["nodeName"] = node
+		}
+		return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "p"}, "spec": spec}
+	}
+	created, _ := AdmissionHash(pod(""))
+	bound, _ := AdmissionHash(pod("node-1"))
+	if created != bound {
+		t.Error("binding the Pod to a node changed its admission hash")
+	}
+	if c, _ := ContentHash(pod("")); c != created {
+		t.Error("an unbound Pod's admission hash differs from its content hash")
+	}
+	if c, _ := ContentHash(pod("node-1")); c == bound {
+		t.Error("the content hash ignores spec.nodeName: the scanner would not see the binding")
+	}
+	deploy := func(replicas int64, image string) map[string]any {
+		return map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "d"},
+			"spec": map[string]any{"replicas": replicas, "template": map[string]any{"spec": map[string]any{"image": image}}}}
+	}
+	one, _ := AdmissionHash(deploy(1, "a"))
+	three, _ := AdmissionHash(deploy(3, "a"))
+	other, _ := AdmissionHash(deploy(1, "b"))
+	if one != three || one == other {
+		t.Errorf("Deployment admission hashes: replicas 1 %x, 3 %x, other image %x", one, three, other)
+	}
+	// A ConfigMap's fields all count.
+	cm := map[string]any{"kind": "ConfigMap", "spec": map[string]any{"replicas": int64(1)}}
+	cm2 := map[string]any{"kind": "ConfigMap", "spec": map[string]any{"replicas": int64(2)}}
+	a, _ := AdmissionHash(cm)
+	b, _ := AdmissionHash(cm2)
+	if a == b {
+		t.Error("a kind without a scale subresource lost spec.replicas from its hash")
+	}
+}

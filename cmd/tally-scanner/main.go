@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -145,6 +146,11 @@ func run(ctx context.Context, o options) error {
 	defer broadcaster.Shutdown()
 	reg := prometheus.NewRegistry()
 	var scanner *scan.Scanner
+	// The admission bridge (below, when the webhook is served): it writes
+	// the webhook's rules while this replica leads, and the scanner marks a
+	// policy with admission on Ready once those rules send its requests.
+	var bridge *admission.Bridge
+	daemon := &leadingDaemon{}
 	// The data policies read: a change rescans the policies that read it.
 	o.images.Client, o.images.Namespace = kube, o.Namespace
 	loader := data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg, HTTP: o.http, Images: o.images,
@@ -160,6 +166,10 @@ func run(ctx context.Context, o options) error {
 		Loader:         loader,
 		Data:           loader,
 	})
+	if o.webhook.listen != "" && o.webhook.manageRules && o.webhook.configuration != "" {
+		scanner.SetWebhookConfigured(func(policy string, generation int64) bool { return bridge.WebhookConfigured(policy, generation) })
+	}
+	daemon.Scanner = scanner
 	rescan := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST to force a full rescan", http.StatusMethodNotAllowed)
@@ -196,11 +206,11 @@ func run(ctx context.Context, o options) error {
 				dnsNames = append(dnsNames, n)
 			}
 		}
-		bridge := admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
+		bridge = admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
 			Listen: o.webhook.listen, CertDir: o.webhook.certDir,
 			SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
 			WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
-			ManageRules: o.webhook.manageRules, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,
+			ManageRules: o.webhook.manageRules, Leading: daemon.leading.Load, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,
 			Loader: loader, Data: loader,
 		})
 		o.ReadyChecks = append(o.ReadyChecks, func() string {
@@ -210,6 +220,7 @@ func run(ctx context.Context, o options) error {
 			return ""
 		})
 		parts = append(parts, bridge.Run)
+		daemon.onStart = bridge.Kick
 	}
 	done := make(chan error, len(parts))
 	for _, run := range parts {
@@ -219,11 +230,29 @@ func run(ctx context.Context, o options) error {
 			done <- err
 		}()
 	}
-	err = process.Run(ctx, o.Options, cfg, reg, scanner, handlers)
+	err = process.Run(ctx, o.Options, cfg, reg, daemon, handlers)
 	cancel()
 	errs := []error{err}
 	for range parts {
 		errs = append(errs, <-done)
 	}
 	return errors.Join(errs...)
+}
+
+// leadingDaemon runs the scanner while this replica leads (or always,
+// without leader election), and tells the admission bridge: it writes the
+// webhook's rules only then, and is asked for a pass when leading starts.
+type leadingDaemon struct {
+	*scan.Scanner
+	leading atomic.Bool
+	onStart func()
+}
+
+func (d *leadingDaemon) Run(ctx context.Context) error {
+	d.leading.Store(true)
+	defer d.leading.Store(false)
+	if d.onStart != nil {
+		d.onStart()
+	}
+	return d.Scanner.Run(ctx)
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tally-dev/tally/engine/cel"
@@ -58,6 +59,11 @@ type Options struct {
 	// ManageRules keeps the rules of that configuration's webhooks to what
 	// the admission policies match (rules.go).
 	ManageRules bool
+	// Leading, when set, says whether this replica leads (tally-scanner's
+	// Lease): only the leader writes the rules, so that replicas whose views
+	// of the policies differ for a moment do not undo each other's writes.
+	// Nil: this bridge always writes them (one replica).
+	Leading func() bool
 	// Timeout bounds one request's evaluation (default 8s).
 	Timeout time.Duration
 	// MaxRequestBytes bounds an AdmissionReview body (default 3 MiB).
@@ -124,7 +130,23 @@ type Bridge struct {
 	ctx  context.Context
 	addr string
 	kick chan struct{}
+	// configured holds, after each pass that left the webhook
+	// configuration's rules as the policies want them, the generation of
+	// each policy they were computed from (by report name).
+	configured atomic.Pointer[configuredRules]
 }
+
+// configuredRules are the policies a webhook configuration's rules were
+// computed from, and when the API server can be taken to apply them.
+type configuredRules struct {
+	generations map[string]int64
+	from        time.Time
+}
+
+// rulesSettle is how long after writing the rules a policy they add counts
+// as configured: the API server applies a webhook configuration change from
+// its own watch, a moment after the write.
+const rulesSettle = 2 * time.Second
 
 // New builds a Bridge; it starts nothing (Run does).
 func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.DiscoveryInterface, opts Options) *Bridge {
@@ -174,6 +196,32 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 			opts: certOptions{dnsNames: opts.DNSNames, caValidity: opts.CAValidity, certValidity: opts.CertValidity}}
 	}
 	return b
+}
+
+// Kick asks for a pass of certificate and rules maintenance now (for
+// instance when this replica starts leading).
+func (b *Bridge) Kick() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// WebhookConfigured reports whether the webhook configuration sends tally
+// the requests of the policy (by report name) at this generation or a later
+// one: its rules were written, by this replica, from a view of the policies
+// that held it. With rules left as deployed (ManageRules false) it is
+// always true.
+func (b *Bridge) WebhookConfigured(policy string, generation int64) bool {
+	if !b.opts.ManageRules || b.opts.WebhookConfiguration == "" {
+		return true
+	}
+	c := b.configured.Load()
+	if c == nil || b.clock.Now().Before(c.from) {
+		return false
+	}
+	g, ok := c.generations[policy]
+	return ok && g >= generation
 }
 
 func (b *Bridge) log() logr.Logger {
@@ -367,9 +415,11 @@ func (b *Bridge) ensureCABundle(ctx context.Context) error {
 		return nil
 	}
 	var rules []admissionregistrationv1.RuleWithOperations
-	if b.opts.ManageRules && b.policies.synced() {
+	var from *snapshot // the policies the rules are computed from
+	if b.opts.ManageRules && b.policies.synced() && (b.opts.Leading == nil || b.opts.Leading()) {
+		from = b.policies.current()
 		var err error
-		if rules, err = b.desiredRules(); err != nil {
+		if rules, err = desiredRules(from.policies, b.disc); err != nil {
 			return err
 		}
 	}
@@ -393,30 +443,40 @@ func (b *Bridge) ensureCABundle(ctx context.Context) error {
 				changed = true
 			}
 		}
-		if !changed {
-			return nil
+		now := b.clock.Now()
+		if changed {
+			if _, err := api.Update(ctx, vwc, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+				return err
+			}
+			logr.FromContextOrDiscard(ctx).Info("updated the webhook configuration (CA bundle, rules)", "name", vwc.Name, "webhooks", len(vwc.Webhooks), "rules", len(rules))
+			now = now.Add(rulesSettle)
 		}
-		if _, err := api.Update(ctx, vwc, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
-			return err
+		if from != nil && len(vwc.Webhooks) > 0 {
+			c := &configuredRules{generations: make(map[string]int64, len(from.policies)), from: now}
+			for _, ap := range from.policies {
+				c.generations[ap.name] = ap.generation
+			}
+			if prev := b.configured.Load(); !changed && prev != nil && prev.from.After(now) {
+				c.from = prev.from // the last write has not settled yet
+			}
+			b.configured.Store(c)
 		}
-		logr.FromContextOrDiscard(ctx).Info("updated the webhook configuration (CA bundle, rules)", "name", vwc.Name, "webhooks", len(vwc.Webhooks), "rules", len(rules))
 		return nil
 	})
 }
 
-// desiredRules are the webhook rules of the current policies. A kind that
+// desiredRules are the webhook rules of the policies. A kind that
 // discovery does not know is looked for once more in fresh discovery (a CRD
 // may have just been installed).
-func (b *Bridge) desiredRules() ([]admissionregistrationv1.RuleWithOperations, error) {
-	policies := b.policies.current().policies
+func desiredRules(policies []*admissionPolicy, disc discovery.DiscoveryInterface) ([]admissionregistrationv1.RuleWithOperations, error) {
 	kinds := kindsOf(policies)
-	rules, missing, err := webhookRules(kinds, b.disc)
+	rules, missing, err := webhookRules(kinds, disc)
 	if err != nil {
 		return nil, err
 	}
-	if c, ok := b.disc.(discovery.CachedDiscoveryInterface); ok && len(missing) > 0 {
+	if c, ok := disc.(discovery.CachedDiscoveryInterface); ok && len(missing) > 0 {
 		c.Invalidate()
-		rules, _, err = webhookRules(kinds, b.disc)
+		rules, _, err = webhookRules(kinds, disc)
 	}
 	return append(rules, celRules(policies)...), err
 }

@@ -326,7 +326,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	if timedOut || anyPanic || len(record) == 0 || req.SubResource != "" || (req.DryRun != nil && *req.DryRun) || subject.UID == "" {
 		return resp, nil // R13: dry runs record nothing; partial evaluations neither
 	}
-	hash, err := report.ContentHash(obj)
+	hash, err := report.AdmissionHash(obj)
 	if err != nil {
 		return resp, nil // not a JSON document after all: nothing to label the report with
 	}

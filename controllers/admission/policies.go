@@ -43,6 +43,10 @@ func isPolicyKind(gvr schema.GroupVersionResource) bool {
 // admissionPolicy is a compiled policy with what answering and recording need.
 type admissionPolicy struct {
 	compiled *engine.Policy
+	// name is the policy's report name (policyName); generation its
+	// metadata.generation.
+	name       string
+	generation int64
 	// gvr is the policy's kind (what a complete list of it can tell gone).
 	gvr schema.GroupVersionResource
 	// resourceVersion is the value of the policy label of the reports.
@@ -292,6 +296,7 @@ func (ps *policySet) Upsert(gvr schema.GroupVersionResource, u *unstructured.Uns
 		} else if ap == nil {
 			delete(ps.policies, name) // admission: false
 		} else {
+			ap.name, ap.generation = name, u.GetGeneration()
 			ps.policies[name] = ap
 		}
 		ps.publish()

@@ -126,7 +126,7 @@ func (r *Recorder) currentHash(ctx context.Context, e *entry) (hash string, know
 	if obj.GetUID() != types.UID(e.uid) {
 		return "", false, nil // deleted and created again: another resource
 	}
-	h, err := report.ContentHash(obj.Object)
+	h, err := report.AdmissionHash(obj.Object)
 	if err != nil {
 		return "", false, fmt.Errorf("hash %s %s/%s: %w", e.gvr, e.namespace, e.owner.Name, err)
 	}

@@ -120,7 +120,7 @@ func (m *Merger) currentHash(ctx context.Context, uid string, o ownerRef) (strin
 	case obj.GetUID() != types.UID(uid):
 		return "", nil // deleted and created again: another resource
 	}
-	h, err := report.ContentHash(obj.Object)
+	h, err := report.AdmissionHash(obj.Object)
 	if err != nil {
 		return "", fmt.Errorf("verify admission results of %s: %w", uid, err)
 	}

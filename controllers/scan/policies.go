@@ -118,7 +118,7 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 			s.opts.Recorder.Eventf(obj, corev1.EventTypeWarning, "PolicyRejected", "tally cannot scan this policy: %v", err)
 		}
 		s.removePolicy(name)
-		s.setPolicyStatus(gvr, u, err)
+		s.setPolicyStatus(gvr, u, err, false)
 		return
 	}
 	var scanned []schema.GroupVersionResource // the kinds the policy is scanned on
@@ -127,7 +127,7 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 		if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
 			more = celConditions(compiled.AdmissionEnabled(), s.kinds.forbiddenOf(scanned))
 		}
-		s.setPolicyStatus(gvr, u, nil, more...)
+		s.setPolicyStatus(gvr, u, nil, compiled.AdmissionEnabled(), more...)
 	}()
 	if !compiled.BackgroundEnabled() {
 		s.removePolicy(name) // R19: background entries go when background is turned off

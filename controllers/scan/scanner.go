@@ -75,6 +75,19 @@ type Options struct {
 	// NoPolicyStatus leaves the policies' status alone (beside a Kyverno
 	// that writes it); by default tally keeps their Ready condition.
 	NoPolicyStatus bool
+	// WebhookConfigured, when set, says whether the admission webhook's
+	// configuration sends tally the requests of a policy (by report name)
+	// at a generation (admission.Bridge.WebhookConfigured). A policy with
+	// admission on is marked Ready only once it does, as Kyverno waits for
+	// its webhook: a user who creates a resource once the policy is Ready
+	// gets its admission result. SetWebhookConfigured sets it after New.
+	WebhookConfigured func(policy string, generation int64) bool
+}
+
+// SetWebhookConfigured sets Options.WebhookConfigured, for a bridge made
+// after the scanner; call it before Run.
+func (s *Scanner) SetWebhookConfigured(f func(policy string, generation int64) bool) {
+	s.opts.WebhookConfigured = f
 }
 
 // Scanner keeps the store in step with the cluster and writes the

@@ -3,6 +3,7 @@ package scan
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
@@ -59,22 +61,65 @@ func celConditions(admission bool, forbidden error) []Condition {
 	return append(out, rbac)
 }
 
+// webhookWait bounds how long a policy's Ready condition waits for the
+// webhook configuration to send its requests to tally.
+const webhookWait = 2 * time.Minute
+
 // setPolicyStatus records whether the policy is evaluated, unless its status
 // already says so for this generation. The patch is conditional on the
-// resourceVersion seen: a newer version gets its own update.
-func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error, more ...Condition) {
+// resourceVersion seen: a newer version gets its own update. With admission
+// on (and Options.WebhookConfigured set), Ready waits until the webhook
+// configuration sends the policy's requests to tally; if it does not within
+// webhookWait, Ready (or, for a CEL policy, WebhookConfigured) is False
+// saying so.
+func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error, admission bool, more ...Condition) {
 	parent, running := s.kinds.running()
 	// A ValidatingAdmissionPolicy's status is the API server's.
 	if s.opts.NoPolicyStatus || !running || gvr == GVRValidatingAdmissionPolicy {
 		return
 	}
+	await := rejected == nil && admission && s.opts.WebhookConfigured != nil
 	go func() {
+		loaded := "the policy is evaluated by tally"
+		if await {
+			name, gen := policyName(gvr, u.GetNamespace(), u.GetName()), u.GetGeneration()
+			waitCtx, cancel := context.WithTimeout(parent, webhookWait)
+			err := wait.PollUntilContextCancel(waitCtx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+				return s.opts.WebhookConfigured(name, gen), nil
+			})
+			cancel()
+			if parent.Err() != nil {
+				return
+			}
+			if err != nil {
+				const why = "the admission webhook's configuration does not send this policy's requests to tally yet"
+				s.log().Info("policy not marked Ready: "+why, "policy", name, "waited", webhookWait)
+				if isCELPolicy(gvr) {
+					more = webhookNotConfigured(more, why)
+				} else {
+					rejected = errors.New(why)
+				}
+			}
+		}
 		ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 		defer cancel()
-		if err := WriteReady(ctx, s.client, gvr, u, rejected, "the policy is evaluated by tally", fieldManager, more...); err != nil && ctx.Err() == nil {
+		if err := WriteReady(ctx, s.client, gvr, u, rejected, loaded, fieldManager, more...); err != nil && ctx.Err() == nil {
 			s.log().Error(err, "recording the policy's Ready condition failed", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()
+}
+
+// webhookNotConfigured turns the WebhookConfigured condition among more
+// False, with the reason.
+func webhookNotConfigured(more []Condition, why string) []Condition {
+	out := make([]Condition, len(more))
+	for i, c := range more {
+		if c.Type == ConditionWebhookConfigured {
+			c = Condition{Type: ConditionWebhookConfigured, Message: "Webhook not configured: " + why + "."}
+		}
+		out[i] = c
+	}
+	return out
 }
 
 // WriteReady records a policy's Ready condition, and the further ones given
