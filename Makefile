@@ -74,12 +74,13 @@ lint:
 controlplane:
 	@bash hack/controlplane/build.sh
 
-## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in, its matrix and lifecycle cases with OpenReports, and its forged-review cases with the webhook's client authentication off
+## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in, its matrix and lifecycle cases with OpenReports, its forged-review cases with the webhook's client authentication off, and the whole suite on kind (e2e-kind)
 test: verify-generate lint lint-chart fuzz-short
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 -timeout 60m ./...
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-beside-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -count=1 -timeout 20m ./conformance/ -ginkgo.focus '$(OPENREPORTS_CASES)'
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_WEBHOOK_AUTH=off $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(FORGED_CASES)'
+	$(MAKE) e2e-kind
 
 # The forged-review cases, run again with tally's webhook answering any
 # caller (no client authentication): what docs/security.md says still holds.
@@ -144,12 +145,11 @@ cluster-down:
 	$(GO) build -o $(BIN)/cluster ./hack/cluster
 	$(BIN)/cluster down --dir $(CLUSTER_DIR)
 
-## e2e-kind: build the image, create a kind cluster, deploy config/overlays/kind, run the conformance suite on it, delete the cluster (needs Docker and kind)
+## e2e-kind: the conformance suite on a kind cluster: a Docker engine (hack/kind/docker.sh installs and starts one when none runs, and stops it after), the node image built from packages and modules (hack/kind/node-image.sh, cached), tally's image from static binaries, the cluster of kind-config.yaml, tally installed with its Helm chart; the cluster is deleted after (TALLY_KIND_KEEP=1 keeps it)
 e2e-kind:
-	@command -v docker >/dev/null || { echo "e2e-kind needs Docker (docker CLI not found)" >&2; exit 1; }
-	@docker info >/dev/null 2>&1 || { echo "e2e-kind needs a running Docker engine ('docker info' failed)" >&2; exit 1; }
-	@command -v kind >/dev/null || { echo "e2e-kind needs kind: go install sigs.k8s.io/kind@v0.33.0" >&2; exit 1; }
-	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) $(GO) test -count=1 -timeout 60m ./conformance/...
+	@bash hack/kind/docker.sh up
+	@trap 'bash hack/kind/docker.sh down' EXIT; \
+	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) $(GO) test -count=1 -timeout 60m ./conformance/ -run TestConformance
 
 clean:
 	rm -rf $(BIN) $(CLUSTER_DIR)

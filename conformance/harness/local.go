@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -217,12 +218,11 @@ func (l *Local) args(name string) (binary string, args []string) {
 	if name == "scanner" {
 		args := append(common, "--leader-elect=false", "--rescan-endpoint",
 			"--webhook-listen", "127.0.0.1:"+strconv.Itoa(l.ports["scanner-webhook"]),
-			"--webhook-configuration", webhookName,
-			// The cases create resources as soon as a policy is Ready; rules
-			// narrowed as policies come would race with that (the API server
-			// picks a configuration change up asynchronously). They are
-			// tested on their own in e2e/webhookrules_test.go.
-			"--webhook-rules-from-policies=false")
+			// The webhook's rules follow the policies, as installed: a policy
+			// is Ready once they send its requests (and have had a moment to
+			// reach the API server), so the cases can create resources as
+			// soon as a policy is Ready.
+			"--webhook-configuration", webhookName)
 		if l.webhookAuth {
 			args = append(args, "--webhook-client-ca", l.cluster.WebhookClientCA)
 		}
@@ -400,14 +400,21 @@ func (l *Local) ForgeReview(ctx context.Context, review []byte) error {
 	if len(vwc.Webhooks) == 0 {
 		return fmt.Errorf("webhook configuration %s has no webhook", name)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(vwc.Webhooks[0].ClientConfig.CABundle) {
-		return fmt.Errorf("webhook configuration %s: no CA bundle", name)
-	}
-	// The caller verifies the webhook's certificate (it could get the CA
-	// bundle as anyone can), but has no client certificate to present.
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	url := "https://127.0.0.1:" + strconv.Itoa(l.ports[port]) + "/validate"
+	return postReview(ctx, vwc.Webhooks[0].ClientConfig.CABundle, "", url, review)
+}
+
+// postReview posts a review to a webhook's URL as a caller with no client
+// certificate, verifying the webhook's certificate with caBundle (anyone
+// can read it) under serverName ("" for the URL's host). A TLS error
+// (the webhook refused the handshake) wraps conformance.ErrForgeryRefused;
+// an answer other than HTTP 200 is an error.
+func postReview(ctx context.Context, caBundle []byte, serverName, url string, review []byte) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caBundle) {
+		return errors.New("forge: the webhook configuration has no CA bundle")
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(review))
 	if err != nil {
 		return err
@@ -418,9 +425,10 @@ func (l *Local) ForgeReview(ctx context.Context, review []byte) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		// The TCP connection was made (the webhook listens: waitCABundle),
-		// so no HTTP answer means the TLS handshake was refused.
-		return fmt.Errorf("forge: %w: %w", conformance.ErrForgeryRefused, err)
+		if strings.Contains(err.Error(), "tls: ") {
+			return fmt.Errorf("forge: %w: %w", conformance.ErrForgeryRefused, err)
+		}
+		return fmt.Errorf("forge: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

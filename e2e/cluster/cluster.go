@@ -141,7 +141,7 @@ func startLocal(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 		return nil, fmt.Errorf("make API server certificate folder: %w", err)
 	}
 	api.Out, api.Err = opts.Logs, opts.Logs
-	caFile, admissionConfig, err := webhookClientFiles(filepath.Join(dir, "webhook-client"))
+	caFile, admissionConfig, err := WebhookClientFiles(filepath.Join(dir, "webhook-client"))
 	if err != nil {
 		return nil, err
 	}

@@ -28,11 +28,11 @@ import (
 // caller but the API server at the TLS handshake; one run without it is
 // not affected.
 
-// webhookClientFiles writes, under dir, a CA, a client certificate it
+// WebhookClientFiles writes, under dir, a CA, a client certificate it
 // signed (CN kube-apiserver, client-auth usage), the webhook kubeconfig and
 // the AdmissionConfiguration, and returns the paths of the CA and of the
 // AdmissionConfiguration.
-func webhookClientFiles(dir string) (caFile, admissionConfig string, err error) {
+func WebhookClientFiles(dir string) (caFile, admissionConfig string, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", fmt.Errorf("webhook client certificate: %w", err)
 	}

@@ -1,17 +1,18 @@
 // Package kind runs tally on a kind cluster for e2e-framework test suites
-// (`make e2e-kind`): it builds tally's image with Docker, creates the cluster
-// from kind-config.yaml through e2e-framework's kind support, loads the
-// image, deploys config/overlays/kind, waits until tally is ready, and
-// deletes the cluster when the suite finishes. It needs Docker and kind
-// (pinned: KindVersion is installed with `go install` when kind is not on
-// PATH).
+// (`make e2e-kind`). Setup builds the node image (hack/kind/node-image.sh)
+// and tally's image without a registry, creates the cluster from
+// kind-config.yaml through e2e-framework's kind support, with the API server
+// presenting a client certificate to webhooks, loads the image, installs
+// tally with its Helm chart (standalone), waits until tally is ready, and
+// Finish deletes the cluster when the suite finishes. It needs a Docker
+// engine (hack/kind/docker.sh provides one) and kind (pinned: KindVersion is
+// installed with `go install` when kind is not on PATH).
 //
 // Deploy and Render are also what the config test uses to send every
 // rendered object to a real API server.
 package kind
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -20,11 +21,16 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/envfuncs"
 	kindsupport "sigs.k8s.io/e2e-framework/support/kind"
+	"sigs.k8s.io/yaml"
 
 	"github.com/tally-dev/tally/e2e/cluster"
 )
@@ -33,14 +39,22 @@ const (
 	// KindVersion is the kind release e2e-framework installs when kind is
 	// not on PATH.
 	KindVersion = "v0.33.0"
-	// Image is the image `docker build` tags and config/overlays/kind runs.
+	// Image is the image BuildImage tags and the cluster runs.
 	Image = "tally:e2e"
-	// Overlay is the kustomization deployed on the cluster, from the repository root.
+	// Overlay is the kustomization of the kind installation, from the
+	// repository root (rendered by the config tests; Setup installs the chart).
 	Overlay = "config/overlays/kind"
+	// Chart is tally's Helm chart, from the repository root.
+	Chart = "charts/tally"
 	// ConfigFile is the kind cluster configuration, from the repository root.
 	ConfigFile = "kind-config.yaml"
+	// NodeImageScript builds the node image kind-config.yaml names.
+	NodeImageScript = "hack/kind/node-image.sh"
 	// ReadyTimeout bounds the wait for tally's Deployments and webhook.
 	ReadyTimeout = 5 * time.Minute
+	// webhookClientCASecret holds the CA of the API server's webhook client
+	// certificate, for tally-scanner --webhook-client-ca.
+	webhookClientCASecret = "tally-webhook-client-ca"
 )
 
 // ClusterName is the kind cluster of a run: $TALLY_KIND_CLUSTER, or "tally".
@@ -51,9 +65,14 @@ func ClusterName() string {
 	return "tally"
 }
 
-// Setup builds the image, creates the kind cluster clusterName (the
-// environment's kubeconfig then points at it), loads the image into its
-// nodes, deploys tally and waits until it is ready. When a step after the
+// step prints what Setup does, so that a run's log shows each stage.
+func step(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "kind: "+format+"\n", args...)
+}
+
+// Setup builds the images, creates the kind cluster clusterName (the
+// environment's kubeconfig then points at it), loads tally's image into its
+// node, installs tally and waits until it is ready. When a step after the
 // cluster's creation fails, the returned context still carries the cluster,
 // so that Finish deletes it.
 func Setup(clusterName string) env.Func {
@@ -62,14 +81,31 @@ func Setup(clusterName string) env.Func {
 		if err != nil {
 			return ctx, err
 		}
+		step("building the node image (%s)", NodeImageScript)
+		if err := run(ctx, root, "bash", NodeImageScript); err != nil {
+			return ctx, err
+		}
+		step("building %s from static binaries", Image)
 		if err := BuildImage(ctx, root, Image); err != nil {
 			return ctx, err
 		}
+		authDir, err := os.MkdirTemp("", "tally-kind-")
+		if err != nil {
+			return ctx, err
+		}
+		ctx = context.WithValue(ctx, authDirKey{}, authDir)
+		caFile, config, err := webhookClientConfig(root, authDir)
+		if err != nil {
+			return ctx, err
+		}
+		step("kind create cluster --name %s --config %s (%s with the API server's webhook client certificate)", clusterName, config, ConfigFile)
+		start := time.Now()
 		provider := kindsupport.NewProvider().WithVersion(KindVersion)
-		ctx, err = envfuncs.CreateClusterWithConfig(provider, clusterName, filepath.Join(root, ConfigFile))(ctx, cfg)
+		ctx, err = envfuncs.CreateClusterWithConfig(provider, clusterName, config)(ctx, cfg)
 		if err != nil {
 			return ctx, fmt.Errorf("create kind cluster %s: %w", clusterName, err)
 		}
+		step("cluster %s created in %s", clusterName, time.Since(start).Round(time.Second))
 		if ctx, err = envfuncs.LoadImageToCluster(clusterName, Image)(ctx, cfg); err != nil {
 			return ctx, fmt.Errorf("load %s into kind cluster %s: %w", Image, clusterName, err)
 		}
@@ -77,14 +113,115 @@ func Setup(clusterName string) env.Func {
 		if err != nil {
 			return ctx, fmt.Errorf("kubeconfig of kind cluster %s: %w", clusterName, err)
 		}
-		if err := Deploy(ctx, rc, filepath.Join(root, Overlay), false); err != nil {
-			return ctx, fmt.Errorf("deploy %s: %w", Overlay, err)
+		if err := createClientCASecret(ctx, rc, caFile); err != nil {
+			return ctx, err
 		}
+		step("helm install tally %s --namespace %s (standalone)", Chart, Namespace)
+		repo, tag, _ := strings.Cut(Image, ":")
+		if err := run(ctx, root, "go", "tool", "helm", "install", "tally", Chart,
+			"--kubeconfig", cfg.KubeconfigFile(), "--namespace", Namespace,
+			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
+			"--set", "webhook.clientCA.secretName="+webhookClientCASecret, "--set", "scanner.rescanEndpoint=true"); err != nil {
+			return ctx, err
+		}
+		start = time.Now()
 		if err := WaitReady(ctx, rc, Namespace, ReadyTimeout); err != nil {
 			return ctx, err
 		}
+		step("Deployments %s/%s and %s/%s Available, webhook ready (%s)", Namespace, ScannerDeployment, Namespace, MergerDeployment, time.Since(start).Round(time.Second))
 		return ctx, nil
 	}
+}
+
+// authDirKey carries the folder of the webhook client files to Finish.
+type authDirKey struct{}
+
+// webhookClientConfig writes, under dir, the API server's webhook client
+// certificate and AdmissionConfiguration (as the local control plane has
+// them, docs/security.md) and a copy of kind-config.yaml that hands them to
+// the API server: the folder is mounted at the same path in the node and in
+// the kube-apiserver Pod, so the paths in the files hold everywhere. It
+// returns the CA file and the kind configuration's path.
+func webhookClientConfig(root, dir string) (caFile, config string, err error) {
+	caFile, admission, err := cluster.WebhookClientFiles(filepath.Join(dir, "webhook-client"))
+	if err != nil {
+		return "", "", err
+	}
+	authDir := filepath.Dir(admission)
+	raw, err := os.ReadFile(filepath.Join(root, ConfigFile))
+	if err != nil {
+		return "", "", err
+	}
+	var c map[string]any
+	if err := yaml.Unmarshal(raw, &c); err != nil {
+		return "", "", fmt.Errorf("%s: %w", ConfigFile, err)
+	}
+	nodes, _ := c["nodes"].([]any)
+	for _, n := range nodes {
+		node, ok := n.(map[string]any)
+		if !ok || node["role"] != "control-plane" {
+			continue
+		}
+		mounts, _ := node["extraMounts"].([]any)
+		node["extraMounts"] = append(mounts, map[string]any{"hostPath": authDir, "containerPath": authDir, "readOnly": true})
+	}
+	patches, _ := c["kubeadmConfigPatches"].([]any)
+	// kind writes kubeadm's v1beta3 configuration for this Kubernetes
+	// version (extraArgs a map); a patch without apiVersion matches by kind.
+	c["kubeadmConfigPatches"] = append(patches, fmt.Sprintf(`kind: ClusterConfiguration
+apiServer:
+  extraArgs:
+    admission-control-config-file: %[1]s
+  extraVolumes:
+    - name: tally-webhook-client
+      hostPath: %[2]s
+      mountPath: %[2]s
+      readOnly: true
+      pathType: Directory
+`, admission, authDir))
+	out, err := yaml.Marshal(c)
+	if err != nil {
+		return "", "", err
+	}
+	config = filepath.Join(dir, "kind-config.yaml")
+	return caFile, config, os.WriteFile(config, out, 0o600)
+}
+
+// createClientCASecret creates tally's namespace and the Secret the chart's
+// webhook.clientCA.secretName names.
+func createClientCASecret(ctx context.Context, rc *rest.Config, caFile string) error {
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("namespace %s: %w", Namespace, err)
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: webhookClientCASecret, Namespace: Namespace},
+		Data:       map[string][]byte{"ca.crt": ca},
+	}
+	if _, err := kube.CoreV1().Secrets(Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("secret %s/%s: %w", Namespace, webhookClientCASecret, err)
+	}
+	return nil
+}
+
+// run runs a command in dir with its output on stderr, where the run's log
+// shows it; the error names the command.
+func run(ctx context.Context, dir, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return nil
 }
 
 // Start runs Setup outside an e2e-framework environment (for runners that
@@ -120,31 +257,15 @@ func Finish(clusterName string) env.Func {
 				fmt.Fprintf(os.Stderr, "kind: exporting logs of %s to %s: %v\n", clusterName, dir, err)
 			}
 		}
+		if dir, ok := ctx.Value(authDirKey{}).(string); ok && os.Getenv("TALLY_KIND_KEEP") != "1" {
+			defer os.RemoveAll(dir)
+		}
 		if os.Getenv("TALLY_KIND_KEEP") == "1" {
 			fmt.Fprintf(os.Stderr, "kind: keeping cluster %s (TALLY_KIND_KEEP=1); delete it with: kind delete cluster --name %s\n", clusterName, clusterName)
 			return ctx, nil
 		}
 		return envfuncs.DestroyCluster(clusterName)(ctx, cfg)
 	}
-}
-
-// BuildImage runs `docker build -t image .` in the repository root, with
-// BuildKit (the Dockerfile uses cache mounts). The error carries the end of
-// Docker's output.
-func BuildImage(ctx context.Context, root, image string) error {
-	if _, err := exec.LookPath("docker"); err != nil {
-		return fmt.Errorf("building %s needs Docker: %w", image, err)
-	}
-	cmd := exec.CommandContext(ctx, "docker", "build", "-t", image, ".")
-	cmd.Dir = root
-	// The Dockerfile's cache mounts need BuildKit (docker buildx).
-	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=1")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("docker build -t %s . (in %s): %w\n%s", image, root, err, tail(out.Bytes(), 4000))
-	}
-	return nil
 }
 
 func tail(b []byte, n int) []byte {
