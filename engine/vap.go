@@ -73,7 +73,11 @@ func CompileValidatingAdmissionPolicy(p *admissionregistrationv1.ValidatingAdmis
 		gvk := gv.WithKind(pk.Kind)
 		v.paramKind = &gvk
 	}
-	v.prog, _ = cel.Compile(cel.Spec{
+	// An expression that does not compile is kept in the program and fails
+	// its own validation at evaluation, as Kubernetes reports it; only a
+	// missing environment (nil program) stops the policy here.
+	var compileErr error
+	v.prog, compileErr = cel.Compile(cel.Spec{
 		Mode:             cel.ModeKubernetes,
 		HasParams:        v.paramKind != nil,
 		Variables:        p.Spec.Variables,
@@ -82,7 +86,7 @@ func CompileValidatingAdmissionPolicy(p *admissionregistrationv1.ValidatingAdmis
 		AuditAnnotations: p.Spec.AuditAnnotations,
 	})
 	if v.prog == nil {
-		return nil, fmt.Errorf("ValidatingAdmissionPolicy %s: no CEL environment", p.Name)
+		return nil, fmt.Errorf("ValidatingAdmissionPolicy %s: no CEL environment: %w", p.Name, compileErr)
 	}
 	for _, b := range bindings {
 		if b.Spec.PolicyName != p.Name {

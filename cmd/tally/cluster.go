@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -74,7 +75,14 @@ func (o clusterOptions) connect(ctx context.Context) (*liveCluster, error) {
 	c.loader = data.New(dyn, cs.CoreV1().RESTClient(), data.Options{})
 	runCtx, stop := context.WithCancel(ctx)
 	c.stop = stop
-	go func() { _ = c.loader.Run(runCtx) }()
+	// The loader serves the policies' configMap and apiCall data; if it
+	// stops early, say so: the results of policies reading that data may be
+	// errors or stale.
+	go func() {
+		if err := c.loader.Run(runCtx); err != nil && runCtx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "tally: the cluster data loader stopped: %v\n", err)
+		}
+	}()
 	return c, nil
 }
 

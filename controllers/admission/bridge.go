@@ -262,12 +262,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.mu.Unlock()
 
 	var sources []*watch.Source
-	watched := served(b.disc, GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy)
+	watched := served(ctx, b.disc, GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy)
 	if len(watched) < 4 {
 		log.Info("some policy kinds are not served; admission evaluates without them", "served", fmt.Sprint(watched))
 	}
 	// ValidatingPolicies where served (tally's CRDs, or Kyverno's).
-	watched = append(watched, served(b.disc, GVRValidatingPolicy, GVRNamespacedValidatingPolicy)...)
+	watched = append(watched, served(ctx, b.disc, GVRValidatingPolicy, GVRNamespacedValidatingPolicy)...)
 	for _, gvr := range watched {
 		b.policies.expect(gvr)
 		sources = append(sources, watch.Start(ctx, b.client, gvr, b.policies))

@@ -81,7 +81,7 @@ func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
+	_, _ = w.Write(out) // the caller went away: there is no one left to tell
 	op := string(review.Request.Operation)
 	b.metrics.requests.WithLabelValues(op, fmt.Sprint(resp.Allowed)).Inc()
 	b.metrics.latency.WithLabelValues(op).Observe(b.clock.Since(start).Seconds())

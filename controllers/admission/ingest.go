@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
@@ -63,7 +66,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	in.mu.Lock()
 	in.ctx = ctx
 	in.mu.Unlock()
-	kinds := served(in.disc, GVRAdmissionReport, GVRClusterAdmissionReport, GVREphemeralReport, GVRClusterEphemeralReport)
+	kinds := served(ctx, in.disc, GVRAdmissionReport, GVRClusterAdmissionReport, GVREphemeralReport, GVRClusterEphemeralReport)
 	log.Info("ingesting Kyverno admission reports", "kinds", fmt.Sprint(kinds))
 	sources := make([]*watch.Source, 0, len(kinds))
 	for _, gvr := range kinds {
@@ -162,12 +165,42 @@ func foreignEntry(gvr schema.GroupVersionResource, u *unstructured.Unstructured)
 	return e, true
 }
 
-// served reports which of gvrs the API server serves.
-func served(disc discovery.DiscoveryInterface, gvrs ...schema.GroupVersionResource) []schema.GroupVersionResource {
+// served reports which of gvrs the API server serves. A group version it
+// does not serve (not found) is simply left out; any other discovery error
+// (the API server unreachable, an aggregated API down) is retried with
+// backoff until ctx ends, so that a kind is not left unwatched for the life
+// of the process because of a moment's outage at its start.
+func served(ctx context.Context, disc discovery.DiscoveryInterface, gvrs ...schema.GroupVersionResource) []schema.GroupVersionResource {
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
+	for {
+		out, err := servedOnce(disc, gvrs...)
+		if err == nil || ctx.Err() != nil {
+			return out
+		}
+		logr.FromContextOrDiscard(ctx).Error(err, "discovery failed; retrying")
+		if c, ok := disc.(discovery.CachedDiscoveryInterface); ok {
+			c.Invalidate()
+		}
+		select {
+		case <-ctx.Done():
+			return out
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+// servedOnce is one pass of served; the error joins the discovery errors
+// other than not found.
+func servedOnce(disc discovery.DiscoveryInterface, gvrs ...schema.GroupVersionResource) ([]schema.GroupVersionResource, error) {
 	var out []schema.GroupVersionResource
+	var errs []error
 	for _, gvr := range gvrs {
 		list, err := disc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+		if apierrors.IsNotFound(err) || errors.Is(err, memory.ErrCacheNotFound) {
+			continue // not served (a cached discovery says so with its own error)
+		}
 		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", gvr.GroupVersion(), err))
 			continue
 		}
 		for _, r := range list.APIResources {
@@ -177,7 +210,7 @@ func served(disc discovery.DiscoveryInterface, gvrs ...schema.GroupVersionResour
 			}
 		}
 	}
-	return out
+	return out, errors.Join(errs...)
 }
 
 // deleteSources deletes ingested reports: once their results are written

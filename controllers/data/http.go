@@ -168,7 +168,9 @@ func (l *Loader) serviceCall(ctx context.Context, call *kyvernov1.ContextAPICall
 	return apiCall(&withURL, data, func(method, _ string, body []byte) (any, error) {
 		var payload any
 		if body != nil {
-			_ = json.Unmarshal(body, &payload)
+			if err := json.Unmarshal(body, &payload); err != nil {
+				return nil, fmt.Errorf("apiCall.data: %w", err)
+			}
 		}
 		v, err := l.HTTPCall(ctx, method, url, payload, headers, svc.CABundle)
 		if err != nil {

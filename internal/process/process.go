@@ -132,7 +132,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Regis
 	defer func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
+		_ = srv.Shutdown(shutdownCtx) // best effort: the process is stopping; an open probe connection may be cut
 	}()
 
 	if !o.LeaderElect {
