@@ -149,7 +149,7 @@ cluster-down:
 e2e-kind:
 	@bash hack/kind/docker.sh up
 	@trap 'bash hack/kind/docker.sh down' EXIT; \
-	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) $(GO) test -count=1 -timeout 60m ./conformance/ -run TestConformance
+	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) $(GO) test -v -count=1 -timeout 60m ./conformance/ -run TestConformance
 
 clean:
 	rm -rf $(BIN) $(CLUSTER_DIR)

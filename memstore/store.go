@@ -24,6 +24,10 @@ type Resource struct {
 	// Hash is the content hash (status and metadata noise excluded): a change
 	// of it, not of the resourceVersion, means the resource must be rescanned.
 	Hash uint64
+	// AdmissionHash is the hash admission results are bound to
+	// (report.AdmissionHash), which the BackgroundScanReport's hash label
+	// carries for the merger to compare; 0 means Hash.
+	AdmissionHash uint64
 	// Data is the resource as JSON, without managedFields and other fields
 	// no policy reads.
 	Data []byte

@@ -74,6 +74,16 @@ func ContentHash(obj map[string]any) (uint64, error) {
 // admission. A review that differs from another only in those fields lands
 // in the same section, where the newest result wins.
 func AdmissionHash(obj map[string]any) (uint64, error) {
+	_, admission, err := Hashes(obj)
+	return admission, err
+}
+
+// Hashes returns an object's content hash for change detection (content:
+// every field ContentHash covers) and its AdmissionHash, computing the
+// object's encoding once. Where the object has none of the fields
+// AdmissionHash leaves out, both are its ContentHash; otherwise content
+// mixes those fields' values into the admission hash.
+func Hashes(obj map[string]any) (content, admission uint64, err error) {
 	kind, _ := obj["kind"].(string)
 	var drop string
 	switch kind {
@@ -83,8 +93,10 @@ func AdmissionHash(obj map[string]any) (uint64, error) {
 		drop = "replicas"
 	}
 	spec, ok := obj["spec"].(map[string]any)
-	if _, has := spec[drop]; drop == "" || !ok || !has {
-		return ContentHash(obj)
+	dropped, has := spec[drop]
+	if drop == "" || !ok || !has {
+		h, err := ContentHash(obj)
+		return h, h, err
 	}
 	view := make(map[string]any, len(obj))
 	for k, v := range obj {
@@ -97,5 +109,15 @@ func AdmissionHash(obj map[string]any) (uint64, error) {
 		}
 	}
 	view["spec"] = kept
-	return ContentHash(view)
+	if admission, err = ContentHash(view); err != nil {
+		return 0, 0, err
+	}
+	value, err := json.Marshal(dropped)
+	if err != nil {
+		return 0, 0, err
+	}
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], admission)
+	sum := sha256.Sum256(append(append(buf[:], drop...), value...))
+	return binary.BigEndian.Uint64(sum[:8]), admission, nil
 }

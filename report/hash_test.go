@@ -100,3 +100,27 @@ func TestAdmissionHashIgnoresWhatSubresourcesWrite(t *testing.T) {
 		t.Error("a kind without a scale subresource lost spec.replicas from its hash")
 	}
 }
+
+func TestHashesSeeWhatAdmissionHashLeavesOut(t *testing.T) {
+	pod := func(node string) map[string]any {
+		return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "p"},
+			"spec": map[string]any{"nodeName": node, "containers": []any{}}}
+	}
+	c1, a1, err := Hashes(pod("node-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, a2, _ := Hashes(pod("node-2"))
+	if a1 != a2 {
+		t.Error("the admission hash depends on the node")
+	}
+	if c1 == c2 || c1 == a1 {
+		t.Error("the content hash does not see the node: the scanner would not rescan a rebound Pod")
+	}
+	cm := map[string]any{"kind": "ConfigMap", "data": map[string]any{"a": "b"}}
+	c, a, _ := Hashes(cm)
+	full, _ := ContentHash(cm)
+	if c != a || c != full {
+		t.Errorf("a ConfigMap's hashes differ: content %x admission %x ContentHash %x", c, a, full)
+	}
+}

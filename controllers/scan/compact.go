@@ -35,7 +35,7 @@ func compact(u *unstructured.Unstructured) (*memstore.Resource, error) {
 	if i := strings.Index(gv, "/"); i >= 0 {
 		group, version = gv[:i], gv[i+1:]
 	}
-	h, err := report.ContentHash(obj)
+	h, admission, err := report.Hashes(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -43,8 +43,12 @@ func compact(u *unstructured.Unstructured) (*memstore.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	return memstore.NewResource(string(u.GetUID()), group, version, u.GetKind(), u.GetNamespace(), u.GetName(),
-		u.GetResourceVersion(), h, data), nil
+	res := memstore.NewResource(string(u.GetUID()), group, version, u.GetKind(), u.GetNamespace(), u.GetName(),
+		u.GetResourceVersion(), h, data)
+	if admission != h {
+		res.AdmissionHash = admission
+	}
+	return res, nil
 }
 
 // head is what match/exclude read of a resource.

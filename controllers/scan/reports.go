@@ -120,7 +120,13 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	if res.Group != "" {
 		apiVersion = res.Group + "/" + res.Version
 	}
-	hash := fmt.Sprintf("%x", res.Hash)
+	// The label is the hash admission results are bound to: the merger
+	// counts the admission section of that content.
+	labelHash := res.Hash
+	if res.AdmissionHash != 0 {
+		labelHash = res.AdmissionHash
+	}
+	hash := fmt.Sprintf("%x", labelHash)
 	digest := digestOf(apiVersion, res.Kind, res.Name, res.UID, res.Namespace, hash, results)
 	w.mu.Lock()
 	prev, ok := w.written[res.UID]
