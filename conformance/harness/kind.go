@@ -130,7 +130,7 @@ func (k *Kind) Metrics(ctx context.Context, component string) ([]byte, error) {
 	}
 	pods := []string{leader}
 	if component == "scanner" {
-		list, err := k.kube.CoreV1().Pods(kind.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=tally,app.kubernetes.io/component=scanner"})
+		list, err := k.kube.CoreV1().Pods(kind.Namespace).List(ctx, metav1.ListOptions{LabelSelector: componentSelector("scanner")})
 		if err != nil {
 			return nil, err
 		}
@@ -274,9 +274,15 @@ func (k *Kind) ForgeReview(ctx context.Context, review []byte) error {
 	return postReview(ctx, vwc.Webhooks[0].ClientConfig.CABundle, serverName, "https://127.0.0.1:"+strconv.Itoa(local)+"/validate", review)
 }
 
+// componentSelector selects the Pods of a component's Deployment, by the
+// chart's labels.
+func componentSelector(component string) string {
+	return "app.kubernetes.io/name=tally,app.kubernetes.io/component=" + component
+}
+
 // readyPod is a ready Pod of a component's Deployment.
 func (k *Kind) readyPod(ctx context.Context, component string) (*corev1.Pod, error) {
-	pods, err := k.kube.CoreV1().Pods(kind.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=tally,app.kubernetes.io/component=" + component})
+	pods, err := k.kube.CoreV1().Pods(kind.Namespace).List(ctx, metav1.ListOptions{LabelSelector: componentSelector(component)})
 	if err != nil {
 		return nil, err
 	}

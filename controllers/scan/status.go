@@ -80,7 +80,6 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 	}
 	await := rejected == nil && admission && s.opts.WebhookConfigured != nil
 	go func() {
-		loaded := "the policy is evaluated by tally"
 		if await {
 			name, gen := policyName(gvr, u.GetNamespace(), u.GetName()), u.GetGeneration()
 			waitCtx, cancel := context.WithTimeout(parent, webhookWait)
@@ -103,7 +102,7 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 		}
 		ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 		defer cancel()
-		if err := WriteReady(ctx, s.client, gvr, u, rejected, loaded, fieldManager, more...); err != nil && ctx.Err() == nil {
+		if err := WriteReady(ctx, s.client, gvr, u, rejected, "the policy is evaluated by tally", fieldManager, more...); err != nil && ctx.Err() == nil {
 			s.log().Error(err, "recording the policy's Ready condition failed", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()
