@@ -270,6 +270,12 @@ type EventExpectation struct {
 	For             Ref    `json:"for"`
 	Reason          string `json:"reason"`
 	MessageContains string `json:"messageContains,omitempty"`
+	// Action, when set, is the Event's action (an events.k8s.io/v1 Event,
+	// which then carries an eventTime too), e.g. "Resource Passed".
+	Action string `json:"action,omitempty"`
+	// ReportingController, when set, is the Event's reporting controller,
+	// e.g. kyverno-admission.
+	ReportingController string `json:"reportingController,omitempty"`
 }
 
 // MetricExpectation bounds the value of one series.

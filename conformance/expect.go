@@ -408,10 +408,12 @@ func (x *run) checkEvent(ctx context.Context, e EventExpectation) error {
 		if e.For.Namespace != "" && ev.InvolvedObject.Namespace != e.For.Namespace {
 			continue
 		}
-		if ev.Reason == e.Reason && strings.Contains(ev.Message, e.MessageContains) {
+		if ev.Reason == e.Reason && strings.Contains(ev.Message, e.MessageContains) &&
+			(e.Action == "" || ev.Action == e.Action && !ev.EventTime.IsZero()) &&
+			(e.ReportingController == "" || ev.ReportingController == e.ReportingController) {
 			return nil
 		}
-		seen = append(seen, ev.Reason+": "+ev.Message)
+		seen = append(seen, fmt.Sprintf("%s [%s, %s, eventTime %v]: %s", ev.Reason, ev.Action, ev.ReportingController, !ev.EventTime.IsZero(), ev.Message))
 	}
 	return fmt.Errorf("none; events seen: %q", seen)
 }

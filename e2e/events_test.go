@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
+	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/scan"
 )
 
@@ -48,6 +49,26 @@ func waitForEvent(ctx context.Context, t *testing.T, cfg *envconf.Config, obj k8
 	return got[0]
 }
 
+// waitForEventMatching waits until an object has an Event of a reason whose
+// message starts with prefix, and returns it.
+func waitForEventMatching(ctx context.Context, t *testing.T, cfg *envconf.Config, obj k8s.Object, reason, prefix string) corev1.Event {
+	t.Helper()
+	var found *corev1.Event
+	err := wait.For(func(ctx context.Context) (bool, error) {
+		for _, e := range resultEventsOf(ctx, t, cfg, obj, reason) {
+			if strings.HasPrefix(e.Message, prefix) {
+				found = &e
+				return true, nil
+			}
+		}
+		return false, nil
+	}, wait.WithTimeout(60*time.Second), wait.WithInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("no %s Event %q... on %s", reason, prefix, obj.GetName())
+	}
+	return *found
+}
+
 // exactlyOnce fails unless an object has one Event of a reason, counted once
 // (client-go folds a repeated Event into one with a count).
 func exactlyOnce(ctx context.Context, t *testing.T, cfg *envconf.Config, obj k8s.Object, reason string) {
@@ -62,17 +83,19 @@ func exactlyOnce(ctx context.Context, t *testing.T, cfg *envconf.Config, obj k8s
 	}
 }
 
-// Background results give Events on the resource as Kyverno's background
-// scans do (a Warning PolicyViolation from kyverno-scan naming policy and
-// rule), once per change of a result, never on a rescan that changes
-// nothing; success Events only with --generate-success-events.
+// Background results give Events on the resource and on the policy as
+// Kyverno's background scans do (a Warning PolicyViolation from kyverno-scan,
+// through events.k8s.io/v1 with an action and an eventTime, naming policy and
+// rule, or resource and rule), once per change of a result, never on a
+// rescan that changes nothing; success Events (PolicyApplied, on the policy)
+// only with --generate-success-events.
 func TestScannerEmitsResultEvents(t *testing.T) {
 	const ns = "events-a" // not scan-*: TestScannerWritesBackgroundReports counts what matches that
 	var (
 		scanner               *runningScanner
 		policy                = requireLabelsPolicy("events-require-labels", ns, "team", "owner")
 		bad, good, sentinel   = newPod(ns, "bad", nil), newPod(ns, "good", map[string]string{"team": "a"}), newPod(ns, "sentinel", nil)
-		violation, applied    = scan.ReasonPolicyViolation, scan.ReasonPolicyApplied
+		violation, applied    = policyevents.ReasonViolation, policyevents.ReasonApplied
 		wantViolationOfBadPod = "policy events-require-labels/pods fail: validation error: label team is required. rule pods failed at path /metadata/labels/"
 	)
 	f := features.New("result events").
@@ -94,13 +117,22 @@ func TestScannerEmitsResultEvents(t *testing.T) {
 			if e.Type != corev1.EventTypeWarning || e.Message != wantViolationOfBadPod {
 				t.Errorf("event %s %q, want Warning %q", e.Type, e.Message, wantViolationOfBadPod)
 			}
-			if e.Source.Component != scan.ResultEventSource || e.ReportingController != scan.ResultEventSource {
-				t.Errorf("event from %q (reportingController %q), want %s", e.Source.Component, e.ReportingController, scan.ResultEventSource)
+			if e.ReportingController != policyevents.ControllerScan || e.Action != policyevents.ActionPassed || e.EventTime.IsZero() {
+				t.Errorf("event from %q, action %q, eventTime %v; want %s, %q and a time", e.ReportingController, e.Action, e.EventTime, policyevents.ControllerScan, policyevents.ActionPassed)
 			}
 			if e.InvolvedObject.Kind != "Pod" || e.InvolvedObject.Name != bad.Name || e.InvolvedObject.APIVersion != "v1" {
 				t.Errorf("event about %+v", e.InvolvedObject)
 			}
+			if e.Related == nil || e.Related.Kind != "ClusterPolicy" || e.Related.Name != policy.Name {
+				t.Errorf("event related to %+v, want the policy", e.Related)
+			}
 			exactlyOnce(ctx, t, cfg, bad, violation)
+			// And the policy's: "Pod ns/name: [rule] fail; message".
+			pe := waitForEventMatching(ctx, t, cfg, policy, violation, "Pod "+ns+"/bad: ")
+			wantOnPolicy := "Pod " + ns + "/bad: [pods] fail; validation error: label team is required. rule pods failed at path /metadata/labels/"
+			if pe.Type != corev1.EventTypeWarning || pe.Message != wantOnPolicy || pe.Action != policyevents.ActionPassed || pe.Related == nil || pe.Related.Name != bad.Name {
+				t.Errorf("policy event %s %q action %q related %+v, want Warning %q about the Pod", pe.Type, pe.Message, pe.Action, pe.Related, wantOnPolicy)
+			}
 			return ctx
 		}).
 		Assess("a forced rescan adds none; a pass has none without the flag", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -115,8 +147,8 @@ func TestScannerEmitsResultEvents(t *testing.T) {
 			}
 			waitForEvent(ctx, t, cfg, sentinel, violation)
 			exactlyOnce(ctx, t, cfg, bad, violation)
-			if got := resultEventsOf(ctx, t, cfg, good, applied); len(got) != 0 {
-				t.Errorf("a passing Pod got %d PolicyApplied Events without --generate-success-events", len(got))
+			if got := resultEventsOf(ctx, t, cfg, policy, applied); len(got) != 0 {
+				t.Errorf("the policy got %d PolicyApplied Events without --generate-success-events", len(got))
 			}
 			if got := resultEventsOf(ctx, t, cfg, good, violation); len(got) != 0 {
 				t.Errorf("a passing Pod got %d PolicyViolation Events", len(got))
@@ -125,26 +157,25 @@ func TestScannerEmitsResultEvents(t *testing.T) {
 		}).
 		Assess("with success events, a resource that comes to pass gets a PolicyApplied Event", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			scanner.stop()
-			scanner = startScannerWith(t, cfg.Client().RESTConfig(), "default", &outage{}, func(o *scan.Options) { o.SuccessEvents = true })
+			scanner = startScannerWith(t, cfg.Client().RESTConfig(), "default", &outage{}, func(o *scan.Options) { o.Events.Success = true })
 			scanner.waitSynced(t)
 			bad.Labels = map[string]string{"team": "b"}
 			if err := cfg.Client().Resources().Update(ctx, bad); err != nil {
 				t.Fatal(err)
 			}
-			e := waitForEvent(ctx, t, cfg, bad, applied)
-			want := "policy events-require-labels/pods pass: validation rule 'pods' passed."
-			if e.Type != corev1.EventTypeNormal || e.Message != want || e.Source.Component != scan.ResultEventSource {
-				t.Errorf("event %s %q from %s, want Normal %q from %s", e.Type, e.Message, e.Source.Component, want, scan.ResultEventSource)
+			want := "Pod " + ns + "/bad: pass"
+			e := waitForEventMatching(ctx, t, cfg, policy, applied, want)
+			if e.Type != corev1.EventTypeNormal || e.ReportingController != policyevents.ControllerScan || e.Action != policyevents.ActionPassed {
+				t.Errorf("event %s %q from %s, action %q; want Normal %q from %s", e.Type, e.Message, e.ReportingController, e.Action, want, policyevents.ControllerScan)
 			}
 			// The restart emitted nothing again: results read back from the
 			// reports are not changes.
 			exactlyOnce(ctx, t, cfg, bad, violation)
 			exactlyOnce(ctx, t, cfg, sentinel, violation)
-			if got := resultEventsOf(ctx, t, cfg, good, applied); len(got) != 0 {
-				t.Errorf("a Pod that passed before the restart got %d PolicyApplied Events", len(got))
-			}
-			if !strings.HasPrefix(e.Message, "policy ") {
-				t.Errorf("message %q", e.Message)
+			for _, pe := range resultEventsOf(ctx, t, cfg, policy, applied) {
+				if strings.Contains(pe.Message, "/good:") {
+					t.Errorf("a Pod that passed before the restart got a PolicyApplied Event: %q", pe.Message)
+				}
 			}
 			return ctx
 		}).

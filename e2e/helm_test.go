@@ -87,7 +87,8 @@ func TestHelmChart(t *testing.T) {
 			}
 			objs, err := kind.RenderChart(ctx, root, "charts/tally", kind.Namespace, "reportAPI=openreports", "image.tag=v9.9.9",
 				"scanner.scanInterval=30m", "webhook.failurePolicy=Fail", "serviceMonitor.enabled=true", "merger.replicas=3",
-				"webhook.clientCA.secretName=apiserver-ca", "networkPolicy.webhookFrom={10.0.0.0/24}")
+				"webhook.clientCA.secretName=apiserver-ca", "networkPolicy.webhookFrom={10.0.0.0/24}",
+				"scanner.generateSuccessEvents=true", "scanner.omitEvents={PolicyViolation}")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +100,8 @@ func TestHelmChart(t *testing.T) {
 			all := strings.Join(text, "\n")
 			for _, want := range []string{`"--report-api=openreports"`, `ghcr.io/tally-dev/tally:v9.9.9`, `"--background-scan-interval=30m"`,
 				`"failurePolicy":"Fail"`, `"kind":"ServiceMonitor"`, `"replicas":3`,
-				`"--webhook-client-ca=/etc/tally/webhook-client-ca/ca.crt"`, `"secretName":"apiserver-ca"`, `"ipBlock":{"cidr":"10.0.0.0/24"}`} {
+				`"--webhook-client-ca=/etc/tally/webhook-client-ca/ca.crt"`, `"secretName":"apiserver-ca"`, `"ipBlock":{"cidr":"10.0.0.0/24"}`,
+				`"--generate-success-events"`, `"--omit-events=PolicyViolation"`} {
 				if !strings.Contains(all, want) {
 					t.Errorf("rendered objects lack %s", want)
 				}
@@ -121,15 +123,16 @@ func TestHelmChart(t *testing.T) {
 				t.Fatal(err)
 			}
 			for set, want := range map[string]string{
-				"mode=bogus":                      "/mode",
-				"reportAPI=openreport":            "/reportAPI",
-				"webhook.failurePolicy=Deny":      "/webhook/failurePolicy",
-				"webhook.timeoutSeconds=60":       "/webhook/timeoutSeconds",
-				"scanner.scanInterval=hourly":     "/scanner/scanInterval",
-				"crds.install=maybe":              "/crds/install",
-				"image.tg=v1":                     "'tg' not allowed",
-				"reportApi=openreports":           "'reportApi' not allowed",
-				"networkPolicy.webhookFrom={any}": "/networkPolicy/webhookFrom/0",
+				"mode=bogus":                         "/mode",
+				"reportAPI=openreport":               "/reportAPI",
+				"webhook.failurePolicy=Deny":         "/webhook/failurePolicy",
+				"webhook.timeoutSeconds=60":          "/webhook/timeoutSeconds",
+				"scanner.scanInterval=hourly":        "/scanner/scanInterval",
+				"crds.install=maybe":                 "/crds/install",
+				"image.tg=v1":                        "'tg' not allowed",
+				"reportApi=openreports":              "'reportApi' not allowed",
+				"networkPolicy.webhookFrom={any}":    "/networkPolicy/webhookFrom/0",
+				"scanner.omitEvents={PolicyApplyed}": "/scanner/omitEvents/0",
 			} {
 				_, err := kind.RenderChart(ctx, root, "charts/tally", kind.Namespace, set)
 				if err == nil || !strings.Contains(err.Error(), want) {

@@ -31,6 +31,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
@@ -42,6 +43,7 @@ import (
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/memstore"
 	"github.com/tally-dev/tally/report"
@@ -113,8 +115,11 @@ type runningScanner struct {
 	writes  *writeCounter
 	outage  *outage
 	events  record.EventBroadcaster
-	cancel  context.CancelFunc
-	done    chan error
+	results kevents.EventBroadcaster
+	// stopResults stops the results' broadcaster's series upkeep.
+	stopResults context.CancelFunc
+	cancel      context.CancelFunc
+	done        chan error
 }
 
 func startScanner(t *testing.T, cfg *rest.Config, namespace string) *runningScanner {
@@ -132,6 +137,11 @@ func startScannerWith(t *testing.T, cfg *rest.Config, namespace string, out *out
 		t.Fatal(err)
 	}
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	results := kevents.NewBroadcaster(&kevents.EventSinkImpl{Interface: kube.EventsV1()})
+	resultsCtx, stopResults := context.WithCancel(context.Background())
+	if err := results.StartRecordingToSinkWithContext(resultsCtx); err != nil {
+		t.Fatal(err)
+	}
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), api.AddToScheme(scheme)); err != nil {
 		t.Fatal(err)
@@ -155,15 +165,15 @@ func startScannerWith(t *testing.T, cfg *rest.Config, namespace string, out *out
 	reg := prometheus.NewRegistry()
 	opts := scan.Options{
 		Workers: 2, Interval: time.Hour, StateNamespace: namespace, StateName: "tally-scan-state", Registry: reg, RESTConfig: cfg,
-		Recorder:       events.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
-		ResultRecorder: events.NewRecorder(scheme, corev1.EventSource{Component: scan.ResultEventSource}),
+		Recorder: events.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
+		Events:   &policyevents.Emitter{Recorder: results.NewRecorder(scheme, policyevents.ControllerScan)},
 	}
 	for _, c := range configure {
 		c(&opts)
 	}
 	s := scan.New(dyn, memory.NewMemCacheClient(disc), store, opts)
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 1})))
-	rs := &runningScanner{scanner: s, reg: reg, writes: wc, outage: out, events: events, cancel: cancel, done: make(chan error, 1)}
+	rs := &runningScanner{scanner: s, reg: reg, writes: wc, outage: out, events: events, results: results, stopResults: stopResults, cancel: cancel, done: make(chan error, 1)}
 	go func() { rs.done <- s.Run(ctx) }()
 	return rs // the caller stops it (a feature's Teardown): t may be one step's subtest
 }
@@ -177,6 +187,8 @@ func (rs *runningScanner) stop() {
 	rs.cancel()
 	<-rs.done
 	rs.events.Shutdown()
+	rs.results.Shutdown()
+	rs.stopResults()
 }
 
 // counter reads a counter metric's value (summed over its labels).

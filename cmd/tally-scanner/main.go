@@ -27,12 +27,14 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/tally-dev/tally/api"
 	"github.com/tally-dev/tally/controllers/admission"
 	"github.com/tally-dev/tally/controllers/data"
+	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/internal/process"
 	"github.com/tally-dev/tally/memstore"
@@ -47,6 +49,7 @@ type options struct {
 	rescanEndpoint bool
 	policyStatus   bool
 	successEvents  bool
+	omitEvents     map[string]bool
 	webhook        webhookOptions
 	http           data.HTTPOptions
 	images         data.RegistryOptions
@@ -66,7 +69,12 @@ func main() {
 	flag.DurationVar(&o.evalTimeout, "evaluation-timeout", scan.DefaultEvalTimeout, "time limit of one resource's background evaluation; past it the rules left are error results and the worker moves on")
 	flag.StringVar(&o.stateConfigMap, "state-configmap", "tally-scan-state", "ConfigMap persisting each policy's last complete scan")
 	flag.BoolVar(&o.policyStatus, "policy-status", true, "keep each policy's Ready condition (turn off beside a Kyverno that writes it)")
-	flag.BoolVar(&o.successEvents, "generate-success-events", false, "also emit an Event (Normal, PolicyApplied) on a resource when a background result becomes a pass, as Kyverno's generateSuccessEvents; violations always get one (Warning, PolicyViolation), once per change to fail")
+	flag.BoolVar(&o.successEvents, "generate-success-events", false, "also emit an Event (Normal, PolicyApplied) on a policy when its results on a resource pass, as Kyverno's generateSuccessEvents; violations always get one (Warning, PolicyViolation) on the policy and the resource, in the background once per change to fail")
+	flag.Func("omit-events", "comma-separated reasons of result Events not to emit, as Kyverno's omitEvents: PolicyViolation, PolicyApplied (PolicyError and PolicySkipped are accepted; tally emits neither)", func(v string) error {
+		omit, err := policyevents.ParseOmit(v)
+		o.omitEvents = omit
+		return err
+	})
 	flag.Func("http-allow", "URL patterns (* and ? wildcards; comma-separated, repeatable) of the services policies may call: apiCall.service entries and CEL's http.Get/Post; none by default", func(v string) error {
 		for _, p := range strings.Split(v, ",") {
 			if p = strings.TrimSpace(p); p != "" {
@@ -144,6 +152,16 @@ func run(ctx context.Context, o options) error {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
+	// Result Events go through events.k8s.io/v1, as Kyverno's: each carries
+	// an action, an eventTime and the reporting controller.
+	resultEvents := kevents.NewBroadcaster(&kevents.EventSinkImpl{Interface: events.EventsV1()})
+	if err := resultEvents.StartRecordingToSinkWithContext(ctx); err != nil {
+		return err
+	}
+	defer resultEvents.Shutdown()
+	emitter := func(controller string) *policyevents.Emitter {
+		return &policyevents.Emitter{Recorder: resultEvents.NewRecorder(scheme, controller), Success: o.successEvents, Omit: o.omitEvents}
+	}
 	reg := prometheus.NewRegistry()
 	var scanner *scan.Scanner
 	// The admission bridge (below, when the webhook is served): it writes
@@ -161,10 +179,9 @@ func run(ctx context.Context, o options) error {
 		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
 		NoPolicyStatus: !o.policyStatus, RESTConfig: cfg,
 		// Result Events are reported as Kyverno's background scans report them.
-		ResultRecorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: scan.ResultEventSource}),
-		SuccessEvents:  o.successEvents,
-		Loader:         loader,
-		Data:           loader,
+		Events: emitter(policyevents.ControllerScan),
+		Loader: loader,
+		Data:   loader,
 	})
 	if o.webhook.listen != "" && o.webhook.manageRules && o.webhook.configuration != "" {
 		scanner.SetWebhookConfigured(func(policy string, generation int64) bool { return bridge.WebhookConfigured(policy, generation) })
@@ -211,7 +228,7 @@ func run(ctx context.Context, o options) error {
 			SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
 			WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
 			ManageRules: o.webhook.manageRules, Leading: daemon.leading.Load, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,
-			Loader: loader, Data: loader,
+			Loader: loader, Data: loader, Events: emitter(policyevents.ControllerAdmission),
 		})
 		o.ReadyChecks = append(o.ReadyChecks, func() string {
 			if !bridge.Serving() {

@@ -53,7 +53,9 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/textlogger"
 
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
@@ -61,6 +63,7 @@ import (
 	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/admission"
+	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
@@ -116,12 +119,24 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 	})
 	reg.MustRegister(s.created, s.withheld)
 	const secretName = "kyverno-svc.kyverno.svc.kyverno-tls-pair"
+	// Kyverno's admission controller records result Events (violations on
+	// the policy and the object, blocked requests on the policy).
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	events := kevents.NewBroadcaster(&kevents.EventSinkImpl{Interface: kube.EventsV1()})
+	if err := events.StartRecordingToSinkWithContext(ctx); err != nil {
+		return err
+	}
+	defer events.Shutdown()
 	bridge := admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
 		// The bridge's own listener goes unused: the stand-in serves the
 		// webhook, Kyverno's policy checks first (policywebhook.go).
 		Listen: "127.0.0.1:0", SecretNamespace: namespace, SecretName: secretName,
 		WebhookConfiguration: webhookConfiguration, Registry: prometheus.NewRegistry(),
 		Sink: s.write, OnPolicy: s.policyLoaded,
+		Events: &policyevents.Emitter{Recorder: events.NewRecorder(scheme, policyevents.ControllerAdmission)},
 	})
 	webhook := &webhookServer{addr: webhookListen, handler: policyWebhook{next: bridge}, ready: bridge.Serving,
 		certs: &secretCert{kube: kube, namespace: namespace, name: secretName}}

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
+	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 )
@@ -87,6 +88,10 @@ type Options struct {
 	Loader engine.ContextLoader
 	// Data serves the cluster reads of CEL policies (nil: none).
 	Data cel.ClusterData
+	// Events, when set, records Kyverno's result Events of the requests it
+	// answers (violations, blocked requests, and with success events
+	// PolicyApplied); its recorder reports as policyevents.ControllerAdmission.
+	Events *policyevents.Emitter
 	// CAValidity and CertValidity of generated certificates (defaults 3y, 1y);
 	// CertCheckInterval is how often they are checked (default 1m).
 	CAValidity, CertValidity, CertCheckInterval time.Duration

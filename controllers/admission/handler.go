@@ -14,11 +14,13 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
 )
@@ -314,6 +316,9 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 			}
 		}
 	}
+	if !(req.DryRun != nil && *req.DryRun) && req.SubResource == "" {
+		b.emitEvents(req, subject, snap.policies[:len(results)], results, panicked, len(denials) > 0, namespace, nsLabels)
+	}
 	if len(denials) > 0 {
 		resp.Allowed = false
 		resp.Warnings = nil
@@ -342,6 +347,51 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		hash:  fmt.Sprintf("%x", hash), at: now, policyLabels: labels, results: record,
 	})
 	return resp, nil
+}
+
+// emitEvents records Kyverno's result Events of an answered request: when
+// it was denied, each enforced violation that denied it (on the policy,
+// "blocked"); otherwise each violation (on the policy and the object) and,
+// with success events, each policy all of whose results passed.
+func (b *Bridge) emitEvents(req *admissionv1.AdmissionRequest, subject report.Subject, policies []*admissionPolicy,
+	results [][]engine.RuleResult, panicked []bool, denied bool, namespace string, nsLabels map[string]string) {
+	em := b.opts.Events
+	if em == nil || em.Recorder == nil {
+		return
+	}
+	name := subject.Name
+	if name == "" {
+		name = req.Name
+	}
+	object := &corev1.ObjectReference{APIVersion: schema.GroupVersion{Group: req.Kind.Group, Version: req.Kind.Version}.String(),
+		Kind: req.Kind.Kind, Namespace: namespace, Name: name, UID: types.UID(subject.UID)}
+	for i, rrs := range results {
+		if panicked[i] || len(rrs) == 0 {
+			continue
+		}
+		ap := policies[i]
+		violated := false
+		for _, rr := range rrs {
+			status := ""
+			switch rr.Result {
+			case engine.Fail, engine.Warn:
+				status = string(engine.Fail)
+			case engine.Error:
+				status = string(engine.Error)
+			default:
+				continue
+			}
+			violated = true
+			enforced := ap.compiled.Enforced(rr.Rule, namespace, nsLabels) && (status == string(engine.Fail) || ap.failClosed)
+			if denied && !enforced {
+				continue // not what blocked the request; the object was not admitted
+			}
+			em.Violation(object, policyevents.Result{Policy: ap.ref, PolicyName: ap.ref.Name, Rule: rr.Rule, Status: status, Message: rr.Message}, denied)
+		}
+		if !violated && !denied {
+			em.Applied(object, ap.ref)
+		}
+	}
 }
 
 // webhookMatches evaluates a policy's webhook match conditions

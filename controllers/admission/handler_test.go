@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -470,6 +473,61 @@ func TestPolicyWritesAreCheckedAsKyvernoDoes(t *testing.T) {
 			}
 			if !tc.allowed && !strings.Contains(resp.Result.Message, tc.messageHas) {
 				t.Errorf("message %q lacks %q", resp.Result.Message, tc.messageHas)
+			}
+		})
+	}
+}
+
+// eventLog records what the bridge told through its Events.
+type eventLog struct{ got []string }
+
+func (l *eventLog) Eventf(regarding, related runtime.Object, eventType, reason, action, note string, args ...any) {
+	l.got = append(l.got, regarding.(*corev1.ObjectReference).Kind+" "+eventType+" "+reason+" ["+action+"] "+fmt.Sprintf(note, args...))
+}
+
+func TestReviewRecordsKyvernoEvents(t *testing.T) {
+	const msg = "validation error: label team is required. rule require-team failed at path /metadata/labels/"
+	tests := map[string]struct {
+		action  string
+		labels  map[string]string
+		dryRun  bool
+		success bool
+		want    []string
+	}{
+		"an audited violation is told on the policy and the Pod": {
+			action: "Audit",
+			want: []string{
+				"ClusterPolicy Warning PolicyViolation [Resource Passed] Pod prod/p: [require-team] fail; " + msg,
+				"Pod Warning PolicyViolation [Resource Passed] policy ev/require-team fail: " + msg,
+			},
+		},
+		"a blocked request is told on the policy": {
+			action: "Enforce",
+			want:   []string{"ClusterPolicy Warning PolicyViolation [Resource Blocked] Pod prod/p: [require-team] fail (blocked); " + msg},
+		},
+		"a pass is told only with success events": {
+			action: "Audit", labels: map[string]string{"team": "a"},
+		},
+		"with success events, a policy that passed is applied": {
+			action: "Enforce", labels: map[string]string{"team": "a"}, success: true,
+			want: []string{"ClusterPolicy Normal PolicyApplied [Resource Passed] Pod prod/p: pass"},
+		},
+		"a dry run tells nothing": {
+			action: "Audit", dryRun: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := testBridge(t, policyYAML("ev", tc.action, ""))
+			log := &eventLog{}
+			b.opts.Events = &policyevents.Emitter{Recorder: log, Success: tc.success}
+			req := request(admissionv1.Create, pod(tc.labels))
+			req.DryRun = &tc.dryRun
+			if _, err := b.Review(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(log.got) != fmt.Sprint(tc.want) {
+				t.Errorf("events:\n got %q\nwant %q", log.got, tc.want)
 			}
 		})
 	}

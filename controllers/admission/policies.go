@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -47,6 +48,8 @@ type admissionPolicy struct {
 	// metadata.generation.
 	name       string
 	generation int64
+	// ref refers to the policy object, for Events.
+	ref *corev1.ObjectReference
 	// gvr is the policy's kind (what a complete list of it can tell gone).
 	gvr schema.GroupVersionResource
 	// resourceVersion is the value of the policy label of the reports.
@@ -297,6 +300,7 @@ func (ps *policySet) Upsert(gvr schema.GroupVersionResource, u *unstructured.Uns
 			delete(ps.policies, name) // admission: false
 		} else {
 			ap.name, ap.generation = name, u.GetGeneration()
+			ap.ref = &corev1.ObjectReference{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID()}
 			ps.policies[name] = ap
 		}
 		ps.publish()

@@ -28,11 +28,11 @@
 // written again before the next periodic scan; other API errors are retried
 // with the queue's exponential backoff.
 //
-// Events: a result that becomes a violation gives a Warning PolicyViolation
-// Event on the resource, as Kyverno's background scans (source
-// kyverno-scan); with Options.SuccessEvents a result that becomes a pass
-// gives a Normal PolicyApplied one. A rescan that changes nothing emits
-// nothing. Periodic rescans follow the
+// Events: a result that becomes a violation gives the policy and the
+// resource a Warning PolicyViolation Event, as Kyverno's background scans
+// (reporting controller kyverno-scan); with success events a policy whose
+// results on a resource became passes gives the policy a Normal
+// PolicyApplied one. A rescan that changes nothing emits nothing. Periodic rescans follow the
 // global interval or a policy's scan.tally.dev/interval or
 // scan.tally.dev/schedule annotation; each policy's last complete scan is
 // persisted in a ConfigMap.

@@ -1,48 +1,41 @@
 package scan
 
 import (
-	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/policyevents"
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
 )
 
-// Events of background results, on the resource, in Kyverno's shape: a
-// Warning with reason PolicyViolation for a violation, and (with
-// Options.SuccessEvents, Kyverno's generateSuccessEvents) a Normal one with
-// reason PolicyApplied for a pass, reported by the component "kyverno-scan"
-// (Kyverno's background scans), with the message
-// "policy <policy name>/<rule> <result>: <rule message>".
+// Events of background results, in Kyverno's shape (package policyevents),
+// reported as Kyverno's background scans report them ("kyverno-scan"): a
+// violation gives the policy and the resource a Warning PolicyViolation
+// Event, and (with Options.Events.Success, Kyverno's generateSuccessEvents)
+// a policy whose results on a resource all became passes gives the policy a
+// Normal PolicyApplied one.
 //
-// Unlike Kyverno, which emits them on every background scan, tally emits one
-// only when a (resource, policy, rule) result changes to fail (or warn or
-// error; to pass for success events): a rescan that changes nothing emits
-// nothing, and client-go's event correlation counts repeats of the same
-// event instead of creating new ones.
-const (
-	// ResultEventSource is the reporting component of result Events.
-	ResultEventSource = "kyverno-scan"
-	// ReasonPolicyViolation and ReasonPolicyApplied are the reasons of
-	// result Events.
-	ReasonPolicyViolation = "PolicyViolation"
-	ReasonPolicyApplied   = "PolicyApplied"
-	// maxEventMessage bounds a message (the API server limits an Event's
-	// note to 1 KiB).
-	maxEventMessage = 1024
-)
+// Unlike Kyverno, which emits them on every background scan, tally emits
+// them only when a (resource, policy, rule) result changes to fail (or warn
+// or error; to pass for success events): a rescan that changes nothing
+// emits nothing.
 
-// resultEvent is one Event to emit about a resource.
+// resultEvent is one Event to emit about a resource: a violation of one
+// rule, or (applied) every result of a policy passing.
 type resultEvent struct {
-	eventType, reason, message string
+	entry   memstore.Entry
+	applied bool
 }
 
 // resultEvents lists the Events of the results of one resource that changed
 // from before to after: those that became a violation (fail, warn, error)
-// and, when success is set, those that became a pass.
+// and, when success is set, one per policy whose results are all passes and
+// one of which became a pass.
 func resultEvents(before, after []memstore.Result, success bool) []resultEvent {
 	prev := make(map[[2]string]string, len(before))
 	for _, r := range before {
@@ -50,54 +43,77 @@ func resultEvents(before, after []memstore.Result, success bool) []resultEvent {
 		prev[[2]string{e.Policy, e.Rule}] = e.Result
 	}
 	var out []resultEvent
+	passed := map[[2]string]memstore.Entry{} // (source, policy): a result that became a pass
+	failing := map[[2]string]bool{}          // (source, policy): a result that is not a pass
 	for _, r := range after {
 		e := r.Value()
+		pol := [2]string{e.Source, e.Policy}
+		switch wgv1alpha2.Result(e.Result) {
+		case wgv1alpha2.ResultFail, wgv1alpha2.ResultWarn, wgv1alpha2.ResultError:
+			failing[pol] = true
+		}
 		if was, ok := prev[[2]string{e.Policy, e.Rule}]; ok && was == e.Result {
 			continue // unchanged
 		}
-		var ev resultEvent
 		switch wgv1alpha2.Result(e.Result) {
 		case wgv1alpha2.ResultFail, wgv1alpha2.ResultWarn, wgv1alpha2.ResultError:
-			ev = resultEvent{corev1.EventTypeWarning, ReasonPolicyViolation, ""}
+			out = append(out, resultEvent{entry: e})
 		case wgv1alpha2.ResultPass:
-			if !success {
-				continue
+			if _, ok := passed[pol]; !ok && success {
+				passed[pol] = e
 			}
-			ev = resultEvent{corev1.EventTypeNormal, ReasonPolicyApplied, ""}
-		default:
-			continue
 		}
-		ev.message = eventMessage(e)
-		out = append(out, ev)
+	}
+	for _, r := range after { // in the results' order, once per policy
+		e := r.Value()
+		pol := [2]string{e.Source, e.Policy}
+		if p, ok := passed[pol]; ok && p == e && !failing[pol] {
+			out = append(out, resultEvent{entry: e, applied: true})
+		}
 	}
 	return out
 }
 
-// eventMessage is "policy <name>/<rule> <result>: <message>", the policy
-// named by its name alone (a Policy's namespace is not repeated), as Kyverno.
-func eventMessage(e memstore.Entry) string {
-	name := e.Policy
-	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		name = name[i+1:]
-	}
-	result := e.Result
+// engineStatus is Kyverno's engine status of a report result: a report's
+// warn is an engine fail.
+func engineStatus(result string) string {
 	if result == string(wgv1alpha2.ResultWarn) {
-		result = string(wgv1alpha2.ResultFail) // Kyverno's engine result; warn is a report's view of it
+		return string(wgv1alpha2.ResultFail)
 	}
-	msg := fmt.Sprintf("policy %s/%s %s: %s", name, e.Rule, result, e.Message)
-	if len(msg) > maxEventMessage {
-		msg = msg[:maxEventMessage-3] + "..."
+	return result
+}
+
+// shortName is a policy's name without its namespace, as Kyverno names it
+// in a resource's Event.
+func shortName(policy string) string {
+	if i := strings.LastIndexByte(policy, '/'); i >= 0 {
+		return policy[i+1:]
 	}
-	return msg
+	return policy
+}
+
+// policyKeyOf is the key (policyName) of the policy of a result.
+func policyKeyOf(e memstore.Entry) string {
+	switch e.Source {
+	case engine.SourceValidatingAdmissionPolicy:
+		return vapKeyPrefix + e.Policy
+	case engine.SourceValidatingPolicy:
+		if strings.Contains(e.Policy, "/") {
+			return policiesv1.KindNamespacedValidatingPolicy + "/" + e.Policy
+		}
+		return policiesv1.KindValidatingPolicy + "/" + e.Policy
+	}
+	return e.Policy
 }
 
 // emitResultEvents records the Events of the results of res that changed.
 func (s *Scanner) emitResultEvents(res *memstore.Resource, before, after []memstore.Result) {
-	if s.opts.ResultRecorder == nil {
+	em := s.opts.Events
+	if em == nil || em.Recorder == nil {
 		return
 	}
-	events := resultEvents(before, after, s.opts.SuccessEvents)
-	if len(events) == 0 {
+	evs := resultEvents(before, after, em.Success)
+	if len(evs) == 0 {
 		return
 	}
 	apiVersion := res.Version
@@ -105,7 +121,17 @@ func (s *Scanner) emitResultEvents(res *memstore.Resource, before, after []memst
 		apiVersion = res.Group + "/" + res.Version
 	}
 	ref := &corev1.ObjectReference{APIVersion: apiVersion, Kind: res.Kind, Namespace: res.Namespace, Name: res.Name, UID: types.UID(res.UID)}
-	for _, ev := range events {
-		s.opts.ResultRecorder.Event(ref, ev.eventType, ev.reason, ev.message)
+	for _, ev := range evs {
+		var policy *corev1.ObjectReference
+		if tp := s.policies.get(policyKeyOf(ev.entry)); tp != nil {
+			policy = tp.ref
+		}
+		if ev.applied {
+			em.Applied(ref, policy)
+			continue
+		}
+		e := ev.entry
+		em.Violation(ref, policyevents.Result{Policy: policy, PolicyName: shortName(e.Policy), Rule: e.Rule,
+			Status: engineStatus(e.Result), Message: e.Message}, false)
 	}
 }

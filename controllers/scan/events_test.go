@@ -2,19 +2,20 @@ package scan
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
 )
 
 func result(policy, rule, res, msg string) memstore.Result {
-	return memstore.NewResult(memstore.Entry{Policy: policy, Rule: rule, Result: res, Message: msg}, time.Unix(1, 0))
+	return memstore.NewResult(memstore.Entry{Policy: policy, Rule: rule, Result: res, Message: msg, Source: "kyverno"}, time.Unix(1, 0))
 }
 
 func TestResultEventsOnlyOnTransitions(t *testing.T) {
-	failing := result("require-labels", "pods", "fail", "validation error: label team is required. rule pods failed at path /metadata/labels/team/")
+	failing := result("require-labels", "pods", "fail", "label team is required")
+	pass := func(policy, rule string) memstore.Result { return result(policy, rule, "pass", "ok") }
 	tests := map[string]struct {
 		before, after []memstore.Result
 		success       bool
@@ -22,7 +23,7 @@ func TestResultEventsOnlyOnTransitions(t *testing.T) {
 	}{
 		"a new failing result is a violation": {
 			after: []memstore.Result{failing},
-			want:  []string{"Warning PolicyViolation policy require-labels/pods fail: validation error: label team is required. rule pods failed at path /metadata/labels/team/"},
+			want:  []string{"require-labels/pods fail"},
 		},
 		"a result that stays failing emits nothing, even with another message": {
 			before: []memstore.Result{failing},
@@ -30,43 +31,48 @@ func TestResultEventsOnlyOnTransitions(t *testing.T) {
 		},
 		"a pass emits nothing without success events": {
 			before: []memstore.Result{failing},
-			after:  []memstore.Result{result("require-labels", "pods", "pass", "validation rule 'pods' passed.")},
+			after:  []memstore.Result{pass("require-labels", "pods")},
 		},
-		"a pass emits a success event with them": {
+		"a policy whose results became passes is applied, once": {
 			before:  []memstore.Result{failing},
-			after:   []memstore.Result{result("require-labels", "pods", "pass", "validation rule 'pods' passed.")},
+			after:   []memstore.Result{pass("require-labels", "pods"), pass("require-labels", "other")},
 			success: true,
-			want:    []string{"Normal PolicyApplied policy require-labels/pods pass: validation rule 'pods' passed."},
+			want:    []string{"require-labels applied"},
+		},
+		"a policy with a pass beside a failure is not applied": {
+			after:   []memstore.Result{pass("p", "a"), result("p", "b", "fail", "m")},
+			success: true,
+			want:    []string{"p/b fail"},
 		},
 		"a pass that stays a pass emits nothing": {
-			before:  []memstore.Result{result("p", "r", "pass", "ok")},
-			after:   []memstore.Result{result("p", "r", "pass", "ok")},
+			before:  []memstore.Result{pass("p", "r")},
+			after:   []memstore.Result{pass("p", "r")},
 			success: true,
 		},
-		"warn and error are violations; warn is named fail, as Kyverno's engine result": {
+		"warn and error are violations": {
 			after: []memstore.Result{result("p", "w", "warn", "m"), result("p", "e", "error", "boom")},
-			want:  []string{"Warning PolicyViolation policy p/w fail: m", "Warning PolicyViolation policy p/e error: boom"},
+			want:  []string{"p/w warn", "p/e error"},
 		},
 		"skips emit nothing": {
 			before:  []memstore.Result{failing},
 			after:   []memstore.Result{result("require-labels", "pods", "skip", "excluded")},
 			success: true,
 		},
-		"a namespaced Policy is named by its name alone": {
-			after: []memstore.Result{result("team-a/require-labels", "pods", "fail", "m")},
-			want:  []string{"Warning PolicyViolation policy require-labels/pods fail: m"},
-		},
 		"only the rule that changed has an event": {
-			before: []memstore.Result{failing, result("p", "r", "pass", "ok")},
+			before: []memstore.Result{failing, pass("p", "r")},
 			after:  []memstore.Result{failing, result("p", "r", "fail", "bad")},
-			want:   []string{"Warning PolicyViolation policy p/r fail: bad"},
+			want:   []string{"p/r fail"},
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			var got []string
 			for _, ev := range resultEvents(tc.before, tc.after, tc.success) {
-				got = append(got, ev.eventType+" "+ev.reason+" "+ev.message)
+				if ev.applied {
+					got = append(got, ev.entry.Policy+" applied")
+				} else {
+					got = append(got, ev.entry.Policy+"/"+ev.entry.Rule+" "+ev.entry.Result)
+				}
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("events:\n got %q\nwant %q", got, tc.want)
@@ -75,9 +81,26 @@ func TestResultEventsOnlyOnTransitions(t *testing.T) {
 	}
 }
 
-func TestEventMessagesAreBounded(t *testing.T) {
-	evs := resultEvents(nil, []memstore.Result{result("p", "r", "fail", strings.Repeat("x", 5000))}, false)
-	if len(evs) != 1 || len(evs[0].message) != maxEventMessage || !strings.HasSuffix(evs[0].message, "...") {
-		t.Errorf("message of %d bytes", len(evs[0].message))
+func TestEventNames(t *testing.T) {
+	for _, tc := range []struct {
+		entry memstore.Entry
+		key   string
+		short string
+	}{
+		{memstore.Entry{Source: "kyverno", Policy: "require-labels"}, "require-labels", "require-labels"},
+		{memstore.Entry{Source: "kyverno", Policy: "team-a/require-labels"}, "team-a/require-labels", "require-labels"},
+		{memstore.Entry{Source: engine.SourceValidatingPolicy, Policy: "vp"}, "ValidatingPolicy/vp", "vp"},
+		{memstore.Entry{Source: engine.SourceValidatingPolicy, Policy: "team-a/nvp"}, "NamespacedValidatingPolicy/team-a/nvp", "nvp"},
+		{memstore.Entry{Source: engine.SourceValidatingAdmissionPolicy, Policy: "vap"}, "ValidatingAdmissionPolicy/vap", "vap"},
+	} {
+		if got := policyKeyOf(tc.entry); got != tc.key {
+			t.Errorf("policyKeyOf(%v) = %q, want %q", tc.entry, got, tc.key)
+		}
+		if got := shortName(tc.entry.Policy); got != tc.short {
+			t.Errorf("shortName(%q) = %q, want %q", tc.entry.Policy, got, tc.short)
+		}
+	}
+	if engineStatus("warn") != "fail" || engineStatus("error") != "error" {
+		t.Error("a report's warn is an engine fail")
 	}
 }

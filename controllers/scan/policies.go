@@ -21,9 +21,10 @@ import (
 // trackedPolicy is what the scanner knows of a policy it scans.
 type trackedPolicy struct {
 	// name is the policy's key (policyName).
-	name       string
-	gvr        schema.GroupVersionResource
-	object     runtime.Object // for Events
+	name string
+	gvr  schema.GroupVersionResource
+	// ref refers to the policy object, for Events.
+	ref        *corev1.ObjectReference
 	compiled   *engine.Policy
 	units      map[string]engine.Unit
 	ruleHashes map[string]uint64
@@ -131,11 +132,11 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	}()
 	if !compiled.BackgroundEnabled() {
 		s.removePolicy(name) // R19: background entries go when background is turned off
-		s.policies.put(&trackedPolicy{name: name, gvr: gvr, object: obj, compiled: compiled})
+		s.policies.put(&trackedPolicy{name: name, gvr: gvr, ref: refOf(u), compiled: compiled})
 		return
 	}
 	tp := newTracked(name, gvr, compiled)
-	tp.object, tp.schedule = obj, sched
+	tp.ref, tp.schedule = refOf(u), sched
 	var kindErrs []error
 	for _, unit := range tp.units {
 		var gvrs []schema.GroupVersionResource
@@ -214,8 +215,8 @@ func (s *Scanner) ensureKinds(policy string, gvrs []schema.GroupVersionResource)
 	for g, err := range refused {
 		s.log().Error(err, "a kind the policies need cannot be read", "gvr", g.String())
 		s.metrics.kindErrors.WithLabelValues(g.String()).Inc()
-		if tp := s.policies.get(policy); tp != nil && tp.object != nil && s.opts.Recorder != nil {
-			s.opts.Recorder.Eventf(tp.object, corev1.EventTypeWarning, "KindForbidden", "tally cannot list %s: %v", g.String(), err)
+		if tp := s.policies.get(policy); tp != nil && tp.ref != nil && s.opts.Recorder != nil {
+			s.opts.Recorder.Eventf(tp.ref, corev1.EventTypeWarning, "KindForbidden", "tally cannot list %s: %v", g.String(), err)
 		}
 	}
 	for _, g := range stopped {
@@ -377,4 +378,10 @@ func (s *Scanner) enqueueKinds(gvrs []schema.GroupVersionResource, namespace str
 			s.queue.Add(res.UID)
 		}
 	}
+}
+
+// refOf refers to an object, for Events.
+func refOf(u *unstructured.Unstructured) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: u.GetNamespace(),
+		Name: u.GetName(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion()}
 }

@@ -7,14 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tally-dev/tally/engine/cel"
-
-	corev1 "k8s.io/api/core/v1"
-
-	"github.com/tally-dev/tally/controllers/watch"
-
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -26,7 +21,10 @@ import (
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/policyevents"
+	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/memstore"
 )
 
@@ -56,12 +54,10 @@ type Options struct {
 	Clock                     clock.WithTicker
 	Registry                  prometheus.Registerer
 	Recorder                  record.EventRecorder
-	// ResultRecorder, when set, records Events of background results on
-	// the resources (events.go): made with the source ResultEventSource.
-	ResultRecorder record.EventRecorder
-	// SuccessEvents adds an Event when a result becomes a pass (Kyverno's
-	// generateSuccessEvents); by default only violations have one.
-	SuccessEvents bool
+	// Events, when set, records Events of background results on the
+	// policies and resources (events.go); its recorder reports as
+	// policyevents.ControllerScan.
+	Events *policyevents.Emitter
 	// RESTConfig, when set, writes reports through a REST client that does
 	// not decode the API server's answers (the dynamic client is used
 	// otherwise, as with fakes in unit tests).
@@ -261,10 +257,10 @@ func (k *keyedMutex) lock(key string) func() {
 // the data it needs was refused (R39).
 func (s *Scanner) DataForbidden(key string, err error) {
 	tp := s.policies.get(key)
-	if tp == nil || tp.object == nil || s.opts.Recorder == nil {
+	if tp == nil || tp.ref == nil || s.opts.Recorder == nil {
 		return
 	}
-	s.opts.Recorder.Eventf(tp.object, corev1.EventTypeWarning, "DataForbidden", "tally cannot read data the policy needs: %v", err)
+	s.opts.Recorder.Eventf(tp.ref, corev1.EventTypeWarning, "DataForbidden", "tally cannot read data the policy needs: %v", err)
 }
 
 // RescanPolicies queues every resource the policies (by key: "name", or
