@@ -180,20 +180,29 @@ var (
 )
 
 // celStatus keeps the status of CEL policies as Kyverno's admission
-// controller does (status.conditionStatus): ready, or not with the reason.
+// controller does (status.conditionStatus): ready with WebhookConfigured and
+// RBACPermissionsGranted, or not with the reason.
 type celStatus struct{ s *standin }
 
 func (c celStatus) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	// A policy whose expressions do not compile is not ready, with the
 	// compiler's message.
 	vp, rejected := policiesv1.FromObject(u.Object)
+	var compiled *engine.Policy
 	if rejected == nil {
-		_, rejected = engine.CompileValidatingPolicy(vp)
+		compiled, rejected = engine.CompileValidatingPolicy(vp)
+	}
+	// A policy that loaded gets Kyverno's further conditions: the webhook
+	// configured for it (admission on) and the reports controller's rights
+	// (Kyverno's has them all).
+	var more []scan.Condition
+	if rejected == nil {
+		more = scan.CELConditions(compiled.AdmissionEnabled(), nil)
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(c.s.ctx, 30*time.Second)
 		defer cancel()
-		if err := scan.WriteReady(ctx, c.s.client, gvr, u, rejected, "Ready", "kyverno"); err != nil && ctx.Err() == nil {
+		if err := scan.WriteReady(ctx, c.s.client, gvr, u, rejected, "Ready", "kyverno", more...); err != nil && ctx.Err() == nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "CEL policy status", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()

@@ -126,7 +126,7 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	defer func() {
 		var more []Condition
 		if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
-			more = celConditions(compiled.AdmissionEnabled(), s.kinds.forbiddenOf(scanned))
+			more = CELConditions(compiled.AdmissionEnabled(), s.kinds.forbiddenOf(scanned))
 		}
 		s.setPolicyStatus(gvr, u, nil, compiled.AdmissionEnabled(), more...)
 	}()

@@ -44,12 +44,12 @@ type Condition struct {
 	Message string
 }
 
-// celConditions are the conditions Kyverno writes on a CEL policy that
+// CELConditions are the conditions Kyverno writes on a CEL policy that
 // loaded: WebhookConfigured when admission is on (the admission bridge
 // evaluates every policy that compiles, and its rules follow the policies),
 // RBACPermissionsGranted with the kinds the scanner may not list (forbidden
 // nil: it may list them all, or it scans nothing for the policy).
-func celConditions(admission bool, forbidden error) []Condition {
+func CELConditions(admission bool, forbidden error) []Condition {
 	var out []Condition
 	if admission {
 		out = append(out, Condition{Type: ConditionWebhookConfigured, True: true, Message: "Webhook configured."})

@@ -60,7 +60,7 @@ func TestCELPoliciesGetKyvernosConditions(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			u := vpol()
-			patch, changed := ReadyPatch(u, nil, "evaluated", celConditions(tc.admission, tc.forbidden)...)
+			patch, changed := ReadyPatch(u, nil, "evaluated", CELConditions(tc.admission, tc.forbidden)...)
 			if !changed {
 				t.Fatal("nothing to record on a policy without status")
 			}
@@ -76,7 +76,7 @@ func TestCELPoliciesGetKyvernosConditions(t *testing.T) {
 			if ready != tc.ready {
 				t.Errorf("ready = %v, want %v", ready, tc.ready)
 			}
-			if _, again := ReadyPatch(u, nil, "evaluated", celConditions(tc.admission, tc.forbidden)...); again {
+			if _, again := ReadyPatch(u, nil, "evaluated", CELConditions(tc.admission, tc.forbidden)...); again {
 				t.Error("the same status is written again")
 			}
 			patch, changed = ReadyPatch(u, errors.New("does not compile"), "evaluated")
