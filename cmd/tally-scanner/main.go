@@ -196,7 +196,7 @@ func run(ctx context.Context, o options) error {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		_, _ = w.Write([]byte("rescanned"))
+		_, _ = w.Write([]byte("rescanned")) // the client went away: nothing to tell it
 	})
 	handlers := process.Handlers{}
 	if o.rescanEndpoint {

@@ -105,7 +105,7 @@ policy; -o yaml (default) or json. The exit codes are the same with -p.`,
 	f.StringVar(&o.reportAPI, "report-api", string(report.APIWGPolicy), "API of the reports -p prints: wgpolicyk8s (PolicyReport, ClusterPolicyReport) or openreports (openreports.io Report, ClusterReport)")
 	f.StringVarP(&o.output, "output-format", "o", "table", "output format: table, yaml or json")
 	f.StringVar(&o.output, "output", "table", "alias of --output-format")
-	_ = f.MarkHidden("output")
+	_ = f.MarkHidden("output") // errs only for a flag not defined just above
 	o.data.addFlags(f)
 	f.BoolVar(&o.auditWarn, "audit-warn", false, "report failures of Audit rules as warnings")
 	f.IntVar(&o.warnExitCode, "warn-exit-code", 0, "exit code when there are warnings and no failure or error")

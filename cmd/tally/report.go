@@ -111,7 +111,7 @@ read; -n NAMESPACE reads that namespace's PolicyReports only.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.format, "output", "o", "csv", "output format: csv, json (an array) or jsonl (one object a line)")
 	f.StringVar(&o.format, "format", "csv", "alias of --output")
-	_ = f.MarkHidden("format")
+	_ = f.MarkHidden("format") // errs only for a flag not defined just above
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "read only this namespace's PolicyReports")
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "read every namespace and the ClusterPolicyReports (the default)")

@@ -45,7 +45,7 @@ Exit codes, as kyverno test's:
 	f := cmd.Flags()
 	f.StringVarP(&o.output, "output-format", "o", "table", "output format: table, json, yaml or junit")
 	f.StringVar(&o.output, "output", "table", "alias of --output-format")
-	_ = f.MarkHidden("output")
+	_ = f.MarkHidden("output") // errs only for a flag not defined just above
 	f.StringVar(&o.byTier, "by-tier", "", "corpus INDEX.tsv: also count outcomes per tier")
 	f.StringVarP(&o.fileName, "file-name", "f", tester.TestFileName, "name of the test files")
 	f.StringVarP(&o.selector, "test-case-selector", "t", "", `run only the expectations selected: "policy=NAME, rule=NAME, resource=NAME" (any of the three; * and ? are wildcards)`)
@@ -54,7 +54,7 @@ Exit codes, as kyverno test's:
 	f.BoolVar(&o.requireTests, "require-tests", false, "fail (exit 1) when no test file is found or the selector selects no expectation")
 	f.BoolVar(&o.removeColor, "remove-color", false, "accepted for kyverno test compatibility: tally prints no color")
 	f.BoolVarP(&o.detailed, "verbose", "v", false, "alias of --detailed-results")
-	_ = f.MarkHidden("verbose")
+	_ = f.MarkHidden("verbose") // errs only for a flag not defined just above
 	return cmd
 }
 

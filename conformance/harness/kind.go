@@ -39,12 +39,12 @@ func startKind(ctx context.Context) (conformance.Provider, func() error, error) 
 	}
 	d, err := conformance.NewDeployed("kind", kubeconfig)
 	if err != nil {
-		_ = stop()
+		_ = stop() // best effort: the setup error is the one to report
 		return nil, nil, err
 	}
 	kube, err := kubernetes.NewForConfig(d.Config())
 	if err != nil {
-		_ = stop()
+		_ = stop() // best effort: the setup error is the one to report
 		return nil, nil, err
 	}
 	return &Kind{Deployed: d, cluster: kind.ClusterName(), kube: kube}, stop, nil

@@ -138,7 +138,7 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 	l := &Local{mode: mode, dir: dir, reportAPI: api, webhookAuth: !o.NoWebhookAuth, procs: map[string]*process{}, ports: map[string]int{}}
 	defer func() {
 		if err != nil {
-			_ = l.Stop()
+			_ = l.Stop() // best effort: the start error is the one to report
 		}
 	}()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -261,7 +261,7 @@ func (l *Local) start(ctx context.Context, name string) error {
 		if !p.killed.Load() && !l.stopping.Load() {
 			time.Sleep(time.Second)
 			if !l.stopping.Load() {
-				_ = l.start(context.Background(), name)
+				_ = l.start(context.Background(), name) // a restart that fails shows as the case's failure
 			}
 		}
 	}()
@@ -294,11 +294,11 @@ func (l *Local) kill(name string, sig syscall.Signal) {
 		return
 	}
 	p.killed.Store(true)
-	_ = p.cmd.Process.Signal(sig)
+	_ = p.cmd.Process.Signal(sig) // a process already gone has nothing to stop
 	select {
 	case <-p.done:
 	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Process.Kill() // a process already gone has nothing to kill
 		<-p.done
 	}
 }
@@ -485,7 +485,7 @@ func (l *Local) Rescan(ctx context.Context) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		var b bytes.Buffer
-		_, _ = b.ReadFrom(resp.Body)
+		_, _ = b.ReadFrom(resp.Body) // a body cut short still names the refusal
 		return fmt.Errorf("rescan: %s: %s", resp.Status, b.String())
 	}
 	return nil

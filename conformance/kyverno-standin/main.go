@@ -151,7 +151,7 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 			http.Error(w, "webhook not serving yet", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok"))
+		_, _ = w.Write([]byte("ok")) // the prober went away: nothing to tell it
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()

@@ -72,7 +72,7 @@ func (h policyWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(out)
+			_, _ = w.Write(out) // the API server went away: nothing to tell it
 			return
 		}
 	}

@@ -113,7 +113,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Regis
 			http.Error(w, "not synced", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok"))
+		_, _ = w.Write([]byte("ok")) // the prober went away: nothing to tell it
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	for path, h := range extra {
