@@ -289,6 +289,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 			<-s.Done()
 		}
 		wg.Wait()
+		b.pool.stop() // the server is shut down: no request is left to evaluate
 	}()
 	if b.runRecorder {
 		wg.Add(1)

@@ -1,6 +1,9 @@
 package admission
 
-import "runtime"
+import (
+	"runtime"
+	"sync"
+)
 
 // evalPool runs request evaluations on long-lived goroutines. A fresh
 // goroutine per request starts with a small stack that the engine's
@@ -17,9 +20,18 @@ import "runtime"
 // the request's memory held meanwhile. Evaluations end at their deadline
 // (the engine checks its ctx between rules and foreach elements), so the
 // overflow drains.
+//
+// Workers start on demand, up to the bound, and live until stop, which
+// waits for every goroutine of the pool: the constructor starts nothing.
 type evalPool struct {
 	jobs     chan func()
 	overflow chan struct{} // a semaphore of the goroutines beyond the workers
+	workers  int           // the bound on long-lived workers
+
+	mu      sync.RWMutex // held for reading while a job is handed to an idle worker
+	stopped bool
+	started int // workers started
+	wg      sync.WaitGroup
 }
 
 // Pool sizes: workers and the goroutines allowed beyond them.
@@ -29,29 +41,48 @@ var (
 )
 
 func newEvalPool(workers, overflow int) *evalPool {
-	p := &evalPool{jobs: make(chan func()), overflow: make(chan struct{}, overflow)}
-	for range workers {
+	return &evalPool{jobs: make(chan func()), overflow: make(chan struct{}, overflow), workers: workers}
+}
+
+// run starts job on an idle worker, on a new worker while fewer than the
+// bound were started, or on a goroutine of its own while fewer than the
+// overflow bound run so; it returns false, and job is not run, when all are
+// busy or the pool was stopped.
+func (p *evalPool) run(job func()) bool {
+	p.mu.RLock()
+	if p.stopped {
+		p.mu.RUnlock()
+		return false
+	}
+	select {
+	case p.jobs <- job:
+		p.mu.RUnlock()
+		return true
+	default:
+	}
+	p.mu.RUnlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return false
+	}
+	if p.started < p.workers {
+		p.started++
+		p.wg.Add(1)
 		go func() {
+			defer p.wg.Done()
+			job()
 			for job := range p.jobs {
 				job()
 			}
 		}()
-	}
-	return p
-}
-
-// run starts job on an idle worker, or on a goroutine of its own while
-// fewer than the overflow bound run so; it returns false, and job is not
-// run, when both are full.
-func (p *evalPool) run(job func()) bool {
-	select {
-	case p.jobs <- job:
 		return true
-	default:
 	}
 	select {
 	case p.overflow <- struct{}{}:
+		p.wg.Add(1)
 		go func() {
+			defer p.wg.Done()
 			defer func() { <-p.overflow }()
 			job()
 		}()
@@ -59,4 +90,16 @@ func (p *evalPool) run(job func()) bool {
 	default:
 		return false
 	}
+}
+
+// stop refuses new jobs, lets the running ones finish and waits for every
+// goroutine of the pool to end.
+func (p *evalPool) stop() {
+	p.mu.Lock()
+	if !p.stopped {
+		p.stopped = true
+		close(p.jobs)
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
 }

@@ -153,7 +153,7 @@ func (g *globalContext) start() error {
 		return nil
 	}
 	g.l.requests.WithLabelValues("list-globalcontextentries").Inc()
-	watch.Start(ctx, g.l.client, gvr, &gceSink{g: g})
+	g.l.track(watch.Start(ctx, g.l.client, gvr, &gceSink{g: g}))
 	return nil
 }
 
@@ -268,9 +268,13 @@ func (g *globalContext) run(e *globalEntry) {
 	case e.spec.KubernetesResource != nil:
 		kr := e.spec.KubernetesResource
 		gvr := schema.GroupVersionResource{Group: kr.Group, Version: kr.Version, Resource: kr.Resource}
-		watch.Start(ctx, g.l.client, gvr, &entrySink{g: g, e: e})
+		g.l.track(watch.Start(ctx, g.l.client, gvr, &entrySink{g: g, e: e}))
 	case e.spec.APICall != nil:
-		go g.poll(ctx, e)
+		g.l.wg.Add(1)
+		go func() {
+			defer g.l.wg.Done()
+			g.poll(ctx, e)
+		}()
 	default:
 		e.set(nil, fmt.Errorf("neither kubernetesResource nor apiCall is set"))
 	}

@@ -91,6 +91,8 @@ type Loader struct {
 	reg      *registry
 	global   *globalContext
 
+	// wg counts the goroutines of the GlobalContextEntries (track).
+	wg       sync.WaitGroup
 	mu       sync.Mutex
 	ctx      context.Context
 	source   *watch.Source
@@ -164,7 +166,18 @@ func (l *Loader) Run(ctx context.Context) error {
 	if src != nil {
 		<-src.Done()
 	}
+	l.wg.Wait() // the GlobalContextEntry watches and polls
 	return nil
+}
+
+// track counts a watch started for the GlobalContextEntries until it ends
+// (with Run's context): Run waits for it.
+func (l *Loader) track(src *watch.Source) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		<-src.Done()
+	}()
 }
 
 // Load implements engine.ContextLoader.

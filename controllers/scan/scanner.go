@@ -106,6 +106,8 @@ type Scanner struct {
 	vaps     *vapSet
 	params   *paramCache
 	locks    keyedMutex
+	// statusWrites counts the goroutines writing policy status (status.go).
+	statusWrites sync.WaitGroup
 }
 
 // New builds a Scanner; it starts nothing (Run does).
@@ -207,6 +209,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	s.queue.ShutDown()
 	s.kinds.stop()
 	wg.Wait()
+	s.statusWrites.Wait()
 	return nil
 }
 

@@ -79,7 +79,9 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 		return
 	}
 	await := rejected == nil && admission && s.opts.WebhookConfigured != nil
+	s.statusWrites.Add(1) // Run waits for it
 	go func() {
+		defer s.statusWrites.Done()
 		if await {
 			name, gen := policyName(gvr, u.GetNamespace(), u.GetName()), u.GetGeneration()
 			waitCtx, cancel := context.WithTimeout(parent, webhookWait)
