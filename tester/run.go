@@ -186,7 +186,7 @@ func runTest(ctx context.Context, file string, t *Test, live *Live) ([]Outcome, 
 			case loadErr != nil:
 				o.Status, o.Reason = Failed, loadErr.Error()
 			default:
-				l.check(&o, tr, evaluate)
+				l.check(ctx, &o, tr, evaluate)
 			}
 			out = append(out, o)
 		}
@@ -195,7 +195,7 @@ func runTest(ctx context.Context, file string, t *Test, live *Live) ([]Outcome, 
 }
 
 // check decides one expectation.
-func (l *loaded) check(o *Outcome, tr TestResult, evaluate func(pi, ri int) []engine.RuleResult) {
+func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate func(pi, ri int) []engine.RuleResult) {
 	pi := l.policyIndexFor(tr)
 	if pi < 0 {
 		o.Status, o.Reason = Failed, fmt.Sprintf("policy %s not found", tr.Policy)
@@ -222,7 +222,7 @@ func (l *loaded) check(o *Outcome, tr TestResult, evaluate func(pi, ri int) []en
 		found = true
 		var results []engine.RuleResult
 		if tr.Operation() != "" {
-			results = l.evaluate(context.Background(), lp, r, tr.Operation())
+			results = l.evaluate(ctx, lp, r, tr.Operation())
 		} else {
 			results = evaluate(pi, ri)
 		}

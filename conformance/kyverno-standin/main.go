@@ -184,7 +184,7 @@ var (
 // RBACPermissionsGranted, or not with the reason.
 type celStatus struct{ s *standin }
 
-func (c celStatus) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (c celStatus) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	// A policy whose expressions do not compile is not ready, with the
 	// compiler's message.
 	vp, rejected := policiesv1.FromObject(u.Object)
@@ -207,9 +207,10 @@ func (c celStatus) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstr
 		}
 	}()
 }
-func (celStatus) Remove(schema.GroupVersionResource, *unstructured.Unstructured)    {}
-func (celStatus) Replace(schema.GroupVersionResource, []*unstructured.Unstructured) {}
-func (celStatus) Listed(schema.GroupVersionResource)                                {}
+func (celStatus) Remove(context.Context, schema.GroupVersionResource, *unstructured.Unstructured) {}
+func (celStatus) Replace(context.Context, schema.GroupVersionResource, []*unstructured.Unstructured) {
+}
+func (celStatus) Listed(context.Context, schema.GroupVersionResource) {}
 
 // standin writes the reports and policy status Kyverno's admission
 // controller would.

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -25,7 +26,7 @@ func pssBridge(b *testing.B) *Bridge {
 	}
 	br := New(nil, nil, nil, Options{})
 	for _, p := range policies {
-		br.policies.Upsert(GVRClusterPolicy, &unstructured.Unstructured{Object: p})
+		br.policies.Upsert(context.Background(), GVRClusterPolicy, &unstructured.Unstructured{Object: p})
 	}
 	if n := len(br.policies.current().policies); n != len(policies) {
 		b.Fatalf("%d of %d policies compiled", n, len(policies))

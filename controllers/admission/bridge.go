@@ -132,7 +132,6 @@ type Bridge struct {
 	certs       certSource
 
 	mu   sync.Mutex
-	ctx  context.Context
 	addr string
 	kick chan struct{}
 	// configured holds, after each pass that left the webhook
@@ -179,14 +178,14 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	b := &Bridge{pool: newEvalPool(poolWorkers, poolOverflow), opts: opts, client: client, kube: kube, disc: disc, clock: opts.Clock, ctx: context.Background(), kick: make(chan struct{}, 1)}
+	b := &Bridge{pool: newEvalPool(poolWorkers, poolOverflow), opts: opts, client: client, kube: kube, disc: disc, clock: opts.Clock, kick: make(chan struct{}, 1)}
 	b.recorder = opts.Recorder
 	if b.recorder == nil {
 		b.recorder = NewRecorder(client, RecorderOptions{FlushInterval: opts.FlushInterval, Workers: opts.WriteWorkers, Registry: opts.Registry, Clock: opts.Clock})
 		b.runRecorder = true
 	}
 	b.metrics = newMetrics(opts.Registry)
-	b.policies = newPolicySet(b.log, b.metrics.policyErrors.Inc)
+	b.policies = newPolicySet(b.metrics.policyErrors.Inc)
 	b.policies.onPolicy = opts.OnPolicy
 	b.policies.onChange = func() {
 		select { // the webhook rules follow the policies
@@ -229,12 +228,6 @@ func (b *Bridge) WebhookConfigured(policy string, generation int64) bool {
 	return ok && g >= generation
 }
 
-func (b *Bridge) log() logr.Logger {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return logr.FromContextOrDiscard(b.ctx)
-}
-
 // Addr is the address the webhook listens on, once it does ("" before).
 func (b *Bridge) Addr() string {
 	b.mu.Lock()
@@ -262,9 +255,6 @@ func (b *Bridge) Serving() bool {
 func (b *Bridge) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("admission")
 	ctx = logr.NewContext(ctx, log)
-	b.mu.Lock()
-	b.ctx = ctx
-	b.mu.Unlock()
 
 	var sources []*watch.Source
 	watched := served(ctx, b.disc, GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy)
@@ -325,7 +315,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle("/validate", b)
 	srv := &http.Server{
-		Handler:           mux,
+		Handler: mux,
+		// Requests carry Run's logger; a shutdown lets them finish.
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       b.opts.Timeout + 5*time.Second,
@@ -504,13 +496,14 @@ func (c *configWatch) signal(u *unstructured.Unstructured) {
 	}
 }
 
-func (c *configWatch) Upsert(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (c *configWatch) Upsert(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	c.signal(u)
 }
-func (c *configWatch) Remove(schema.GroupVersionResource, *unstructured.Unstructured) {}
-func (c *configWatch) Replace(_ schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (c *configWatch) Remove(context.Context, schema.GroupVersionResource, *unstructured.Unstructured) {
+}
+func (c *configWatch) Replace(_ context.Context, _ schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	for _, u := range objs {
 		c.signal(u)
 	}
 }
-func (c *configWatch) Listed(schema.GroupVersionResource) {}
+func (c *configWatch) Listed(context.Context, schema.GroupVersionResource) {}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/go-logr/logr"
 	"io"
 	"mime"
 	"net/http"
@@ -235,7 +236,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 			rr, err := evaluateSafely(ctx, ap.compiled, ereq)
 			if err != nil {
 				b.metrics.evalPanics.Inc()
-				b.log().Error(err, "evaluation panicked; the policy is answered per its failurePolicy", "policy", ap.compiled.Name)
+				logr.FromContextOrDiscard(ctx).Error(err, "evaluation panicked; the policy is answered per its failurePolicy", "policy", ap.compiled.Name)
 			}
 			ev.mu.Lock()
 			ev.results[i], ev.done = rr, i+1
@@ -406,7 +407,7 @@ func (b *Bridge) webhookMatches(ctx context.Context, ap *admissionPolicy, req *e
 	}
 	o := ap.matchConditions.Evaluate(ctx, req.CELInput())
 	if o.ConditionErr != nil {
-		b.log().V(1).Info("webhook match conditions could not be evaluated", "policy", ap.compiled.Name, "error", o.ConditionErr.Error())
+		logr.FromContextOrDiscard(ctx).V(1).Info("webhook match conditions could not be evaluated", "policy", ap.compiled.Name, "error", o.ConditionErr.Error())
 		return ap.failClosed
 	}
 	return !o.NotMet

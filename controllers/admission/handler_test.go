@@ -64,9 +64,9 @@ func testBridge(t *testing.T, policies ...string) *Bridge {
 		if obj["kind"] == "Policy" {
 			gvr = GVRPolicy
 		}
-		b.policies.Upsert(gvr, &unstructured.Unstructured{Object: obj})
+		b.policies.Upsert(context.Background(), gvr, &unstructured.Unstructured{Object: obj})
 	}
-	b.policies.Upsert(GVRNamespace, &unstructured.Unstructured{Object: map[string]any{
+	b.policies.Upsert(context.Background(), GVRNamespace, &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "prod", "labels": map[string]any{"env": "prod"}}}})
 	return b
 }
@@ -407,7 +407,7 @@ func TestMalformedPolicyIsRefusedAtAdmission(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(bad), &obj); err != nil {
 		t.Fatal(err)
 	}
-	b.policies.Upsert(GVRClusterPolicy, &unstructured.Unstructured{Object: obj})
+	b.policies.Upsert(context.Background(), GVRClusterPolicy, &unstructured.Unstructured{Object: obj})
 	if rejected == nil {
 		t.Error("the malformed policy was loaded")
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -46,16 +45,13 @@ type Ingester struct {
 	client dynamic.Interface
 	disc   discovery.DiscoveryInterface
 	rec    *Recorder
-
-	mu  sync.Mutex
-	ctx context.Context
 }
 
 var _ watch.Sink = (*Ingester)(nil)
 
 // NewIngester builds an Ingester writing through rec; Run reads.
 func NewIngester(client dynamic.Interface, disc discovery.DiscoveryInterface, rec *Recorder) *Ingester {
-	return &Ingester{client: client, disc: disc, rec: rec, ctx: context.Background()}
+	return &Ingester{client: client, disc: disc, rec: rec}
 }
 
 // Run watches every kind of Kyverno admission report the API server serves
@@ -63,9 +59,6 @@ func NewIngester(client dynamic.Interface, disc discovery.DiscoveryInterface, re
 func (in *Ingester) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("ingest")
 	ctx = logr.NewContext(ctx, log)
-	in.mu.Lock()
-	in.ctx = ctx
-	in.mu.Unlock()
 	kinds := served(ctx, in.disc, GVRAdmissionReport, GVRClusterAdmissionReport, GVREphemeralReport, GVRClusterEphemeralReport)
 	log.Info("ingesting Kyverno admission reports", "kinds", fmt.Sprint(kinds))
 	sources := make([]*watch.Source, 0, len(kinds))
@@ -82,14 +75,8 @@ func (in *Ingester) Run(ctx context.Context) error {
 	return nil
 }
 
-func (in *Ingester) context() context.Context {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.ctx
-}
-
 // Upsert folds one report.
-func (in *Ingester) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (in *Ingester) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	e, ok := foreignEntry(gvr, u)
 	if e == nil {
 		return
@@ -98,7 +85,6 @@ func (in *Ingester) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unst
 		in.rec.add(e)
 		return
 	}
-	ctx := in.context()
 	logr.FromContextOrDiscard(ctx).Info("Kyverno admission report names no resource; deleted without folding it",
 		"kind", gvr.Resource, "namespace", u.GetNamespace(), "name", u.GetName())
 	in.rec.metrics.dropped.WithLabelValues(dropNoResource).Inc()
@@ -108,17 +94,18 @@ func (in *Ingester) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unst
 }
 
 // Remove: a deleted report has nothing left to fold.
-func (in *Ingester) Remove(schema.GroupVersionResource, *unstructured.Unstructured) {}
+func (in *Ingester) Remove(context.Context, schema.GroupVersionResource, *unstructured.Unstructured) {
+}
 
 // Replace folds every listed report.
-func (in *Ingester) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (in *Ingester) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	for _, u := range objs {
-		in.Upsert(gvr, u)
+		in.Upsert(ctx, gvr, u)
 	}
 }
 
 // Listed: nothing waits for the first list.
-func (in *Ingester) Listed(schema.GroupVersionResource) {}
+func (in *Ingester) Listed(context.Context, schema.GroupVersionResource) {}
 
 // foreignEntry reads a Kyverno admission report as a batch of results to
 // fold. It returns nil for a report not to ingest (tally's own, one going

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -80,7 +81,6 @@ type snapshot struct {
 // policySet keeps the compiled admission policies, the PolicyExceptions and
 // the namespace labels in step with the cluster. It is a watch.Sink.
 type policySet struct {
-	log      func() logr.Logger
 	onError  func()
 	onPolicy func(schema.GroupVersionResource, *unstructured.Unstructured, error)
 	// onChange is called after every new snapshot (nil: nothing).
@@ -98,8 +98,8 @@ type policySet struct {
 
 var _ watch.Sink = (*policySet)(nil)
 
-func newPolicySet(log func() logr.Logger, onError func()) *policySet {
-	ps := &policySet{log: log, onError: onError, policies: map[string]*admissionPolicy{},
+func newPolicySet(onError func()) *policySet {
+	ps := &policySet{onError: onError, policies: map[string]*admissionPolicy{},
 		exceptions: map[string]*engine.Exception{}, listed: map[schema.GroupVersionResource]bool{},
 		expected: map[schema.GroupVersionResource]bool{}}
 	ps.snap.Store(&snapshot{})
@@ -258,7 +258,7 @@ func compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 	return ap, nil
 }
 
-func (ps *policySet) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (ps *policySet) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
 	case GVRNamespace:
 		labels := u.GetLabels()
@@ -277,7 +277,7 @@ func (ps *policySet) Upsert(gvr schema.GroupVersionResource, u *unstructured.Uns
 		ps.mu.Lock()
 		defer ps.mu.Unlock()
 		if err != nil {
-			ps.log().Error(err, "PolicyException is invalid; ignored at admission", "exception", name)
+			logr.FromContextOrDiscard(ctx).Error(err, "PolicyException is invalid; ignored at admission", "exception", name)
 			delete(ps.exceptions, name)
 		} else {
 			ps.exceptions[name] = ex
@@ -293,7 +293,7 @@ func (ps *policySet) Upsert(gvr schema.GroupVersionResource, u *unstructured.Uns
 		defer ps.mu.Unlock()
 		if err != nil {
 			// The scanner reports it as an Event on the policy; here a log line.
-			ps.log().Error(err, "policy is invalid; skipped at admission", "policy", name)
+			logr.FromContextOrDiscard(ctx).Error(err, "policy is invalid; skipped at admission", "policy", name)
 			ps.onError()
 			delete(ps.policies, name)
 		} else if ap == nil {
@@ -307,7 +307,7 @@ func (ps *policySet) Upsert(gvr schema.GroupVersionResource, u *unstructured.Uns
 	}
 }
 
-func (ps *policySet) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (ps *policySet) Remove(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
 	case GVRNamespace:
 		ps.namespaces.Delete(u.GetName())
@@ -324,10 +324,10 @@ func (ps *policySet) Remove(gvr schema.GroupVersionResource, u *unstructured.Uns
 	}
 }
 
-func (ps *policySet) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (ps *policySet) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	present := make(map[string]bool, len(objs))
 	for _, u := range objs {
-		ps.Upsert(gvr, u)
+		ps.Upsert(ctx, gvr, u)
 		switch gvr {
 		case GVRNamespace:
 			present[u.GetName()] = true
@@ -365,7 +365,7 @@ func (ps *policySet) Replace(gvr schema.GroupVersionResource, objs []*unstructur
 	ps.publish()
 }
 
-func (ps *policySet) Listed(gvr schema.GroupVersionResource) {
+func (ps *policySet) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
 	ps.mu.Lock()
 	ps.listed[gvr] = true
 	ps.mu.Unlock()

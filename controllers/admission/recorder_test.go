@@ -259,9 +259,9 @@ func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
 	k1, k2 := kyvernoReport("k1", 10, "fail"), kyvernoReport("k2", 30, "fail")
 	rec, client := fakeRecorder(k1, k2, ephemeral)
 	in := NewIngester(client, nil, rec)
-	in.Replace(GVRAdmissionReport, []*unstructured.Unstructured{k1, k2, ours})
-	in.Upsert(GVREphemeralReport, ephemeral)
-	in.Upsert(GVREphemeralReport, background)
+	in.Replace(context.Background(), GVRAdmissionReport, []*unstructured.Unstructured{k1, k2, ours})
+	in.Upsert(context.Background(), GVREphemeralReport, ephemeral)
+	in.Upsert(context.Background(), GVREphemeralReport, background)
 	if n := rec.pendingCount(); n != 1 {
 		t.Fatalf("pending = %d, want 1", n)
 	}
@@ -332,7 +332,7 @@ func TestIngestNamesTheResourceOfAKyverno119Report(t *testing.T) {
 	eph := kyverno119Report("e1", "passing")
 	rec, client := fakeRecorder(eph)
 	in := NewIngester(client, nil, rec)
-	in.Upsert(GVREphemeralReport, eph)
+	in.Upsert(context.Background(), GVREphemeralReport, eph)
 	rec.flush(context.Background(), false)
 	r, u := readReport(t, client, "prod", "uid-cm")
 	want := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "passing", UID: "uid-cm"}
@@ -357,7 +357,7 @@ func TestIngestDeletesAReportThatNamesNoResource(t *testing.T) {
 	eph := kyverno119Report("e2", "") // no resource.name annotation
 	rec, client := fakeRecorder(eph)
 	in := NewIngester(client, nil, rec)
-	in.Upsert(GVREphemeralReport, eph)
+	in.Upsert(context.Background(), GVREphemeralReport, eph)
 	if n := rec.pendingCount(); n != 0 {
 		t.Fatalf("pending = %d: a report naming no resource was queued", n)
 	}
@@ -486,7 +486,7 @@ func TestRecorderSurvivesAPanickingWrite(t *testing.T) {
 func TestAReportDeletedUnfoldedIsNotCountedAsIngested(t *testing.T) {
 	eph := kyverno119Report("e3", "")
 	rec, client := fakeRecorder(eph)
-	NewIngester(client, nil, rec).Upsert(GVREphemeralReport, eph)
+	NewIngester(client, nil, rec).Upsert(context.Background(), GVREphemeralReport, eph)
 	if got := testutil.ToFloat64(rec.metrics.ingested.WithLabelValues("ephemeralreports")); got != 0 {
 		t.Errorf("ingested = %v, want 0: nothing of it was folded", got)
 	}

@@ -194,7 +194,7 @@ func (g *globalContext) changed(name string) {
 // gceSink receives the GlobalContextEntries.
 type gceSink struct{ g *globalContext }
 
-func (s *gceSink) Upsert(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (s *gceSink) Upsert(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	var spec kyvernov2alpha1.GlobalContextEntrySpec
 	raw, _ := u.Object["spec"].(map[string]any)
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &spec); err != nil {
@@ -219,7 +219,7 @@ func (s *gceSink) Upsert(_ schema.GroupVersionResource, u *unstructured.Unstruct
 	}
 }
 
-func (s *gceSink) Remove(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (s *gceSink) Remove(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	g := s.g
 	g.mu.Lock()
 	old := g.entries[u.GetName()]
@@ -231,11 +231,11 @@ func (s *gceSink) Remove(_ schema.GroupVersionResource, u *unstructured.Unstruct
 	}
 }
 
-func (s *gceSink) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (s *gceSink) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	present := map[string]bool{}
 	for _, u := range objs {
 		present[u.GetName()] = true
-		s.Upsert(gvr, u)
+		s.Upsert(ctx, gvr, u)
 	}
 	g := s.g
 	g.mu.Lock()
@@ -253,7 +253,7 @@ func (s *gceSink) Replace(gvr schema.GroupVersionResource, objs []*unstructured.
 	}
 }
 
-func (s *gceSink) Listed(schema.GroupVersionResource) {
+func (s *gceSink) Listed(context.Context, schema.GroupVersionResource) {
 	s.g.mu.Lock()
 	s.g.markListed()
 	s.g.mu.Unlock()
@@ -363,7 +363,7 @@ func (s *entrySink) wanted(u *unstructured.Unstructured) bool {
 	return ns == "" || u.GetNamespace() == ns
 }
 
-func (s *entrySink) Upsert(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (s *entrySink) Upsert(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	if !s.wanted(u) {
 		return
 	}
@@ -380,11 +380,11 @@ func stripped(u *unstructured.Unstructured) map[string]any {
 	return obj
 }
 
-func (s *entrySink) Remove(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (s *entrySink) Remove(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	s.update(func(objs map[string]map[string]any) { delete(objs, u.GetNamespace()+"/"+u.GetName()) })
 }
 
-func (s *entrySink) Replace(_ schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (s *entrySink) Replace(_ context.Context, _ schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	s.update(func(all map[string]map[string]any) {
 		clear(all)
 		for _, u := range objs {
@@ -395,7 +395,7 @@ func (s *entrySink) Replace(_ schema.GroupVersionResource, objs []*unstructured.
 	})
 }
 
-func (s *entrySink) Listed(schema.GroupVersionResource) {
+func (s *entrySink) Listed(context.Context, schema.GroupVersionResource) {
 	s.update(func(map[string]map[string]any) { s.e.listed = true })
 }
 

@@ -92,8 +92,11 @@ type Loader struct {
 	global   *globalContext
 
 	// wg counts the goroutines of the GlobalContextEntries (track).
-	wg       sync.WaitGroup
-	mu       sync.Mutex
+	wg sync.WaitGroup
+	mu sync.Mutex
+	// ctx is Run's: the ConfigMap and GlobalContextEntry watches start on
+	// the first load that needs them, inside an evaluation whose context
+	// ends with it, and must run until Run ends. Nil before Run.
 	ctx      context.Context
 	source   *watch.Source
 	listed   chan struct{}
@@ -265,7 +268,7 @@ func view(u *unstructured.Unstructured) map[string]any {
 }
 
 // Upsert records a ConfigMap (watch.Sink).
-func (l *Loader) Upsert(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (l *Loader) Upsert(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	key := u.GetNamespace() + "/" + u.GetName()
 	v := view(u)
 	l.mu.Lock()
@@ -290,7 +293,7 @@ func sameContent(a, b map[string]any) bool {
 }
 
 // Remove forgets a deleted ConfigMap (watch.Sink).
-func (l *Loader) Remove(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (l *Loader) Remove(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	key := u.GetNamespace() + "/" + u.GetName()
 	l.mu.Lock()
 	_, had := l.cms[key]
@@ -302,7 +305,7 @@ func (l *Loader) Remove(_ schema.GroupVersionResource, u *unstructured.Unstructu
 }
 
 // Replace forgets the ConfigMaps not in a complete list (watch.Sink).
-func (l *Loader) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (l *Loader) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	present := make(map[string]bool, len(objs))
 	for _, u := range objs {
 		present[u.GetNamespace()+"/"+u.GetName()] = true
@@ -322,7 +325,7 @@ func (l *Loader) Replace(gvr schema.GroupVersionResource, objs []*unstructured.U
 }
 
 // Listed marks the cache complete (watch.Sink).
-func (l *Loader) Listed(schema.GroupVersionResource) {
+func (l *Loader) Listed(context.Context, schema.GroupVersionResource) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.isListed {

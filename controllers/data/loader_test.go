@@ -59,9 +59,9 @@ func running(t *testing.T, onChange func([]string), objs ...runtime.Object) (*Lo
 	stop()
 	l.source = watch.Start(stopped, client, gvrConfigMaps, l)
 	for _, o := range objs {
-		l.Upsert(gvrConfigMaps, o.(*unstructured.Unstructured))
+		l.Upsert(context.Background(), gvrConfigMaps, o.(*unstructured.Unstructured))
 	}
-	l.Listed(gvrConfigMaps)
+	l.Listed(context.Background(), gvrConfigMaps)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()
@@ -106,12 +106,12 @@ func TestConfigMapEntries(t *testing.T) {
 	}
 
 	// A change of what a policy read tells it; the same content again does not.
-	l.Upsert(gvrConfigMaps, configMap("ns", "settings", map[string]any{"team": "b"}))
+	l.Upsert(context.Background(), gvrConfigMaps, configMap("ns", "settings", map[string]any{"team": "b"}))
 	if got := <-changed; len(got) != 1 || got[0] != "pol" {
 		t.Errorf("changed %v, want [pol]", got)
 	}
-	l.Upsert(gvrConfigMaps, configMap("ns", "settings", map[string]any{"team": "b"}))
-	l.Upsert(gvrConfigMaps, configMap("ns", "absent", nil)) // created: its reader is told
+	l.Upsert(context.Background(), gvrConfigMaps, configMap("ns", "settings", map[string]any{"team": "b"}))
+	l.Upsert(context.Background(), gvrConfigMaps, configMap("ns", "absent", nil)) // created: its reader is told
 	if got := <-changed; len(got) != 1 || got[0] != "other" {
 		t.Errorf("changed %v, want [other]", got)
 	}

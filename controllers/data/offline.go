@@ -80,7 +80,7 @@ func NewOffline(objs []map[string]any) (*Offline, error) {
 var _ cel.ClusterData = (*Offline)(nil)
 
 // Load implements engine.ContextLoader.
-func (o *Offline) Load(_ context.Context, _ string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
+func (o *Offline) Load(ctx context.Context, _ string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
 	switch {
 	case entry.ConfigMap != nil:
 		name, err := variables.SubstituteString(entry.ConfigMap.Name, data)
@@ -119,7 +119,7 @@ func (o *Offline) Load(_ context.Context, _ string, entry kyvernov1.ContextEntry
 		if err != nil {
 			return nil, fmt.Errorf("imageRegistry.reference: %w", err)
 		}
-		md, err := o.ImageMetadata(context.Background(), ref, nil, false)
+		md, err := o.ImageMetadata(ctx, ref, nil, false)
 		if err != nil || entry.ImageRegistry.JMESPath == "" {
 			return md, err
 		}

@@ -79,17 +79,17 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	var names []string
 	step := func() {
 		name := fmt.Sprintf("churn-%d", minute)
-		m.Upsert(GVRClusterPolicy, churnPolicy(name, "created"))
+		m.Upsert(context.Background(), GVRClusterPolicy, churnPolicy(name, "created"))
 		names = append(names, name)
 		if len(names) > live/2 {
-			m.Upsert(GVRClusterPolicy, churnPolicy(names[len(names)-live/2-1], fmt.Sprintf("edited minute %d", minute)))
+			m.Upsert(context.Background(), GVRClusterPolicy, churnPolicy(names[len(names)-live/2-1], fmt.Sprintf("edited minute %d", minute)))
 		}
 		if len(names) > live {
-			m.Remove(GVRClusterPolicy, churnPolicy(names[0], ""))
+			m.Remove(context.Background(), GVRClusterPolicy, churnPolicy(names[0], ""))
 			names = names[1:]
 		}
 		for i := range resources {
-			m.Upsert(GVRBackgroundScanReport, scanReport(i, names, minute))
+			m.Upsert(context.Background(), GVRBackgroundScanReport, scanReport(i, names, minute))
 		}
 		work()
 		now = now.Add(time.Minute)

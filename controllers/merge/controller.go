@@ -85,7 +85,6 @@ type Merger struct {
 	metrics *metrics
 
 	mu       sync.Mutex
-	ctx      context.Context
 	listed   map[schema.GroupVersionResource]bool
 	sources  []*watch.Source
 	states   map[string]*resourceState
@@ -210,7 +209,6 @@ func (m *Merger) Run(ctx context.Context) error {
 	}
 	kinds := append(slices.Clone(watched), m.servedCELKinds(ctx)...)
 	m.mu.Lock()
-	m.ctx = ctx
 	m.kinds = kinds
 	for _, gvr := range kinds {
 		m.sources = append(m.sources, watch.Start(ctx, m.client, gvr, m))
@@ -274,7 +272,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 			if !unverifiable(err) {
 				return err // retried with backoff
 			}
-			m.log().Info("admission results cannot be tied to the resource's content; used as they are", "uid", uid, "error", err.Error())
+			logr.FromContextOrDiscard(ctx).Info("admission results cannot be tied to the resource's content; used as they are", "uid", uid, "error", err.Error())
 			m.mu.Lock()
 			if st := m.states[uid]; st != nil && st.admission.present && admissionKey(&st.admission) == v.hash {
 				st.admission.checkedHash, st.admission.unverifiable = v.hash, true
@@ -330,7 +328,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 			// Refused for good (namespace gone or terminating, invalid,
 			// forbidden, kind not served): retrying the same write cannot
 			// succeed. It is tried again when the resource's reports change.
-			m.log().Error(err, "final report write refused; dropped", "namespace", subject.Namespace, "name", name, "reason", reason)
+			logr.FromContextOrDiscard(ctx).Error(err, "final report write refused; dropped", "namespace", subject.Namespace, "name", name, "reason", reason)
 			m.metrics.dropped.WithLabelValues(reason).Inc()
 			return nil
 		}

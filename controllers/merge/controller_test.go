@@ -99,11 +99,11 @@ func TestIntermediateReportsThatNameNoResourceAreIgnored(t *testing.T) {
 			},
 		}}
 	}
-	m.Upsert(GVRAdmissionReport, mk("empty", map[string]any{}, nil))
-	m.Upsert(GVRAdmissionReport, mk("uid-only", map[string]any{report.LabelResourceUID: "u1"}, nil))
-	m.Upsert(GVRAdmissionReport, mk("other-namespace", map[string]any{report.LabelResourceUID: "u3", report.LabelResourceGVR: "pods.v1", report.LabelResourceKind: "Pod"},
+	m.Upsert(context.Background(), GVRAdmissionReport, mk("empty", map[string]any{}, nil))
+	m.Upsert(context.Background(), GVRAdmissionReport, mk("uid-only", map[string]any{report.LabelResourceUID: "u1"}, nil))
+	m.Upsert(context.Background(), GVRAdmissionReport, mk("other-namespace", map[string]any{report.LabelResourceUID: "u3", report.LabelResourceGVR: "pods.v1", report.LabelResourceKind: "Pod"},
 		map[string]any{report.AnnotationResourceName: "p", report.AnnotationResourceNamespace: "elsewhere"}))
-	m.Upsert(GVRAdmissionReport, mk("named", map[string]any{report.LabelResourceUID: "u2", report.LabelResourceGVR: "configmaps.v1", report.LabelResourceKind: "ConfigMap"},
+	m.Upsert(context.Background(), GVRAdmissionReport, mk("named", map[string]any{report.LabelResourceUID: "u2", report.LabelResourceGVR: "configmaps.v1", report.LabelResourceKind: "ConfigMap"},
 		map[string]any{report.AnnotationResourceName: "cm", report.AnnotationResourceNamespace: "ns"}))
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -65,7 +65,7 @@ func TestOrphanCheck(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m := New(client, Options{Registry: prometheus.NewRegistry(), OrphanGrace: time.Minute, Now: func() time.Time { return now }})
 	for _, r := range reports {
-		m.Upsert(GVRBackgroundScanReport, r)
+		m.Upsert(context.Background(), GVRBackgroundScanReport, r)
 	}
 
 	if c := m.orphanCandidates(now.Add(30 * time.Second)); len(c) != 0 {

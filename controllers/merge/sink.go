@@ -2,6 +2,7 @@ package merge
 
 import (
 	"cmp"
+	"context"
 	"maps"
 	"slices"
 	"strings"
@@ -47,21 +48,12 @@ func isAdmission(gvr schema.GroupVersionResource) bool {
 	return gvr == GVRAdmissionReport || gvr == GVRClusterAdmissionReport
 }
 
-func (m *Merger) log() logr.Logger {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.ctx == nil { // before Run
-		return logr.Discard()
-	}
-	return logr.FromContextOrDiscard(m.ctx)
-}
-
 // Upsert records a policy or an intermediate report.
-func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	if isPolicy(gvr) {
 		key, info, err := policyInfo(gvr, u)
 		if err != nil {
-			m.log().Error(err, "policy could not be read; its results are not reported", "name", u.GetName())
+			logr.FromContextOrDiscard(ctx).Error(err, "policy could not be read; its results are not reported", "name", u.GetName())
 			return
 		}
 		_, name := policyKeyOf(gvr, u)
@@ -76,7 +68,7 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 	}
 	var r kyvernov2.AdmissionReport // every intermediate kind has the same shape
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
-		m.log().Error(err, "intermediate report could not be read; ignored", "name", u.GetNamespace()+"/"+u.GetName())
+		logr.FromContextOrDiscard(ctx).Error(err, "intermediate report could not be read; ignored", "name", u.GetNamespace()+"/"+u.GetName())
 		return
 	}
 	// Background reports written by tally carry their entries and their
@@ -87,7 +79,7 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 	// resource's next scan.
 	results, err := report.IntermediateResults(r.Spec.Results, u.GetAnnotations())
 	if err != nil {
-		m.log().Error(err, "intermediate report's results partly unreadable; the rest are used", "name", u.GetNamespace()+"/"+u.GetName())
+		logr.FromContextOrDiscard(ctx).Error(err, "intermediate report's results partly unreadable; the rest are used", "name", u.GetNamespace()+"/"+u.GetName())
 	}
 	r.Spec.Results = results
 	creation := u.GetCreationTimestamp()
@@ -104,7 +96,7 @@ func (m *Merger) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstruc
 		// labels naming one) has nothing to report on; one naming a resource
 		// of another namespace is not written there.
 		m.metrics.unusable.Inc()
-		m.log().V(1).Info("intermediate report names no resource of its namespace; ignored", "kind", gvr.Resource, "namespace", u.GetNamespace(), "name", u.GetName())
+		logr.FromContextOrDiscard(ctx).V(1).Info("intermediate report names no resource of its namespace; ignored", "kind", gvr.Resource, "namespace", u.GetNamespace(), "name", u.GetName())
 		return
 	}
 	uid := string(owner.UID)
@@ -177,7 +169,7 @@ func (m *Merger) sections(results []wgv1alpha2.PolicyReportResult, labelHash str
 }
 
 // Remove forgets a policy or an intermediate report.
-func (m *Merger) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (m *Merger) Remove(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	if isPolicy(gvr) {
 		key, _ := policyKeyOf(gvr, u)
 		m.removePolicy(key)
@@ -220,11 +212,11 @@ func (m *Merger) StreamsLists() {}
 
 // Replace makes objs the complete list of a kind. Objects already delivered
 // through Upsert come as stubs (metadata only); full ones are recorded here.
-func (m *Merger) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (m *Merger) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	present := make(map[string]bool, len(objs))
 	for _, u := range objs {
 		if _, full := u.Object["spec"]; full {
-			m.Upsert(gvr, u)
+			m.Upsert(ctx, gvr, u)
 		}
 		present[u.GetNamespace()+"/"+u.GetName()] = true
 	}
@@ -268,7 +260,7 @@ func (m *Merger) Replace(gvr schema.GroupVersionResource, objs []*unstructured.U
 // Listed records that a kind was listed once. Once every kind was, the
 // workers start, and the final reports found at start-up whose resource has
 // no intermediate report left are queued: they go (R19).
-func (m *Merger) Listed(gvr schema.GroupVersionResource) {
+func (m *Merger) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.listed[gvr] {

@@ -1,6 +1,7 @@
 package merge
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -29,7 +30,7 @@ func BenchmarkUpsertAdmissionReport(b *testing.B) {
 	m := New(nil, Options{Registry: prometheus.NewRegistry()})
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Upsert(GVRAdmissionReport, report)
+		m.Upsert(context.Background(), GVRAdmissionReport, report)
 	}
 	if st := m.states["u1"]; st == nil || len(st.admission.results) != 19 {
 		b.Fatal("the report's results were not recorded")

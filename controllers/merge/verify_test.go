@@ -121,7 +121,7 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 			m := New(client, Options{Registry: prometheus.NewRegistry()})
 			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
 			if tc.background != nil {
-				m.Upsert(GVRBackgroundScanReport, tc.background)
+				m.Upsert(context.Background(), GVRBackgroundScanReport, tc.background)
 			}
 			merge := func() string {
 				m.mu.Lock()
@@ -148,10 +148,10 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 				return s
 			}
 			if tc.earlier != nil {
-				m.Upsert(GVRAdmissionReport, tc.earlier)
+				m.Upsert(context.Background(), GVRAdmissionReport, tc.earlier)
 				merge()
 			}
-			m.Upsert(GVRAdmissionReport, tc.admission)
+			m.Upsert(context.Background(), GVRAdmissionReport, tc.admission)
 			if got := merge(); got != tc.wantResults {
 				t.Errorf("final results = %q, want %q", got, tc.wantResults)
 			}
@@ -179,7 +179,7 @@ func TestRefusedFinalReportWritesAreDropped(t *testing.T) {
 			}
 			m := New(client, Options{Registry: prometheus.NewRegistry()})
 			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
-			m.Upsert(GVRBackgroundScanReport, intermediate("BackgroundScanReport", "h", fail, 10))
+			m.Upsert(context.Background(), GVRBackgroundScanReport, intermediate("BackgroundScanReport", "h", fail, 10))
 			err := m.reconcile(context.Background(), "u1")
 			if tc.dropped {
 				if err != nil {

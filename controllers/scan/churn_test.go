@@ -70,13 +70,13 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	}
 	minute := 0
 	step := func() {
-		s.Upsert(GVRClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute), fmt.Sprintf("team label required (created minute %d)", minute)))
+		s.Upsert(context.Background(), GVRClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute), fmt.Sprintf("team label required (created minute %d)", minute)))
 		if minute >= live/2 {
 			n := minute - live/2
-			s.Upsert(GVRClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", n), fmt.Sprintf("team label required (edited minute %d)", minute)))
+			s.Upsert(context.Background(), GVRClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", n), fmt.Sprintf("team label required (edited minute %d)", minute)))
 		}
 		if minute >= live {
-			s.Remove(GVRClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute-live), ""))
+			s.Remove(context.Background(), GVRClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute-live), ""))
 		}
 		work()
 		clk.Step(time.Minute)

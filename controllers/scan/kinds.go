@@ -31,7 +31,10 @@ type kindWatch struct {
 	disc   discovery.DiscoveryInterface
 	sink   watch.Sink
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// ctx is Run's, under which every watch runs: a kind's watch starts
+	// when a policy first needs it, from whichever event brought the
+	// policy, and must outlive that event. Set by start, nil before.
 	ctx     context.Context
 	sources map[schema.GroupVersionResource]*watch.Source
 	synced  map[schema.GroupVersionResource]bool

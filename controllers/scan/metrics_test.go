@@ -45,7 +45,7 @@ spec:
 		t.Fatalf("%d seconds-since-last-scan series, want 1", n)
 	}
 
-	s.Remove(GVRClusterPolicy, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}}})
+	s.Remove(context.Background(), GVRClusterPolicy, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}}})
 	drain(s)
 	s.sched.runDue(context.Background())
 	if n := testutil.CollectAndCount(s.metrics.results); n != 0 {

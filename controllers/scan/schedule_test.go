@@ -171,8 +171,8 @@ func TestAPolicyScanEvaluatesThatPolicyOnly(t *testing.T) {
 			}
 		}
 	}
-	s.Upsert(GVRClusterPolicy, churnPolicy("a", "team required (a)"))
-	s.Upsert(GVRClusterPolicy, churnPolicy("b", "team required (b)"))
+	s.Upsert(context.Background(), GVRClusterPolicy, churnPolicy("a", "team required (a)"))
+	s.Upsert(context.Background(), GVRClusterPolicy, churnPolicy("b", "team required (b)"))
 	s.upsertResource(gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "cm", "namespace": "ns", "uid": "uid-cm", "resourceVersion": "1"}}})
 	work()

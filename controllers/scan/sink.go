@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"context"
 	"maps"
 	"slices"
 
@@ -27,7 +28,7 @@ func (s *Scanner) log() logr.Logger {
 	return logr.FromContextOrDiscard(s.kinds.context())
 }
 
-func (s *Scanner) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (s *Scanner) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
 	case GVRClusterPolicy, GVRPolicy, GVRValidatingPolicy, GVRNamespacedValidatingPolicy:
 		s.upsertPolicy(gvr, u)
@@ -53,7 +54,7 @@ func (s *Scanner) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstru
 	s.upsertResource(gvr, u)
 }
 
-func (s *Scanner) Remove(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (s *Scanner) Remove(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
 	case GVRClusterPolicy, GVRPolicy, GVRValidatingPolicy, GVRNamespacedValidatingPolicy:
 		name := policyName(gvr, u.GetNamespace(), u.GetName())
@@ -100,7 +101,7 @@ func (s *Scanner) forgetResource(uid string) {
 
 // Replace removes what is not in a complete list; the objects themselves
 // were delivered through Upsert already (objs are stubs).
-func (s *Scanner) Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (s *Scanner) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	present := make(map[string]bool, len(objs))
 	for _, u := range objs {
 		present[string(u.GetUID())] = true
@@ -120,12 +121,12 @@ func (s *Scanner) Replace(gvr schema.GroupVersionResource, objs []*unstructured.
 	stale, _ := s.store.Read().ResourcesOfKind(group, kind, "")
 	for _, r := range stale {
 		if !present[r.UID] {
-			s.Remove(gvr, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"uid": r.UID, "name": r.Name, "namespace": r.Namespace}}})
+			s.Remove(ctx, gvr, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"uid": r.UID, "name": r.Name, "namespace": r.Namespace}}})
 		}
 	}
 }
 
-func (s *Scanner) Listed(gvr schema.GroupVersionResource) {
+func (s *Scanner) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
 	if s.kinds.listed(gvr) {
 		s.sweepOrphans()
 	}

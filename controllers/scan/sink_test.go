@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"context"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -66,15 +67,15 @@ spec:
 		do   func()
 		want []string
 	}{
-		{"created for pods", func() { s.Upsert(GVRPolicyException, exception("pods")) }, []string{podUID}},
-		{"edited from pods to configmaps", func() { s.Upsert(GVRPolicyException, exception("configmaps")) }, []string{podUID, cmUID}},
+		{"created for pods", func() { s.Upsert(context.Background(), GVRPolicyException, exception("pods")) }, []string{podUID}},
+		{"edited from pods to configmaps", func() { s.Upsert(context.Background(), GVRPolicyException, exception("configmaps")) }, []string{podUID, cmUID}},
 		{"edited to an invalid version", func() {
 			bad := exception("configmaps")
 			bad.Object["spec"].(map[string]any)["match"] = "not a match"
-			s.Upsert(GVRPolicyException, bad)
+			s.Upsert(context.Background(), GVRPolicyException, bad)
 		}, []string{cmUID}},
-		{"created again for pods", func() { s.Upsert(GVRPolicyException, exception("pods")) }, []string{podUID}},
-		{"deleted", func() { s.Remove(GVRPolicyException, exception("pods")) }, []string{podUID}},
+		{"created again for pods", func() { s.Upsert(context.Background(), GVRPolicyException, exception("pods")) }, []string{podUID}},
+		{"deleted", func() { s.Remove(context.Background(), GVRPolicyException, exception("pods")) }, []string{podUID}},
 	}
 	for _, step := range steps {
 		step.do()

@@ -26,13 +26,16 @@ const ListPageSize = 500
 
 // Sink receives what a Source sees. The objects are not shared with any
 // cache: a Sink may keep or modify them.
+//
+// Each call gets the Source's context (its logger included), which ends
+// when the Source stops: a Sink keeps no context of its own.
 type Sink interface {
-	Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured)
-	Remove(gvr schema.GroupVersionResource, u *unstructured.Unstructured)
+	Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured)
+	Remove(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured)
 	// Replace says that objs is the complete current list of the kind.
-	Replace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured)
+	Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured)
 	// Listed is called once the first complete list was delivered.
-	Listed(gvr schema.GroupVersionResource)
+	Listed(ctx context.Context, gvr schema.GroupVersionResource)
 }
 
 // StreamingSink is a Sink that takes listed objects one at a time: each is
@@ -89,8 +92,8 @@ func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersio
 				return list, err
 			}
 			for i := range list.Items {
-				u := list.Items[i]                                          // the sink may keep it; the page keeps a stub
-				_ = guard(log, gvr, "upsert", func() { s.Upsert(gvr, &u) }) // logged and counted; the list goes on
+				u := list.Items[i]                                               // the sink may keep it; the page keeps a stub
+				_ = guard(log, gvr, "upsert", func() { s.Upsert(ctx, gvr, &u) }) // logged and counted; the list goes on
 				list.Items[i] = *stub(&u)
 			}
 			return list, nil
@@ -100,10 +103,10 @@ func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersio
 			if err != nil || !streaming || opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
 				return w, err
 			}
-			return streamInitialEvents(w, gvr, &guardedSink{Sink: s, log: log, gvr: gvr}), nil
+			return streamInitialEvents(ctx, w, gvr, &guardedSink{Sink: s, log: log, gvr: gvr}), nil
 		},
 	}
-	store := &storeAdapter{gvr: gvr, sink: s, log: log}
+	store := &storeAdapter{ctx: ctx, gvr: gvr, sink: s, log: log}
 	r := cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{}, store, cache.ReflectorOptions{
 		Name: "tally-scan " + gvr.String(),
 	})
@@ -129,7 +132,7 @@ func stub(u *unstructured.Unstructured) *unstructured.Unstructured {
 // synthetic ADDED events before the "initial events end" bookmark) to the
 // sink as they arrive, and passes stubs on to the reflector, which would
 // otherwise gather every object before its Replace.
-func streamInitialEvents(w watch.Interface, gvr schema.GroupVersionResource, s Sink) watch.Interface {
+func streamInitialEvents(ctx context.Context, w watch.Interface, gvr schema.GroupVersionResource, s Sink) watch.Interface {
 	initial := true
 	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
 		if !initial {
@@ -138,7 +141,7 @@ func streamInitialEvents(w watch.Interface, gvr schema.GroupVersionResource, s S
 		switch e.Type {
 		case watch.Added:
 			if u, ok := e.Object.(*unstructured.Unstructured); ok {
-				s.Upsert(gvr, u)
+				s.Upsert(ctx, gvr, u)
 				e.Object = stub(u)
 			}
 		case watch.Bookmark:
@@ -169,8 +172,8 @@ type guardedSink struct {
 	gvr schema.GroupVersionResource
 }
 
-func (g *guardedSink) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
-	_ = guard(g.log, g.gvr, "upsert", func() { g.Sink.Upsert(gvr, u) }) // logged and counted; the stream goes on
+func (g *guardedSink) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	_ = guard(g.log, g.gvr, "upsert", func() { g.Sink.Upsert(ctx, gvr, u) }) // logged and counted; the stream goes on
 }
 
 // storeAdapter is the cache.Store a Reflector writes to; it forwards to a
@@ -178,6 +181,9 @@ func (g *guardedSink) Upsert(gvr schema.GroupVersionResource, u *unstructured.Un
 // panics is skipped, a Replace that panics fails the list, which the
 // Reflector retries with its backoff.
 type storeAdapter struct {
+	// ctx is the Source's, handed to the Sink: cache.Store's methods take
+	// none, and the adapter lives exactly as long as the Source.
+	ctx      context.Context
 	gvr      schema.GroupVersionResource
 	sink     Sink
 	log      logr.Logger
@@ -202,7 +208,7 @@ func (a *storeAdapter) Add(obj any) error {
 	if err != nil {
 		return err
 	}
-	_ = guard(a.log, a.gvr, "upsert", func() { a.sink.Upsert(a.gvr, u) }) // logged and counted; the watch goes on
+	_ = guard(a.log, a.gvr, "upsert", func() { a.sink.Upsert(a.ctx, a.gvr, u) }) // logged and counted; the watch goes on
 	return nil
 }
 
@@ -213,7 +219,7 @@ func (a *storeAdapter) Delete(obj any) error {
 	if err != nil {
 		return err
 	}
-	_ = guard(a.log, a.gvr, "remove", func() { a.sink.Remove(a.gvr, u) }) // logged and counted; the watch goes on
+	_ = guard(a.log, a.gvr, "remove", func() { a.sink.Remove(a.ctx, a.gvr, u) }) // logged and counted; the watch goes on
 	return nil
 }
 
@@ -226,11 +232,11 @@ func (a *storeAdapter) Replace(list []any, _ string) error {
 		}
 		objs = append(objs, u)
 	}
-	if err := guard(a.log, a.gvr, "replace", func() { a.sink.Replace(a.gvr, objs) }); err != nil {
+	if err := guard(a.log, a.gvr, "replace", func() { a.sink.Replace(a.ctx, a.gvr, objs) }); err != nil {
 		return err // the Reflector lists again, with backoff
 	}
 	if !a.replaced {
-		if err := guard(a.log, a.gvr, "listed", func() { a.sink.Listed(a.gvr) }); err != nil {
+		if err := guard(a.log, a.gvr, "listed", func() { a.sink.Listed(a.ctx, a.gvr) }); err != nil {
 			return err
 		}
 		a.replaced = true

@@ -34,18 +34,18 @@ type recorder struct {
 	listed   bool
 }
 
-func (r *recorder) Upsert(_ schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (r *recorder) Upsert(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.upserted = append(r.upserted, u)
 }
-func (r *recorder) Remove(schema.GroupVersionResource, *unstructured.Unstructured) {}
-func (r *recorder) Replace(_ schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (r *recorder) Remove(context.Context, schema.GroupVersionResource, *unstructured.Unstructured) {}
+func (r *recorder) Replace(_ context.Context, _ schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.replaced = objs
 }
-func (r *recorder) Listed(schema.GroupVersionResource) {
+func (r *recorder) Listed(context.Context, schema.GroupVersionResource) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.listed = true
@@ -121,7 +121,7 @@ func TestPlainSinkGetsWholeLists(t *testing.T) {
 func TestStreamInitialEvents(t *testing.T) {
 	fake := watch.NewFake()
 	rec := &recorder{}
-	w := streamInitialEvents(fake, gvrPods, rec)
+	w := streamInitialEvents(context.Background(), fake, gvrPods, rec)
 	defer w.Stop()
 	bookmark := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"resourceVersion": "9", "annotations": map[string]any{metav1.InitialEventsAnnotationKey: "true"}}}}
@@ -162,12 +162,12 @@ type panickySink struct {
 	on string
 }
 
-func (p *panickySink) Upsert(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (p *panickySink) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	if u.GetName() == p.on {
 		var m map[string]int
 		m["boom"]++ // a real runtime panic
 	}
-	p.streamingRecorder.Upsert(gvr, u)
+	p.streamingRecorder.Upsert(context.Background(), gvr, u)
 }
 
 func TestASinkPanicSkipsTheObjectAndTheSourceGoesOn(t *testing.T) {
