@@ -200,19 +200,27 @@ func (l *Loader) Load(ctx context.Context, policy string, entry kyvernov1.Contex
 	return nil, fmt.Errorf("unknown context entry type")
 }
 
-// configMap serves a configMap entry from the watch's cache: the
-// ConfigMap's data and metadata, as Kyverno gives them.
-func (l *Loader) configMap(ctx context.Context, policy string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
-	name, err := variables.SubstituteString(entry.ConfigMap.Name, data)
-	if err != nil {
-		return nil, fmt.Errorf("configMap.name: %w", err)
+// configMapOf is the namespace and name a configMap entry reads, its
+// variables substituted; the namespace defaults to "default", as Kyverno's.
+func configMapOf(ref *kyvernov1.ConfigMapReference, data map[string]any) (namespace, name string, err error) {
+	if name, err = variables.SubstituteString(ref.Name, data); err != nil {
+		return "", "", fmt.Errorf("configMap.name: %w", err)
 	}
-	namespace, err := variables.SubstituteString(entry.ConfigMap.Namespace, data)
-	if err != nil {
-		return nil, fmt.Errorf("configMap.namespace: %w", err)
+	if namespace, err = variables.SubstituteString(ref.Namespace, data); err != nil {
+		return "", "", fmt.Errorf("configMap.namespace: %w", err)
 	}
 	if namespace == "" {
 		namespace = "default"
+	}
+	return namespace, name, nil
+}
+
+// configMap serves a configMap entry from the watch's cache: the
+// ConfigMap's data and metadata, as Kyverno gives them.
+func (l *Loader) configMap(ctx context.Context, policy string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
+	namespace, name, err := configMapOf(entry.ConfigMap, data)
+	if err != nil {
+		return nil, err
 	}
 	key := namespace + "/" + name
 	listed, err := l.watchConfigMaps(policy, key)

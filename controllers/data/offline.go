@@ -83,16 +83,9 @@ var _ cel.ClusterData = (*Offline)(nil)
 func (o *Offline) Load(ctx context.Context, _ string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
 	switch {
 	case entry.ConfigMap != nil:
-		name, err := variables.SubstituteString(entry.ConfigMap.Name, data)
+		namespace, name, err := configMapOf(entry.ConfigMap, data)
 		if err != nil {
-			return nil, fmt.Errorf("configMap.name: %w", err)
-		}
-		namespace, err := variables.SubstituteString(entry.ConfigMap.Namespace, data)
-		if err != nil {
-			return nil, fmt.Errorf("configMap.namespace: %w", err)
-		}
-		if namespace == "" {
-			namespace = "default"
+			return nil, err
 		}
 		cm, err := o.get(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, namespace, name)
 		if err != nil {
