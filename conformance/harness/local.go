@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/tally-dev/tally/conformance"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/tally-dev/tally/conformance"
 
 	"github.com/tally-dev/tally/report"
 

@@ -58,6 +58,7 @@ import (
 	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/textlogger"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
@@ -308,10 +309,10 @@ func (s *standin) write(a admission.Admitted) {
 	}
 	spec := kyvernov2.ReportSpec{Results: results, Summary: wgv1alpha2.SummaryOf(results)}
 	var obj any = &reportsv1.EphemeralReport{TypeMeta: metav1.TypeMeta{APIVersion: "reports.kyverno.io/v1", Kind: "EphemeralReport"}, ObjectMeta: meta, Spec: spec}
-	gvr := admission.GVREphemeralReport
+	gvr := apiresources.EphemeralReport
 	if a.Subject.Namespace == "" {
 		obj = &reportsv1.ClusterEphemeralReport{TypeMeta: metav1.TypeMeta{APIVersion: "reports.kyverno.io/v1", Kind: "ClusterEphemeralReport"}, ObjectMeta: meta, Spec: spec}
-		gvr = admission.GVRClusterEphemeralReport
+		gvr = apiresources.ClusterEphemeralReport
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/hack/admissionbench/workload"
 	"github.com/tally-dev/tally/internal/pss"
 
@@ -26,7 +27,7 @@ func pssBridge(b *testing.B) *Bridge {
 	}
 	br := New(nil, nil, nil, Options{})
 	for _, p := range policies {
-		br.policies.Upsert(context.Background(), GVRClusterPolicy, &unstructured.Unstructured{Object: p})
+		br.policies.Upsert(context.Background(), apiresources.ClusterPolicy, &unstructured.Unstructured{Object: p})
 	}
 	if n := len(br.policies.current().policies); n != len(policies) {
 		b.Fatalf("%d of %d policies compiled", n, len(policies))

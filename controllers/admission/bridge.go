@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/engine/cel"
 
 	"github.com/go-logr/logr"
@@ -35,9 +36,6 @@ import (
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 )
-
-// GVRValidatingWebhookConfiguration is the kind whose caBundle the bridge keeps set.
-var GVRValidatingWebhookConfiguration = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}
 
 // Options configure a Bridge.
 type Options struct {
@@ -257,18 +255,18 @@ func (b *Bridge) Run(ctx context.Context) error {
 	ctx = logr.NewContext(ctx, log)
 
 	var sources []*watch.Source
-	watched := served(ctx, b.disc, GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy)
+	watched := served(ctx, b.disc, apiresources.Namespace, apiresources.PolicyException, apiresources.ClusterPolicy, apiresources.Policy)
 	if len(watched) < 4 {
 		log.Info("some policy kinds are not served; admission evaluates without them", "served", fmt.Sprint(watched))
 	}
 	// ValidatingPolicies where served (tally's CRDs, or Kyverno's).
-	watched = append(watched, served(ctx, b.disc, GVRValidatingPolicy, GVRNamespacedValidatingPolicy)...)
+	watched = append(watched, served(ctx, b.disc, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy)...)
 	for _, gvr := range watched {
 		b.policies.expect(gvr)
 		sources = append(sources, watch.Start(ctx, b.client, gvr, b.policies))
 	}
 	if b.opts.WebhookConfiguration != "" {
-		sources = append(sources, watch.Start(ctx, b.client, GVRValidatingWebhookConfiguration, &configWatch{name: b.opts.WebhookConfiguration, kick: b.kick}))
+		sources = append(sources, watch.Start(ctx, b.client, apiresources.ValidatingWebhookConfiguration, &configWatch{name: b.opts.WebhookConfiguration, kick: b.kick}))
 	}
 	var wg sync.WaitGroup
 	defer func() {

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/go-logr/logr"
 	"io"
 	"mime"
 	"net/http"
 	"runtime/debug"
 	"strings"
 	"sync"
+
+	"github.com/go-logr/logr"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/report"
@@ -60,13 +61,13 @@ func testBridge(t *testing.T, policies ...string) *Bridge {
 		if err := yaml.Unmarshal([]byte(p), &obj); err != nil {
 			t.Fatal(err)
 		}
-		gvr := GVRClusterPolicy
+		gvr := apiresources.ClusterPolicy
 		if obj["kind"] == "Policy" {
-			gvr = GVRPolicy
+			gvr = apiresources.Policy
 		}
 		b.policies.Upsert(context.Background(), gvr, &unstructured.Unstructured{Object: obj})
 	}
-	b.policies.Upsert(context.Background(), GVRNamespace, &unstructured.Unstructured{Object: map[string]any{
+	b.policies.Upsert(context.Background(), apiresources.Namespace, &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "prod", "labels": map[string]any{"env": "prod"}}}})
 	return b
 }
@@ -407,7 +408,7 @@ func TestMalformedPolicyIsRefusedAtAdmission(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(bad), &obj); err != nil {
 		t.Fatal(err)
 	}
-	b.policies.Upsert(context.Background(), GVRClusterPolicy, &unstructured.Unstructured{Object: obj})
+	b.policies.Upsert(context.Background(), apiresources.ClusterPolicy, &unstructured.Unstructured{Object: obj})
 	if rejected == nil {
 		t.Error("the malformed policy was loaded")
 	}

@@ -19,16 +19,10 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
-	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/report"
-)
-
-// GVRs of the reports a Kyverno admission controller writes beside tally.
-var (
-	GVREphemeralReport        = reportsv1.GroupVersion.WithResource("ephemeralreports")
-	GVRClusterEphemeralReport = reportsv1.GroupVersion.WithResource("clusterephemeralreports")
 )
 
 // Ingester folds the admission reports of a Kyverno admission controller
@@ -59,7 +53,7 @@ func NewIngester(client dynamic.Interface, disc discovery.DiscoveryInterface, re
 func (in *Ingester) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("ingest")
 	ctx = logr.NewContext(ctx, log)
-	kinds := served(ctx, in.disc, GVRAdmissionReport, GVRClusterAdmissionReport, GVREphemeralReport, GVRClusterEphemeralReport)
+	kinds := served(ctx, in.disc, apiresources.AdmissionReport, apiresources.ClusterAdmissionReport, apiresources.EphemeralReport, apiresources.ClusterEphemeralReport)
 	log.Info("ingesting Kyverno admission reports", "kinds", fmt.Sprint(kinds))
 	sources := make([]*watch.Source, 0, len(kinds))
 	for _, gvr := range kinds {
@@ -116,7 +110,7 @@ func foreignEntry(gvr schema.GroupVersionResource, u *unstructured.Unstructured)
 	if labels[report.LabelManagedBy] == report.ManagedBy || u.GetDeletionTimestamp() != nil {
 		return nil, false // tally's own report, or one going away
 	}
-	if (gvr == GVREphemeralReport || gvr == GVRClusterEphemeralReport) && labels[report.LabelSource] != "" && labels[report.LabelSource] != "admission" {
+	if (gvr == apiresources.EphemeralReport || gvr == apiresources.ClusterEphemeralReport) && labels[report.LabelSource] != "" && labels[report.LabelSource] != "admission" {
 		return nil, false // a background-scan ephemeral report: not admission output
 	}
 	var r kyvernov2.AdmissionReport // every kind read here has this shape

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
@@ -25,27 +26,16 @@ import (
 	"github.com/tally-dev/tally/engine/cel"
 )
 
-// GVRs the bridge watches for evaluation.
-var (
-	GVRClusterPolicy   = kyvernov1.GroupVersion.WithResource("clusterpolicies")
-	GVRPolicy          = kyvernov1.GroupVersion.WithResource("policies")
-	GVRPolicyException = kyvernov2.GroupVersion.WithResource("policyexceptions")
-	GVRNamespace       = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-
-	GVRValidatingPolicy           = policiesv1.GroupVersion.WithResource("validatingpolicies")
-	GVRNamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
-)
-
 // isPolicyKind reports whether a kind is one of the policies the webhook
 // evaluates.
 func isPolicyKind(gvr schema.GroupVersionResource) bool {
-	return gvr == GVRClusterPolicy || gvr == GVRPolicy || gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy
+	return gvr == apiresources.ClusterPolicy || gvr == apiresources.Policy || gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy
 }
 
 // admissionPolicy is a compiled policy with what answering and recording need.
 type admissionPolicy struct {
 	compiled *engine.Policy
-	// name is the policy's report name (policyName); generation its
+	// name is the policy's key (apiresources.PolicyKey); generation its
 	// metadata.generation.
 	name       string
 	generation int64
@@ -154,21 +144,6 @@ func (ps *policySet) publish() {
 	}
 }
 
-// policyName is a policy's key: its report name, or for a CEL policy its
-// kind and report name (a ClusterPolicy and a ValidatingPolicy may share a
-// name).
-func policyName(gvr schema.GroupVersionResource, namespace, name string) string {
-	switch gvr {
-	case GVRPolicy:
-		return namespace + "/" + name
-	case GVRValidatingPolicy:
-		return policiesv1.KindValidatingPolicy + "/" + name
-	case GVRNamespacedValidatingPolicy:
-		return policiesv1.KindNamespacedValidatingPolicy + "/" + namespace + "/" + name
-	}
-	return name
-}
-
 // compileCELPolicy converts and compiles a ValidatingPolicy or
 // NamespacedValidatingPolicy; nil without error when its admission is off.
 func compileCELPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*admissionPolicy, error) {
@@ -201,14 +176,14 @@ func compileCELPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructu
 // compilePolicy converts and compiles a policy object; a nil policy with a
 // nil error means the policy has admission off.
 func compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*admissionPolicy, error) {
-	if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
+	if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
 		return compileCELPolicy(gvr, u)
 	}
 	var compiled *engine.Policy
 	var spec *kyvernov1.Spec
 	var err error
 	prefix := "cpol.kyverno.io/"
-	if gvr == GVRPolicy {
+	if gvr == apiresources.Policy {
 		var p kyvernov1.Policy
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
 			return nil, err
@@ -260,13 +235,13 @@ func compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 
 func (ps *policySet) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
-	case GVRNamespace:
+	case apiresources.Namespace:
 		labels := u.GetLabels()
 		if labels == nil {
 			labels = map[string]string{}
 		}
 		ps.namespaces.Store(u.GetName(), labels)
-	case GVRPolicyException:
+	case apiresources.PolicyException:
 		name := u.GetNamespace() + "/" + u.GetName()
 		var pe kyvernov2.PolicyException
 		err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe)
@@ -283,8 +258,8 @@ func (ps *policySet) Upsert(ctx context.Context, gvr schema.GroupVersionResource
 			ps.exceptions[name] = ex
 		}
 		ps.publish()
-	case GVRClusterPolicy, GVRPolicy, GVRValidatingPolicy, GVRNamespacedValidatingPolicy:
-		name := policyName(gvr, u.GetNamespace(), u.GetName())
+	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
+		name := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())
 		ap, err := compilePolicy(gvr, u)
 		if ps.onPolicy != nil {
 			ps.onPolicy(gvr, u, err)
@@ -309,16 +284,16 @@ func (ps *policySet) Upsert(ctx context.Context, gvr schema.GroupVersionResource
 
 func (ps *policySet) Remove(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
-	case GVRNamespace:
+	case apiresources.Namespace:
 		ps.namespaces.Delete(u.GetName())
-	case GVRPolicyException:
+	case apiresources.PolicyException:
 		ps.mu.Lock()
 		delete(ps.exceptions, u.GetNamespace()+"/"+u.GetName())
 		ps.publish()
 		ps.mu.Unlock()
-	case GVRClusterPolicy, GVRPolicy, GVRValidatingPolicy, GVRNamespacedValidatingPolicy:
+	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
 		ps.mu.Lock()
-		delete(ps.policies, policyName(gvr, u.GetNamespace(), u.GetName()))
+		delete(ps.policies, apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName()))
 		ps.publish()
 		ps.mu.Unlock()
 	}
@@ -329,16 +304,16 @@ func (ps *policySet) Replace(ctx context.Context, gvr schema.GroupVersionResourc
 	for _, u := range objs {
 		ps.Upsert(ctx, gvr, u)
 		switch gvr {
-		case GVRNamespace:
+		case apiresources.Namespace:
 			present[u.GetName()] = true
-		case GVRPolicyException:
+		case apiresources.PolicyException:
 			present[u.GetNamespace()+"/"+u.GetName()] = true
 		default:
-			present[policyName(gvr, u.GetNamespace(), u.GetName())] = true
+			present[apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())] = true
 		}
 	}
 	switch gvr {
-	case GVRNamespace:
+	case apiresources.Namespace:
 		ps.namespaces.Range(func(k, _ any) bool {
 			if !present[k.(string)] {
 				ps.namespaces.Delete(k)
@@ -349,7 +324,7 @@ func (ps *policySet) Replace(ctx context.Context, gvr schema.GroupVersionResourc
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if gvr == GVRPolicyException {
+	if gvr == apiresources.PolicyException {
 		for name := range ps.exceptions {
 			if !present[name] {
 				delete(ps.exceptions, name)

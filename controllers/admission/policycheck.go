@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 )
 
@@ -39,9 +40,9 @@ func checkPolicy(raw []byte, namespaced bool) error {
 		return fmt.Errorf("not a JSON object: %w", err)
 	}
 	u := &unstructured.Unstructured{Object: obj}
-	gvr := GVRClusterPolicy
+	gvr := apiresources.ClusterPolicy
 	if namespaced {
-		gvr = GVRPolicy
+		gvr = apiresources.Policy
 	}
 	if _, err := compilePolicy(gvr, u); err != nil {
 		return err

@@ -22,23 +22,18 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/report"
 )
 
-// GVRs of the admission reports.
-var (
-	GVRAdmissionReport        = kyvernov2.GroupVersion.WithResource("admissionreports")
-	GVRClusterAdmissionReport = kyvernov2.GroupVersion.WithResource("clusteradmissionreports")
-)
-
 func admissionReportGVR(namespace string) schema.GroupVersionResource {
 	if namespace == "" {
-		return GVRClusterAdmissionReport
+		return apiresources.ClusterAdmissionReport
 	}
-	return GVRAdmissionReport
+	return apiresources.AdmissionReport
 }
 
 // entry is a batch of admission results for one resource.

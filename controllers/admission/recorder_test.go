@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/report"
@@ -37,8 +38,8 @@ func podEntry(at int64, hash string, results ...wgv1alpha2.PolicyReportResult) *
 
 func fakeRecorder(objs ...runtime.Object) (*Recorder, *dynamicfake.FakeDynamicClient) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		GVRAdmissionReport: "AdmissionReportList", GVRClusterAdmissionReport: "ClusterAdmissionReportList",
-		GVREphemeralReport: "EphemeralReportList",
+		apiresources.AdmissionReport: "AdmissionReportList", apiresources.ClusterAdmissionReport: "ClusterAdmissionReportList",
+		apiresources.EphemeralReport: "EphemeralReportList",
 	}, objs...)
 	return NewRecorder(client, RecorderOptions{Clock: clocktesting.NewFakeClock(time.Unix(0, 0)), FlushInterval: time.Second, Workers: 2,
 		Registry: prometheus.NewRegistry()}), client
@@ -46,7 +47,7 @@ func fakeRecorder(objs ...runtime.Object) (*Recorder, *dynamicfake.FakeDynamicCl
 
 func readReport(t *testing.T, client *dynamicfake.FakeDynamicClient, ns, name string) (*kyvernov2.AdmissionReport, *unstructured.Unstructured) {
 	t.Helper()
-	u, err := client.Resource(GVRAdmissionReport).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	u, err := client.Resource(apiresources.AdmissionReport).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestRecorderWritesOneReportPerResource(t *testing.T) {
 	if got := summary(r); got != "a/r1=pass@h1 a/r2=pass@h1" {
 		t.Errorf("results after second flush = %s", got)
 	}
-	list, err := client.Resource(GVRAdmissionReport).Namespace("prod").List(ctx, metav1.ListOptions{})
+	list, err := client.Resource(apiresources.AdmissionReport).Namespace("prod").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestRecorderDropsSectionsOfContentTheResourceNoLongerHas(t *testing.T) {
 	}
 	current := fmt.Sprintf("%x", h)
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		GVRAdmissionReport: "AdmissionReportList", {Version: "v1", Resource: "pods"}: "PodList"}, pod)
+		apiresources.AdmissionReport: "AdmissionReportList", {Version: "v1", Resource: "pods"}: "PodList"}, pod)
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	rec := NewRecorder(client, RecorderOptions{Clock: clk, FlushInterval: time.Second, Registry: prometheus.NewRegistry()})
 	ctx := context.Background()
@@ -259,9 +260,9 @@ func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
 	k1, k2 := kyvernoReport("k1", 10, "fail"), kyvernoReport("k2", 30, "fail")
 	rec, client := fakeRecorder(k1, k2, ephemeral)
 	in := NewIngester(client, nil, rec)
-	in.Replace(context.Background(), GVRAdmissionReport, []*unstructured.Unstructured{k1, k2, ours})
-	in.Upsert(context.Background(), GVREphemeralReport, ephemeral)
-	in.Upsert(context.Background(), GVREphemeralReport, background)
+	in.Replace(context.Background(), apiresources.AdmissionReport, []*unstructured.Unstructured{k1, k2, ours})
+	in.Upsert(context.Background(), apiresources.EphemeralReport, ephemeral)
+	in.Upsert(context.Background(), apiresources.EphemeralReport, background)
 	if n := rec.pendingCount(); n != 1 {
 		t.Fatalf("pending = %d, want 1", n)
 	}
@@ -274,11 +275,11 @@ func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
 		t.Errorf("labels = %v", u.GetLabels())
 	}
 	for _, name := range []string{"k1", "k2"} {
-		if _, err := client.Resource(GVRAdmissionReport).Namespace("prod").Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+		if _, err := client.Resource(apiresources.AdmissionReport).Namespace("prod").Get(context.Background(), name, metav1.GetOptions{}); err == nil {
 			t.Errorf("source %s not deleted", name)
 		}
 	}
-	if _, err := client.Resource(GVREphemeralReport).Namespace("prod").Get(context.Background(), "e1", metav1.GetOptions{}); err == nil {
+	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("prod").Get(context.Background(), "e1", metav1.GetOptions{}); err == nil {
 		t.Error("ephemeral source not deleted")
 	}
 }
@@ -332,7 +333,7 @@ func TestIngestNamesTheResourceOfAKyverno119Report(t *testing.T) {
 	eph := kyverno119Report("e1", "passing")
 	rec, client := fakeRecorder(eph)
 	in := NewIngester(client, nil, rec)
-	in.Upsert(context.Background(), GVREphemeralReport, eph)
+	in.Upsert(context.Background(), apiresources.EphemeralReport, eph)
 	rec.flush(context.Background(), false)
 	r, u := readReport(t, client, "prod", "uid-cm")
 	want := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "passing", UID: "uid-cm"}
@@ -348,7 +349,7 @@ func TestIngestNamesTheResourceOfAKyverno119Report(t *testing.T) {
 	if got := summary(r); got != "smoke-require-team/require-team=pass" {
 		t.Errorf("results = %s", got)
 	}
-	if _, err := client.Resource(GVREphemeralReport).Namespace("prod").Get(context.Background(), "e1", metav1.GetOptions{}); err == nil {
+	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("prod").Get(context.Background(), "e1", metav1.GetOptions{}); err == nil {
 		t.Error("the EphemeralReport was not deleted once folded")
 	}
 }
@@ -357,19 +358,19 @@ func TestIngestDeletesAReportThatNamesNoResource(t *testing.T) {
 	eph := kyverno119Report("e2", "") // no resource.name annotation
 	rec, client := fakeRecorder(eph)
 	in := NewIngester(client, nil, rec)
-	in.Upsert(context.Background(), GVREphemeralReport, eph)
+	in.Upsert(context.Background(), apiresources.EphemeralReport, eph)
 	if n := rec.pendingCount(); n != 0 {
 		t.Fatalf("pending = %d: a report naming no resource was queued", n)
 	}
 	rec.flush(context.Background(), false)
-	list, err := client.Resource(GVRAdmissionReport).Namespace("prod").List(context.Background(), metav1.ListOptions{})
+	list, err := client.Resource(apiresources.AdmissionReport).Namespace("prod").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Items) != 0 {
 		t.Errorf("%d AdmissionReports written for a report that names no resource", len(list.Items))
 	}
-	if _, err := client.Resource(GVREphemeralReport).Namespace("prod").Get(context.Background(), "e2", metav1.GetOptions{}); err == nil {
+	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("prod").Get(context.Background(), "e2", metav1.GetOptions{}); err == nil {
 		t.Error("the report was kept: it would pile up")
 	}
 	if got := testutil.ToFloat64(rec.metrics.dropped.WithLabelValues(dropNoResource)); got != 1 {
@@ -486,7 +487,7 @@ func TestRecorderSurvivesAPanickingWrite(t *testing.T) {
 func TestAReportDeletedUnfoldedIsNotCountedAsIngested(t *testing.T) {
 	eph := kyverno119Report("e3", "")
 	rec, client := fakeRecorder(eph)
-	NewIngester(client, nil, rec).Upsert(context.Background(), GVREphemeralReport, eph)
+	NewIngester(client, nil, rec).Upsert(context.Background(), apiresources.EphemeralReport, eph)
 	if got := testutil.ToFloat64(rec.metrics.ingested.WithLabelValues("ephemeralreports")); got != 0 {
 		t.Errorf("ingested = %v, want 0: nothing of it was folded", got)
 	}

@@ -13,6 +13,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	dynfake "k8s.io/client-go/dynamic/fake"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/internal/churn"
 	"github.com/tally-dev/tally/report"
 )
@@ -79,17 +80,17 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	var names []string
 	step := func() {
 		name := fmt.Sprintf("churn-%d", minute)
-		m.Upsert(context.Background(), GVRClusterPolicy, churnPolicy(name, "created"))
+		m.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(name, "created"))
 		names = append(names, name)
 		if len(names) > live/2 {
-			m.Upsert(context.Background(), GVRClusterPolicy, churnPolicy(names[len(names)-live/2-1], fmt.Sprintf("edited minute %d", minute)))
+			m.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(names[len(names)-live/2-1], fmt.Sprintf("edited minute %d", minute)))
 		}
 		if len(names) > live {
-			m.Remove(context.Background(), GVRClusterPolicy, churnPolicy(names[0], ""))
+			m.Remove(context.Background(), apiresources.ClusterPolicy, churnPolicy(names[0], ""))
 			names = names[1:]
 		}
 		for i := range resources {
-			m.Upsert(context.Background(), GVRBackgroundScanReport, scanReport(i, names, minute))
+			m.Upsert(context.Background(), apiresources.BackgroundScanReport, scanReport(i, names, minute))
 		}
 		work()
 		now = now.Add(time.Minute)

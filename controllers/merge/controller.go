@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,25 +18,13 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
-	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
-)
-
-// GVRs the merger reads and writes.
-var (
-	GVRAdmissionReport             = kyvernov2.GroupVersion.WithResource("admissionreports")
-	GVRClusterAdmissionReport      = kyvernov2.GroupVersion.WithResource("clusteradmissionreports")
-	GVRBackgroundScanReport        = kyvernov2.GroupVersion.WithResource("backgroundscanreports")
-	GVRClusterBackgroundScanReport = kyvernov2.GroupVersion.WithResource("clusterbackgroundscanreports")
-	GVRClusterPolicy               = kyvernov1.GroupVersion.WithResource("clusterpolicies")
-	GVRPolicy                      = kyvernov1.GroupVersion.WithResource("policies")
-	GVRPolicyReport                = wgv1alpha2.GroupVersion.WithResource("policyreports")
-	GVRClusterPolicyReport         = wgv1alpha2.GroupVersion.WithResource("clusterpolicyreports")
 )
 
 // Labels the merger reads.
@@ -160,18 +147,9 @@ func New(client dynamic.Interface, opts Options) *Merger {
 }
 
 var watched = []schema.GroupVersionResource{
-	GVRClusterPolicy, GVRPolicy,
-	GVRAdmissionReport, GVRClusterAdmissionReport, GVRBackgroundScanReport, GVRClusterBackgroundScanReport,
+	apiresources.ClusterPolicy, apiresources.Policy,
+	apiresources.AdmissionReport, apiresources.ClusterAdmissionReport, apiresources.BackgroundScanReport, apiresources.ClusterBackgroundScanReport,
 }
-
-// GVRs of the CEL policy kinds, watched when the API server serves them.
-var (
-	GVRValidatingPolicy           = policiesv1.GroupVersion.WithResource("validatingpolicies")
-	GVRNamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
-	// Kubernetes' ValidatingAdmissionPolicies: those labelled
-	// reports.kyverno.io/enabled "true" are reported (R36).
-	GVRValidatingAdmissionPolicy = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
-)
 
 // servedCELKinds returns the CEL policy kinds the API server serves and
 // the merger may read: a list answered NotFound (no CRD) or Forbidden (RBAC
@@ -180,7 +158,7 @@ var (
 // listed for another reason is watched: its watch retries with backoff.
 func (m *Merger) servedCELKinds(ctx context.Context) []schema.GroupVersionResource {
 	var out []schema.GroupVersionResource
-	for _, gvr := range []schema.GroupVersionResource{GVRValidatingPolicy, GVRNamespacedValidatingPolicy, GVRValidatingAdmissionPolicy} {
+	for _, gvr := range []schema.GroupVersionResource{apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy, apiresources.ValidatingAdmissionPolicy} {
 		_, err := m.client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 			logr.FromContextOrDiscard(ctx).Info("CEL policy kind not watched: its results are not merged", "resource", gvr.String(), "reason", err.Error())
@@ -393,10 +371,10 @@ func (m *Merger) watchedKinds() []schema.GroupVersionResource {
 // policyInfo reads what the merge needs of a policy, autogen rules
 // included; key is its key in Input.Policies (PolicyKey).
 func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
-	if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
+	if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
 		return celPolicyInfo(gvr, u)
 	}
-	if gvr == GVRValidatingAdmissionPolicy {
+	if gvr == apiresources.ValidatingAdmissionPolicy {
 		return vapInfo(u), PolicyInfo{
 			Background: true,
 			AnyRule:    true,
@@ -410,7 +388,7 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 	}
 	var compiled *engine.Policy
 	var spec *kyvernov1.Spec
-	if gvr == GVRPolicy {
+	if gvr == apiresources.Policy {
 		var p kyvernov1.Policy
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
 			return "", PolicyInfo{}, err
@@ -454,7 +432,7 @@ func celPolicyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 		return "", PolicyInfo{}, err
 	}
 	name := vp.Name
-	if gvr == GVRNamespacedValidatingPolicy {
+	if gvr == apiresources.NamespacedValidatingPolicy {
 		name = vp.Namespace + "/" + vp.Name
 	}
 	info := PolicyInfo{

@@ -17,6 +17,7 @@ import (
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/report"
 )
@@ -31,14 +32,7 @@ func TestStartUpRemovesStaleFinalReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		GVRPolicyReport: "PolicyReportList", GVRClusterPolicyReport: "ClusterPolicyReportList",
-		GVRClusterPolicy: "ClusterPolicyList", GVRPolicy: "PolicyList",
-		GVRAdmissionReport: "AdmissionReportList", GVRClusterAdmissionReport: "ClusterAdmissionReportList",
-		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
-		GVRValidatingPolicy: "ValidatingPolicyList", GVRNamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
-		GVRValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList",
-	}, &unstructured.Unstructured{Object: obj})
+	client := fakeClient(&unstructured.Unstructured{Object: obj})
 	// The fake client serves paged LISTs, not watch-list streams.
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 	reg := prometheus.NewRegistry()
@@ -49,7 +43,7 @@ func TestStartUpRemovesStaleFinalReports(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_, err := client.Resource(GVRPolicyReport).Namespace("ns").Get(ctx, "gone-uid", metav1.GetOptions{})
+		_, err := client.Resource(apiresources.PolicyReport).Namespace("ns").Get(ctx, "gone-uid", metav1.GetOptions{})
 		if err != nil && testutilCounter(t, reg, metricWrites, "delete") == 1 {
 			break // deleted, and counted
 		}
@@ -99,11 +93,11 @@ func TestIntermediateReportsThatNameNoResourceAreIgnored(t *testing.T) {
 			},
 		}}
 	}
-	m.Upsert(context.Background(), GVRAdmissionReport, mk("empty", map[string]any{}, nil))
-	m.Upsert(context.Background(), GVRAdmissionReport, mk("uid-only", map[string]any{report.LabelResourceUID: "u1"}, nil))
-	m.Upsert(context.Background(), GVRAdmissionReport, mk("other-namespace", map[string]any{report.LabelResourceUID: "u3", report.LabelResourceGVR: "pods.v1", report.LabelResourceKind: "Pod"},
+	m.Upsert(context.Background(), apiresources.AdmissionReport, mk("empty", map[string]any{}, nil))
+	m.Upsert(context.Background(), apiresources.AdmissionReport, mk("uid-only", map[string]any{report.LabelResourceUID: "u1"}, nil))
+	m.Upsert(context.Background(), apiresources.AdmissionReport, mk("other-namespace", map[string]any{report.LabelResourceUID: "u3", report.LabelResourceGVR: "pods.v1", report.LabelResourceKind: "Pod"},
 		map[string]any{report.AnnotationResourceName: "p", report.AnnotationResourceNamespace: "elsewhere"}))
-	m.Upsert(context.Background(), GVRAdmissionReport, mk("named", map[string]any{report.LabelResourceUID: "u2", report.LabelResourceGVR: "configmaps.v1", report.LabelResourceKind: "ConfigMap"},
+	m.Upsert(context.Background(), apiresources.AdmissionReport, mk("named", map[string]any{report.LabelResourceUID: "u2", report.LabelResourceGVR: "configmaps.v1", report.LabelResourceKind: "ConfigMap"},
 		map[string]any{report.AnnotationResourceName: "cm", report.AnnotationResourceNamespace: "ns"}))
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -158,14 +152,7 @@ func TestStartUpSelectsFinalReportsByTheConfiguredManagedBy(t *testing.T) {
 		}
 		objs = append(objs, &unstructured.Unstructured{Object: obj})
 	}
-	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		GVRPolicyReport: "PolicyReportList", GVRClusterPolicyReport: "ClusterPolicyReportList",
-		GVRClusterPolicy: "ClusterPolicyList", GVRPolicy: "PolicyList",
-		GVRAdmissionReport: "AdmissionReportList", GVRClusterAdmissionReport: "ClusterAdmissionReportList",
-		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
-		GVRValidatingPolicy: "ValidatingPolicyList", GVRNamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
-		GVRValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList",
-	}, objs...)
+	client := fakeClient(objs...)
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 	reg := prometheus.NewRegistry()
 	m := New(client, Options{Registry: reg, ManagedBy: "kyverno"})
@@ -175,7 +162,7 @@ func TestStartUpSelectsFinalReportsByTheConfiguredManagedBy(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_, err := client.Resource(GVRPolicyReport).Namespace("ns").Get(ctx, "kyverno-uid", metav1.GetOptions{})
+		_, err := client.Resource(apiresources.PolicyReport).Namespace("ns").Get(ctx, "kyverno-uid", metav1.GetOptions{})
 		if err != nil && testutilCounter(t, reg, metricWrites, "delete") == 1 {
 			break
 		}
@@ -184,7 +171,7 @@ func TestStartUpSelectsFinalReportsByTheConfiguredManagedBy(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := client.Resource(GVRPolicyReport).Namespace("ns").Get(ctx, "tally-uid", metav1.GetOptions{}); err != nil {
+	if _, err := client.Resource(apiresources.PolicyReport).Namespace("ns").Get(ctx, "tally-uid", metav1.GetOptions{}); err != nil {
 		t.Errorf("the report labelled tally, not this merger's, was touched: %v", err)
 	}
 }
@@ -213,4 +200,16 @@ func TestFinalReportsInTheOpenReportsAPI(t *testing.T) {
 	if _, err := report.ParseAPI("policyreports"); err == nil {
 		t.Error("an unknown report API was accepted")
 	}
+}
+
+// fakeClient is a fake dynamic client serving the kinds the merger lists.
+func fakeClient(objs ...runtime.Object) *dynfake.FakeDynamicClient {
+	return dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		apiresources.PolicyReport: "PolicyReportList", apiresources.ClusterPolicyReport: "ClusterPolicyReportList",
+		apiresources.ClusterPolicy: "ClusterPolicyList", apiresources.Policy: "PolicyList",
+		apiresources.AdmissionReport: "AdmissionReportList", apiresources.ClusterAdmissionReport: "ClusterAdmissionReportList",
+		apiresources.BackgroundScanReport: "BackgroundScanReportList", apiresources.ClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
+		apiresources.ValidatingPolicy: "ValidatingPolicyList", apiresources.NamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
+		apiresources.ValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList",
+	}, objs...)
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	dynfake "k8s.io/client-go/dynamic/fake"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/report"
 )
@@ -21,7 +22,7 @@ func TestFinalReportsGetWhatIntermediateOnesLeaveOut(t *testing.T) {
 	m := New(dynfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{Registry: prometheus.NewRegistry()})
 	m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true,
 		Category: "Pod Security Standards (Baseline)", Severity: "medium"}}
-	m.Upsert(context.Background(), GVRBackgroundScanReport, intermediate("BackgroundScanReport", "h", wgv1alpha2.ResultFail, 10))
+	m.Upsert(context.Background(), apiresources.BackgroundScanReport, intermediate("BackgroundScanReport", "h", wgv1alpha2.ResultFail, 10))
 	m.mu.Lock()
 	st := m.states["u1"]
 	in := Input{Policies: m.policies, Background: expand(st.background.results), BackgroundCurrent: true}
@@ -73,7 +74,7 @@ func TestFinalReportsGetTheTimesAndScoredOfSlimEntries(t *testing.T) {
 		}
 		return out
 	}
-	m.Upsert(context.Background(), GVRBackgroundScanReport, bsr("1795577752.596752795,1795577800"))
+	m.Upsert(context.Background(), apiresources.BackgroundScanReport, bsr("1795577752.596752795,1795577800"))
 	got := final()
 	want := map[string]metav1.Timestamp{"p/r": {Seconds: 1795577752, Nanos: 596752795}, "p/s": {Seconds: 1795577800}, "q/r": {Seconds: 1795577800}}
 	for k, ts := range want {
@@ -84,7 +85,7 @@ func TestFinalReportsGetTheTimesAndScoredOfSlimEntries(t *testing.T) {
 	if !got["p/r"].Scored || !got["p/s"].Scored || got["q/r"].Scored {
 		t.Errorf("scored: p/r %v, p/s %v, q/r %v; want the policies' (true, true, false)", got["p/r"].Scored, got["p/s"].Scored, got["q/r"].Scored)
 	}
-	m.Upsert(context.Background(), GVRBackgroundScanReport, bsr("1795577752,x"))
+	m.Upsert(context.Background(), apiresources.BackgroundScanReport, bsr("1795577752,x"))
 	got = final()
 	if got["p/r"].Timestamp.Seconds != 1795577752 || got["p/s"].Timestamp.Seconds != 1700000000 || got["q/r"].Timestamp.Seconds != 1700000000 {
 		t.Errorf("malformed annotation: times %v %v %v, want the readable one, then the creation time", got["p/r"].Timestamp, got["p/s"].Timestamp, got["q/r"].Timestamp)

@@ -15,6 +15,7 @@ import (
 	dynfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/tally-dev/tally/api"
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	"github.com/tally-dev/tally/report"
 )
@@ -60,12 +61,12 @@ func TestOrphanCheck(t *testing.T) {
 		objs = append(objs, r.DeepCopy())
 	}
 	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{
-		GVRBackgroundScanReport: "BackgroundScanReportList",
+		apiresources.BackgroundScanReport: "BackgroundScanReportList",
 	}, objs...)
 	now := time.Unix(1000, 0)
 	m := New(client, Options{Registry: prometheus.NewRegistry(), OrphanGrace: time.Minute, Now: func() time.Time { return now }})
 	for _, r := range reports {
-		m.Upsert(context.Background(), GVRBackgroundScanReport, r)
+		m.Upsert(context.Background(), apiresources.BackgroundScanReport, r)
 	}
 
 	if c := m.orphanCandidates(now.Add(30 * time.Second)); len(c) != 0 {
@@ -86,7 +87,7 @@ func TestOrphanCheck(t *testing.T) {
 			t.Fatalf("check %s: %v", c.uid, err)
 		}
 	}
-	ri := client.Resource(GVRBackgroundScanReport).Namespace("ns")
+	ri := client.Resource(apiresources.BackgroundScanReport).Namespace("ns")
 	for uid, wantKept := range map[string]bool{"live-uid": true, "gone-uid": false, "old-uid": false, "owned-uid": true} {
 		_, err := ri.Get(ctx, uid, metav1.GetOptions{})
 		if kept := err == nil; kept != wantKept {

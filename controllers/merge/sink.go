@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/watch"
@@ -24,28 +25,28 @@ import (
 var _ watch.StreamingSink = (*Merger)(nil)
 
 func isPolicy(gvr schema.GroupVersionResource) bool {
-	return gvr == GVRClusterPolicy || gvr == GVRPolicy || gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy ||
-		gvr == GVRValidatingAdmissionPolicy
+	return gvr == apiresources.ClusterPolicy || gvr == apiresources.Policy || gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy ||
+		gvr == apiresources.ValidatingAdmissionPolicy
 }
 
 // policyKeyOf is the key of a policy object in Input.Policies, and the
 // policy name its results carry.
 func policyKeyOf(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (key, name string) {
 	name = u.GetName()
-	if gvr == GVRPolicy || gvr == GVRNamespacedValidatingPolicy {
+	if gvr == apiresources.Policy || gvr == apiresources.NamespacedValidatingPolicy {
 		name = u.GetNamespace() + "/" + name
 	}
-	if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
+	if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
 		return PolicyKey(engine.SourceValidatingPolicy, name), name
 	}
-	if gvr == GVRValidatingAdmissionPolicy {
+	if gvr == apiresources.ValidatingAdmissionPolicy {
 		return vapInfo(u), name
 	}
 	return name, name
 }
 
 func isAdmission(gvr schema.GroupVersionResource) bool {
-	return gvr == GVRAdmissionReport || gvr == GVRClusterAdmissionReport
+	return gvr == apiresources.AdmissionReport || gvr == apiresources.ClusterAdmissionReport
 }
 
 // Upsert records a policy or an intermediate report.

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/tally-dev/tally/api/apiresources"
 )
 
 // BenchmarkUpsertAdmissionReport records the AdmissionReport of a Pod under
@@ -30,7 +32,7 @@ func BenchmarkUpsertAdmissionReport(b *testing.B) {
 	m := New(nil, Options{Registry: prometheus.NewRegistry()})
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Upsert(context.Background(), GVRAdmissionReport, report)
+		m.Upsert(context.Background(), apiresources.AdmissionReport, report)
 	}
 	if st := m.states["u1"]; st == nil || len(st.admission.results) != 19 {
 		b.Fatal("the report's results were not recorded")

@@ -16,6 +16,7 @@ import (
 	dynfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/report"
 )
@@ -121,7 +122,7 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 			m := New(client, Options{Registry: prometheus.NewRegistry()})
 			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
 			if tc.background != nil {
-				m.Upsert(context.Background(), GVRBackgroundScanReport, tc.background)
+				m.Upsert(context.Background(), apiresources.BackgroundScanReport, tc.background)
 			}
 			merge := func() string {
 				m.mu.Lock()
@@ -148,10 +149,10 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 				return s
 			}
 			if tc.earlier != nil {
-				m.Upsert(context.Background(), GVRAdmissionReport, tc.earlier)
+				m.Upsert(context.Background(), apiresources.AdmissionReport, tc.earlier)
 				merge()
 			}
-			m.Upsert(context.Background(), GVRAdmissionReport, tc.admission)
+			m.Upsert(context.Background(), apiresources.AdmissionReport, tc.admission)
 			if got := merge(); got != tc.wantResults {
 				t.Errorf("final results = %q, want %q", got, tc.wantResults)
 			}
@@ -179,7 +180,7 @@ func TestRefusedFinalReportWritesAreDropped(t *testing.T) {
 			}
 			m := New(client, Options{Registry: prometheus.NewRegistry()})
 			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
-			m.Upsert(context.Background(), GVRBackgroundScanReport, intermediate("BackgroundScanReport", "h", fail, 10))
+			m.Upsert(context.Background(), apiresources.BackgroundScanReport, intermediate("BackgroundScanReport", "h", fail, 10))
 			err := m.reconcile(context.Background(), "u1")
 			if tc.dropped {
 				if err != nil {

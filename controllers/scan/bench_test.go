@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/internal/pss"
 	"github.com/tally-dev/tally/memstore"
 
@@ -112,12 +113,12 @@ func rescanBench(b *testing.B, pods int) (*Scanner, context.Context) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	s.kinds.ctx = ctx
-	for _, gvr := range []schema.GroupVersionResource{GVRClusterPolicy, GVRPolicy, GVRPolicyException, GVRNamespace} {
+	for _, gvr := range []schema.GroupVersionResource{apiresources.ClusterPolicy, apiresources.Policy, apiresources.PolicyException, apiresources.Namespace} {
 		s.kinds.synced[gvr] = true
 	}
 	s.kinds.remember(gvrPods, "", "Pod")
 	for _, p := range policies {
-		tp := newTracked(p.Name, GVRClusterPolicy, p)
+		tp := newTracked(p.Name, apiresources.ClusterPolicy, p)
 		for _, r := range p.Rules {
 			tp.ruleKinds[r.Name] = []schema.GroupVersionResource{gvrPods}
 		}

@@ -5,23 +5,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine"
 )
 
-// GVRs of the CEL policy kinds, watched when the API server serves them
-// (tally's CRDs in standalone mode, Kyverno's beside it).
-var (
-	GVRValidatingPolicy           = policiesv1.GroupVersion.WithResource("validatingpolicies")
-	GVRNamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
-	GVRCELPolicyException         = policiesv1.GroupVersion.WithResource("policyexceptions")
-)
-
 // celPolicyGVRs are the CEL kinds, in the order they are watched.
-var celPolicyGVRs = []schema.GroupVersionResource{GVRCELPolicyException, GVRValidatingPolicy, GVRNamespacedValidatingPolicy}
+var celPolicyGVRs = []schema.GroupVersionResource{apiresources.CELPolicyException, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy}
 
 func isCELPolicy(gvr schema.GroupVersionResource) bool {
-	return gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy
+	return gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy
 }
 
 // readCELPolicy converts and compiles a ValidatingPolicy or

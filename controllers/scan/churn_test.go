@@ -14,6 +14,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/internal/churn"
 )
 
@@ -70,13 +71,13 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	}
 	minute := 0
 	step := func() {
-		s.Upsert(context.Background(), GVRClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute), fmt.Sprintf("team label required (created minute %d)", minute)))
+		s.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute), fmt.Sprintf("team label required (created minute %d)", minute)))
 		if minute >= live/2 {
 			n := minute - live/2
-			s.Upsert(context.Background(), GVRClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", n), fmt.Sprintf("team label required (edited minute %d)", minute)))
+			s.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", n), fmt.Sprintf("team label required (edited minute %d)", minute)))
 		}
 		if minute >= live {
-			s.Remove(context.Background(), GVRClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute-live), ""))
+			s.Remove(context.Background(), apiresources.ClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute-live), ""))
 		}
 		work()
 		clk.Step(time.Minute)

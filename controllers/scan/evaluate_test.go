@@ -13,6 +13,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
@@ -98,12 +99,12 @@ func testScanner(t *testing.T, opts Options, policies ...*engine.Policy) *Scanne
 	}
 	s := New(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), nil, store, opts)
 	s.kinds.ctx = context.Background()
-	for _, gvr := range []schema.GroupVersionResource{GVRClusterPolicy, GVRPolicy, GVRPolicyException, GVRNamespace} {
+	for _, gvr := range []schema.GroupVersionResource{apiresources.ClusterPolicy, apiresources.Policy, apiresources.PolicyException, apiresources.Namespace} {
 		s.kinds.synced[gvr] = true
 	}
 	s.kinds.remember(gvrPods, "", "Pod")
 	for _, p := range policies {
-		tp := newTracked(p.Name, GVRClusterPolicy, p)
+		tp := newTracked(p.Name, apiresources.ClusterPolicy, p)
 		for _, r := range p.Rules {
 			tp.ruleKinds[r.Name] = []schema.GroupVersionResource{gvrPods}
 		}

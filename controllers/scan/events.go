@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/policyevents"
@@ -92,11 +93,11 @@ func shortName(policy string) string {
 	return policy
 }
 
-// policyKeyOf is the key (policyName) of the policy of a result.
+// policyKeyOf is the key (apiresources.PolicyKey) of the policy of a result.
 func policyKeyOf(e memstore.Entry) string {
 	switch e.Source {
 	case engine.SourceValidatingAdmissionPolicy:
-		return vapKeyPrefix + e.Policy
+		return apiresources.VAPKeyPrefix + e.Policy
 	case engine.SourceValidatingPolicy:
 		if strings.Contains(e.Policy, "/") {
 			return policiesv1.KindNamespacedValidatingPolicy + "/" + e.Policy

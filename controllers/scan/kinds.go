@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
@@ -118,9 +119,9 @@ func (k *kindWatch) servedCELKinds(ctx context.Context) []schema.GroupVersionRes
 			}
 		}
 	}
-	list, err = k.disc.ServerResourcesForGroupVersion(GVRValidatingAdmissionPolicy.GroupVersion().String())
+	list, err = k.disc.ServerResourcesForGroupVersion(apiresources.ValidatingAdmissionPolicy.GroupVersion().String())
 	if err != nil || list == nil {
-		logr.FromContextOrDiscard(ctx).Info("ValidatingAdmissionPolicies not watched: "+GVRValidatingAdmissionPolicy.GroupVersion().String()+" is not served", "reason", fmt.Sprint(err))
+		logr.FromContextOrDiscard(ctx).Info("ValidatingAdmissionPolicies not watched: "+apiresources.ValidatingAdmissionPolicy.GroupVersion().String()+" is not served", "reason", fmt.Sprint(err))
 		return out
 	}
 	for _, gvr := range vapGVRs {
@@ -296,7 +297,7 @@ func (k *kindWatch) need(policy string, gvrs []schema.GroupVersionResource) (ref
 	}
 
 	for _, g := range start {
-		if g != GVRNamespace {
+		if g != apiresources.Namespace {
 			err := k.canList(ctx, g)
 			k.mu.Lock()
 			if err != nil {
@@ -326,7 +327,7 @@ func (k *kindWatch) need(policy string, gvrs []schema.GroupVersionResource) (ref
 		}
 	}
 	for _, g := range stopped {
-		if g == GVRNamespace {
+		if g == apiresources.Namespace {
 			continue // the namespace watch stays: labels are always needed
 		}
 		k.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/memstore"
 )
@@ -24,7 +25,7 @@ spec:
     validate: {pattern: {metadata: {name: "?*"}}}
 `)
 	s := testScanner(t, Options{}, p)
-	s.kinds.sources[GVRNamespace] = &watch.Source{} // listed: Synced holds once the queue is idle
+	s.kinds.sources[apiresources.Namespace] = &watch.Source{} // listed: Synced holds once the queue is idle
 	for i := range 3 {
 		pod := benchPod(t, i)
 		s.upsertResource(gvrPods, pod)
@@ -45,7 +46,7 @@ spec:
 		t.Fatalf("%d seconds-since-last-scan series, want 1", n)
 	}
 
-	s.Remove(context.Background(), GVRClusterPolicy, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}}})
+	s.Remove(context.Background(), apiresources.ClusterPolicy, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}}})
 	drain(s)
 	s.sched.runDue(context.Background())
 	if n := testutil.CollectAndCount(s.metrics.results); n != 0 {

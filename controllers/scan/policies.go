@@ -12,15 +12,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
-	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
 )
 
 // trackedPolicy is what the scanner knows of a policy it scans.
 type trackedPolicy struct {
-	// name is the policy's key (policyName).
+	// name is the policy's key (apiresources.PolicyKey).
 	name string
 	gvr  schema.GroupVersionResource
 	// ref refers to the policy object, for Events.
@@ -35,28 +35,10 @@ type trackedPolicy struct {
 	background bool
 }
 
-// policyName is a policy's key: its report name for a ClusterPolicy or
-// Policy, its kind and report name for a CEL policy ("ValidatingPolicy/x",
-// "NamespacedValidatingPolicy/ns/x": a namespace is never capitalized, so
-// these never collide with a Policy's "ns/x", nor with a ClusterPolicy x).
-func policyName(gvr schema.GroupVersionResource, namespace, name string) string {
-	switch gvr {
-	case GVRPolicy:
-		return namespace + "/" + name
-	case GVRValidatingPolicy:
-		return policiesv1.KindValidatingPolicy + "/" + name
-	case GVRNamespacedValidatingPolicy:
-		return policiesv1.KindNamespacedValidatingPolicy + "/" + namespace + "/" + name
-	case GVRValidatingAdmissionPolicy:
-		return vapKeyPrefix + name
-	}
-	return name
-}
-
 // readPolicy converts and compiles a policy object; spec is nil for CEL
 // policies.
 func (s *Scanner) readPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
-	if gvr == GVRValidatingAdmissionPolicy {
+	if gvr == apiresources.ValidatingAdmissionPolicy {
 		obj, compiled, err := s.vaps.read(u)
 		return obj, compiled, nil, err
 	}
@@ -64,7 +46,7 @@ func (s *Scanner) readPolicy(gvr schema.GroupVersionResource, u *unstructured.Un
 		obj, compiled, err := readCELPolicy(u)
 		return obj, compiled, nil, err
 	}
-	if gvr == GVRPolicy {
+	if gvr == apiresources.Policy {
 		var p kyvernov1.Policy
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
 			return nil, nil, nil, err
@@ -99,7 +81,7 @@ func ruleHashes(p *engine.Policy, units []engine.Unit) map[string]uint64 {
 }
 
 func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
-	name := policyName(gvr, u.GetNamespace(), u.GetName())
+	name := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())
 	log := s.log().WithValues("policy", name)
 	obj, compiled, spec, err := s.readPolicy(gvr, u)
 	if err == nil && spec != nil {
@@ -125,7 +107,7 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	var scanned []schema.GroupVersionResource // the kinds the policy is scanned on
 	defer func() {
 		var more []Condition
-		if gvr == GVRValidatingPolicy || gvr == GVRNamespacedValidatingPolicy {
+		if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
 			more = CELConditions(compiled.AdmissionEnabled(), s.kinds.forbiddenOf(scanned))
 		}
 		s.setPolicyStatus(gvr, u, nil, compiled.AdmissionEnabled(), more...)
@@ -279,18 +261,18 @@ func (s *Scanner) dropMissingPolicies(gvr schema.GroupVersionResource, objs []*u
 	present := map[string]bool{}
 	for _, u := range objs {
 		switch gvr {
-		case GVRPolicyException:
+		case apiresources.PolicyException:
 			present[u.GetNamespace()+"/"+u.GetName()] = true
-		case GVRCELPolicyException:
+		case apiresources.CELPolicyException:
 			present[celExceptionKey(u.GetNamespace(), u.GetName())] = true
 		default:
-			present[policyName(gvr, u.GetNamespace(), u.GetName())] = true
+			present[apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())] = true
 		}
 	}
-	if gvr == GVRPolicyException || gvr == GVRCELPolicyException {
+	if gvr == apiresources.PolicyException || gvr == apiresources.CELPolicyException {
 		all, _ := s.store.Read().Exceptions()
 		for _, e := range all {
-			if strings.HasPrefix(e.Name, "cel:") == (gvr == GVRCELPolicyException) && !present[e.Name] {
+			if strings.HasPrefix(e.Name, "cel:") == (gvr == apiresources.CELPolicyException) && !present[e.Name] {
 				s.removeException(e.Name)
 			}
 		}
@@ -299,8 +281,8 @@ func (s *Scanner) dropMissingPolicies(gvr schema.GroupVersionResource, objs []*u
 	for _, name := range s.policies.keysOf(gvr) {
 		switch {
 		case present[name]:
-		case gvr == GVRValidatingAdmissionPolicy:
-			s.removeVAP(strings.TrimPrefix(name, vapKeyPrefix))
+		case gvr == apiresources.ValidatingAdmissionPolicy:
+			s.removeVAP(strings.TrimPrefix(name, apiresources.VAPKeyPrefix))
 		default:
 			s.removePolicy(name)
 		}

@@ -9,7 +9,7 @@ import (
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 )
 
-// policySet is the policies the scanner knows, by key (policyName): those
+// policySet is the policies the scanner knows, by key (apiresources.PolicyKey): those
 // scanned in the background and those kept for admission only. It is the
 // only holder of compiled policies; every method is safe for concurrent use.
 type policySet struct {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/watch"
@@ -31,12 +32,6 @@ import (
 // tooling recognises them.
 const (
 	fieldManager = "tally-scanner"
-)
-
-// GVRs of the background reports.
-var (
-	GVRBackgroundScanReport        = kyvernov2.GroupVersion.WithResource("backgroundscanreports")
-	GVRClusterBackgroundScanReport = kyvernov2.GroupVersion.WithResource("clusterbackgroundscanreports")
 )
 
 // reportWriter writes one BackgroundScanReport per resource, only when its
@@ -83,9 +78,9 @@ func newReportWriter(client dynamic.Interface, m *metrics, clk clock.PassiveCloc
 
 func reportGVR(namespace string) schema.GroupVersionResource {
 	if namespace == "" {
-		return GVRClusterBackgroundScanReport
+		return apiresources.ClusterBackgroundScanReport
 	}
-	return GVRBackgroundScanReport
+	return apiresources.BackgroundScanReport
 }
 
 // digestSeed keys the report digests of this process (they are compared
@@ -316,7 +311,7 @@ func (w *reportWriter) remove(ctx context.Context, uid string) error {
 func (w *reportWriter) seed(ctx context.Context) (map[string][]wgv1alpha2.PolicyReportResult, error) {
 	out := map[string][]wgv1alpha2.PolicyReportResult{}
 	selector := report.LabelManagedBy + "=" + report.ManagedBy
-	for _, gvr := range []schema.GroupVersionResource{GVRBackgroundScanReport, GVRClusterBackgroundScanReport} {
+	for _, gvr := range []schema.GroupVersionResource{apiresources.BackgroundScanReport, apiresources.ClusterBackgroundScanReport} {
 		opts := metav1.ListOptions{LabelSelector: selector, Limit: watch.ListPageSize}
 		for {
 			list, err := w.client.Resource(gvr).List(ctx, opts)

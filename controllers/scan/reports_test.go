@@ -22,6 +22,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/memstore"
 	"github.com/tally-dev/tally/report"
@@ -107,7 +108,7 @@ func TestRefusedReportWritesAreNotRetriedHot(t *testing.T) {
 // the same results are recognised and not written again.
 func TestBackgroundReportsCarryTheirTimesInOneAnnotation(t *testing.T) {
 	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList"})
+		apiresources.BackgroundScanReport: "BackgroundScanReportList", apiresources.ClusterBackgroundScanReport: "ClusterBackgroundScanReportList"})
 	writes := 0
 	client.PrependReactor("*", "backgroundscanreports", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.GetVerb() == "create" || a.GetVerb() == "patch" {
@@ -131,7 +132,7 @@ func TestBackgroundReportsCarryTheirTimesInOneAnnotation(t *testing.T) {
 	if err := newWriter().ensure(ctx, res, gvr, results); err != nil || writes != 1 {
 		t.Fatalf("first write: %v after %d writes", err, writes)
 	}
-	got, err := client.Resource(GVRBackgroundScanReport).Namespace("ns").Get(ctx, "uid-1", metav1.GetOptions{})
+	got, err := client.Resource(apiresources.BackgroundScanReport).Namespace("ns").Get(ctx, "uid-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestBackgroundReportsCarryTheirTimesInOneAnnotation(t *testing.T) {
 // entries, and read back from there.
 func TestBackgroundReportsTooLargeToPackKeepTheirEntries(t *testing.T) {
 	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		GVRBackgroundScanReport: "BackgroundScanReportList", GVRClusterBackgroundScanReport: "ClusterBackgroundScanReportList"})
+		apiresources.BackgroundScanReport: "BackgroundScanReportList", apiresources.ClusterBackgroundScanReport: "ClusterBackgroundScanReportList"})
 	m := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
 	w := newReportWriter(client, m, clocktesting.NewFakePassiveClock(time.Unix(1000, 0)), time.Hour)
 	long := strings.Repeat("x", 1000)
@@ -198,7 +199,7 @@ func TestBackgroundReportsTooLargeToPackKeepTheirEntries(t *testing.T) {
 	if err := w.ensure(ctx, res, schema.GroupVersionResource{Version: "v1", Resource: "pods"}, results); err != nil {
 		t.Fatal(err)
 	}
-	got, err := client.Resource(GVRBackgroundScanReport).Namespace("ns").Get(ctx, "uid-1", metav1.GetOptions{})
+	got, err := client.Resource(apiresources.BackgroundScanReport).Namespace("ns").Get(ctx, "uid-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

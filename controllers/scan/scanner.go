@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/policyevents"
@@ -28,17 +28,9 @@ import (
 	"github.com/tally-dev/tally/memstore"
 )
 
-// GVRs the scanner always watches.
-var (
-	GVRClusterPolicy   = kyvernov1.GroupVersion.WithResource("clusterpolicies")
-	GVRPolicy          = kyvernov1.GroupVersion.WithResource("policies")
-	GVRPolicyException = kyvernov2.GroupVersion.WithResource("policyexceptions")
-	GVRNamespace       = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-)
-
 // classicPolicySources are the kinds always listed before any resource is
 // evaluated.
-var classicPolicySources = []schema.GroupVersionResource{GVRNamespace, GVRPolicyException, GVRClusterPolicy, GVRPolicy}
+var classicPolicySources = []schema.GroupVersionResource{apiresources.Namespace, apiresources.PolicyException, apiresources.ClusterPolicy, apiresources.Policy}
 
 // Options configure a Scanner.
 type Options struct {

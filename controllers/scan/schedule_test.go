@@ -12,6 +12,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
@@ -69,8 +70,8 @@ func scheduledScanner(t *testing.T, now time.Time, schedules map[string]map[stri
 		}
 		s.policies.put(&trackedPolicy{name: name, compiled: &engine.Policy{Name: name}, schedule: sched, background: true})
 	}
-	s.kinds.sources[GVRClusterPolicy] = &watch.Source{GVR: GVRClusterPolicy}
-	s.kinds.synced[GVRClusterPolicy] = true
+	s.kinds.sources[apiresources.ClusterPolicy] = &watch.Source{GVR: apiresources.ClusterPolicy}
+	s.kinds.synced[apiresources.ClusterPolicy] = true
 	return s, clk, store
 }
 
@@ -171,8 +172,8 @@ func TestAPolicyScanEvaluatesThatPolicyOnly(t *testing.T) {
 			}
 		}
 	}
-	s.Upsert(context.Background(), GVRClusterPolicy, churnPolicy("a", "team required (a)"))
-	s.Upsert(context.Background(), GVRClusterPolicy, churnPolicy("b", "team required (b)"))
+	s.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy("a", "team required (a)"))
+	s.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy("b", "team required (b)"))
 	s.upsertResource(gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "cm", "namespace": "ns", "uid": "uid-cm", "resourceVersion": "1"}}})
 	work()

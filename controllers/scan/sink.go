@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
@@ -30,22 +31,22 @@ func (s *Scanner) log() logr.Logger {
 
 func (s *Scanner) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
-	case GVRClusterPolicy, GVRPolicy, GVRValidatingPolicy, GVRNamespacedValidatingPolicy:
+	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
 		s.upsertPolicy(gvr, u)
 		return
-	case GVRPolicyException:
+	case apiresources.PolicyException:
 		s.upsertException(u)
 		return
-	case GVRCELPolicyException:
+	case apiresources.CELPolicyException:
 		s.upsertCELException(u)
 		return
-	case GVRValidatingAdmissionPolicy:
+	case apiresources.ValidatingAdmissionPolicy:
 		s.upsertVAP(u)
 		return
-	case GVRValidatingAdmissionPolicyBinding:
+	case apiresources.ValidatingAdmissionPolicyBinding:
 		s.upsertBinding(u.GetName(), u)
 		return
-	case GVRNamespace:
+	case apiresources.Namespace:
 		s.upsertNamespace(u)
 		if !s.kinds.needed(gvr) {
 			return
@@ -56,25 +57,25 @@ func (s *Scanner) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u
 
 func (s *Scanner) Remove(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	switch gvr {
-	case GVRClusterPolicy, GVRPolicy, GVRValidatingPolicy, GVRNamespacedValidatingPolicy:
-		name := policyName(gvr, u.GetNamespace(), u.GetName())
+	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
+		name := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())
 		s.removePolicy(name)
 		// A deleted policy keeps no series (its results' go with them).
 		s.metrics.policyErrors.DeletePartialMatch(prometheus.Labels{labelPolicy: name})
 		return
-	case GVRPolicyException:
+	case apiresources.PolicyException:
 		s.removeException(u.GetNamespace() + "/" + u.GetName())
 		return
-	case GVRCELPolicyException:
+	case apiresources.CELPolicyException:
 		s.removeException(celExceptionKey(u.GetNamespace(), u.GetName()))
 		return
-	case GVRValidatingAdmissionPolicy:
+	case apiresources.ValidatingAdmissionPolicy:
 		s.removeVAP(u.GetName())
 		return
-	case GVRValidatingAdmissionPolicyBinding:
+	case apiresources.ValidatingAdmissionPolicyBinding:
 		s.upsertBinding(u.GetName(), nil)
 		return
-	case GVRNamespace:
+	case apiresources.Namespace:
 		if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteNamespace(u.GetName()) }); err != nil {
 			s.log().Error(err, "forgetting a deleted namespace failed", "namespace", u.GetName())
 		}
@@ -107,10 +108,10 @@ func (s *Scanner) Replace(ctx context.Context, gvr schema.GroupVersionResource, 
 		present[string(u.GetUID())] = true
 	}
 	switch gvr {
-	case GVRClusterPolicy, GVRPolicy, GVRPolicyException, GVRValidatingPolicy, GVRNamespacedValidatingPolicy, GVRCELPolicyException, GVRValidatingAdmissionPolicy:
+	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.PolicyException, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy, apiresources.CELPolicyException, apiresources.ValidatingAdmissionPolicy:
 		s.dropMissingPolicies(gvr, objs)
 		return
-	case GVRValidatingAdmissionPolicyBinding:
+	case apiresources.ValidatingAdmissionPolicyBinding:
 		s.dropMissingBindings(objs)
 		return
 	}

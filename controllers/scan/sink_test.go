@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/engine"
 )
 
@@ -51,7 +52,7 @@ spec:
 	s := testScanner(t, Options{}, policy("pods", "Pod"))
 	cms := policy("configmaps", "ConfigMap")
 	s.kinds.remember(gvrConfigMaps, "", "ConfigMap")
-	tp := newTracked("configmaps", GVRClusterPolicy, cms)
+	tp := newTracked("configmaps", apiresources.ClusterPolicy, cms)
 	tp.ruleKinds["r"] = []schema.GroupVersionResource{gvrConfigMaps}
 	s.policies.put(tp)
 	pod := benchPod(t, 1)
@@ -67,15 +68,15 @@ spec:
 		do   func()
 		want []string
 	}{
-		{"created for pods", func() { s.Upsert(context.Background(), GVRPolicyException, exception("pods")) }, []string{podUID}},
-		{"edited from pods to configmaps", func() { s.Upsert(context.Background(), GVRPolicyException, exception("configmaps")) }, []string{podUID, cmUID}},
+		{"created for pods", func() { s.Upsert(context.Background(), apiresources.PolicyException, exception("pods")) }, []string{podUID}},
+		{"edited from pods to configmaps", func() { s.Upsert(context.Background(), apiresources.PolicyException, exception("configmaps")) }, []string{podUID, cmUID}},
 		{"edited to an invalid version", func() {
 			bad := exception("configmaps")
 			bad.Object["spec"].(map[string]any)["match"] = "not a match"
-			s.Upsert(context.Background(), GVRPolicyException, bad)
+			s.Upsert(context.Background(), apiresources.PolicyException, bad)
 		}, []string{cmUID}},
-		{"created again for pods", func() { s.Upsert(context.Background(), GVRPolicyException, exception("pods")) }, []string{podUID}},
-		{"deleted", func() { s.Remove(context.Background(), GVRPolicyException, exception("pods")) }, []string{podUID}},
+		{"created again for pods", func() { s.Upsert(context.Background(), apiresources.PolicyException, exception("pods")) }, []string{podUID}},
+		{"deleted", func() { s.Remove(context.Background(), apiresources.PolicyException, exception("pods")) }, []string{podUID}},
 	}
 	for _, step := range steps {
 		step.do()

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 )
 
@@ -75,7 +76,7 @@ const webhookWait = 2 * time.Minute
 func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error, admission bool, more ...Condition) {
 	parent, running := s.kinds.running()
 	// A ValidatingAdmissionPolicy's status is the API server's.
-	if s.opts.NoPolicyStatus || !running || gvr == GVRValidatingAdmissionPolicy {
+	if s.opts.NoPolicyStatus || !running || gvr == apiresources.ValidatingAdmissionPolicy {
 		return
 	}
 	await := rejected == nil && admission && s.opts.WebhookConfigured != nil
@@ -83,7 +84,7 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 	go func() {
 		defer s.statusWrites.Done()
 		if await {
-			name, gen := policyName(gvr, u.GetNamespace(), u.GetName()), u.GetGeneration()
+			name, gen := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName()), u.GetGeneration()
 			waitCtx, cancel := context.WithTimeout(parent, webhookWait)
 			err := wait.PollUntilContextCancel(waitCtx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 				return s.opts.WebhookConfigured(name, gen), nil

@@ -15,22 +15,12 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/engine"
 )
 
-// GVRs of Kubernetes' ValidatingAdmissionPolicies and their bindings,
-// watched when served. Only policies labelled LabelVAPReports are scanned
-// (R36), as by Kyverno's reports controller.
-var (
-	GVRValidatingAdmissionPolicy        = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
-	GVRValidatingAdmissionPolicyBinding = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicybindings")
-)
-
-// vapKeyPrefix starts the key of a ValidatingAdmissionPolicy (policyName).
-const vapKeyPrefix = "ValidatingAdmissionPolicy/"
-
 // vapGVRs are the kinds watched for ValidatingAdmissionPolicies.
-var vapGVRs = []schema.GroupVersionResource{GVRValidatingAdmissionPolicyBinding, GVRValidatingAdmissionPolicy}
+var vapGVRs = []schema.GroupVersionResource{apiresources.ValidatingAdmissionPolicyBinding, apiresources.ValidatingAdmissionPolicy}
 
 // Labels that select what is reported: a ValidatingAdmissionPolicy is
 // scanned only with LabelVAPReports "true"; a binding (or any policy) with
@@ -160,10 +150,10 @@ func (s *Scanner) upsertVAP(u *unstructured.Unstructured) {
 	defer s.vaps.serial.Unlock()
 	if !reported(u) {
 		s.vaps.forget(u.GetName())
-		s.removePolicy(policyName(GVRValidatingAdmissionPolicy, "", u.GetName()))
+		s.removePolicy(apiresources.PolicyKey(apiresources.ValidatingAdmissionPolicy, "", u.GetName()))
 		return
 	}
-	s.upsertPolicy(GVRValidatingAdmissionPolicy, u)
+	s.upsertPolicy(apiresources.ValidatingAdmissionPolicy, u)
 }
 
 // upsertBinding records a binding (nil: deleted) and rescans the policy it
@@ -183,7 +173,7 @@ func (s *Scanner) removeVAP(name string) {
 	s.vaps.serial.Lock()
 	defer s.vaps.serial.Unlock()
 	s.vaps.forget(name)
-	s.removePolicy(policyName(GVRValidatingAdmissionPolicy, "", name))
+	s.removePolicy(apiresources.PolicyKey(apiresources.ValidatingAdmissionPolicy, "", name))
 }
 
 // dropMissingBindings forgets the bindings not in a complete list.
@@ -201,7 +191,7 @@ func (s *Scanner) recompileVAPs(policies []*admissionregistrationv1.ValidatingAd
 		if err != nil {
 			continue // it was converted from unstructured: cannot fail
 		}
-		s.upsertPolicy(GVRValidatingAdmissionPolicy, &unstructured.Unstructured{Object: obj})
+		s.upsertPolicy(apiresources.ValidatingAdmissionPolicy, &unstructured.Unstructured{Object: obj})
 	}
 }
 

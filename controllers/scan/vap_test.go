@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tally-dev/tally/api/apiresources"
 )
 
 func vapObject(t *testing.T, manifest string) *unstructured.Unstructured {
@@ -71,13 +73,13 @@ spec:
 		want string
 	}{
 		{"unlabelled: not scanned", func() {
-			s.Upsert(context.Background(), GVRValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "false", 1)))
+			s.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "false", 1)))
 		}, ""},
 		{"labelled, no binding: on its own constraints", func() {
-			s.Upsert(context.Background(), GVRValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "true", 1)))
+			s.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "true", 1)))
 		}, "uid-good:names/names=pass[] uid-bad:names/names=fail[]"},
 		{"a binding for the bad one only", func() {
-			s.Upsert(context.Background(), GVRValidatingAdmissionPolicyBinding, vapObject(t, `
+			s.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicyBinding, vapObject(t, `
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
 metadata: {name: only-bad, resourceVersion: "1"}
@@ -90,10 +92,10 @@ spec:
 `))
 		}, "uid-bad:names/names=fail[{\"binding\":\"only-bad\"}]"},
 		{"the binding deleted", func() {
-			s.Remove(context.Background(), GVRValidatingAdmissionPolicyBinding, vapObject(t, `{apiVersion: admissionregistration.k8s.io/v1, kind: ValidatingAdmissionPolicyBinding, metadata: {name: only-bad}}`))
+			s.Remove(context.Background(), apiresources.ValidatingAdmissionPolicyBinding, vapObject(t, `{apiVersion: admissionregistration.k8s.io/v1, kind: ValidatingAdmissionPolicyBinding, metadata: {name: only-bad}}`))
 		}, "uid-good:names/names=pass[] uid-bad:names/names=fail[]"},
 		{"the label turned off", func() {
-			s.Upsert(context.Background(), GVRValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "false", 1)))
+			s.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "false", 1)))
 		}, ""},
 	}
 	for _, step := range steps {

@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/controllers/admission"
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/hack/admissionbench/workload"
@@ -90,7 +91,7 @@ func run(rate int, duration time.Duration, concurrency int, corpus string) error
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	gvr := admission.GVRClusterPolicy
+	gvr := apiresources.ClusterPolicy
 	for _, p := range policies {
 		if _, err := dyn.Resource(gvr).Create(ctx, &unstructured.Unstructured{Object: p}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("policy %v: %w", p["metadata"], err)
@@ -188,7 +189,7 @@ func run(rate int, duration time.Duration, concurrency int, corpus string) error
 	want := int(allowed.Load()) + warmAllowed
 	var n int
 	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := dyn.Resource(admission.GVRAdmissionReport).Namespace(namespace).List(ctx, metav1.ListOptions{})
+		list, err := dyn.Resource(apiresources.AdmissionReport).Namespace(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}

@@ -31,9 +31,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
-	"github.com/tally-dev/tally/controllers/merge"
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/hack/benchutil"
@@ -155,7 +155,7 @@ func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string) ([]
 			return nil, err
 		}
 		u := &unstructured.Unstructured{Object: obj}
-		if _, err := dyn.Resource(merge.GVRClusterPolicy).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := dyn.Resource(apiresources.ClusterPolicy).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("ClusterPolicy %s: %w", u.GetName(), err)
 		}
 		out = append(out, compiled{name: u.GetName(), policy: p})
@@ -247,7 +247,7 @@ func createOne(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Inter
 		},
 		"spec": spec,
 	}}
-	if _, err := dyn.Resource(merge.GVRBackgroundScanReport).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(apiresources.BackgroundScanReport).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		return 0, fmt.Errorf("create report: %w", err)
 	}
 	return len(entries), nil
@@ -279,7 +279,7 @@ func countFinal(ctx context.Context, dyn dynamic.Interface) (int, error) {
 	total := 0
 	opts := metav1.ListOptions{Limit: 500}
 	for {
-		list, err := dyn.Resource(merge.GVRPolicyReport).List(ctx, opts)
+		list, err := dyn.Resource(apiresources.PolicyReport).List(ctx, opts)
 		if err != nil {
 			return 0, err
 		}

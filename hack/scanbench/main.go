@@ -33,7 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/tally-dev/tally/controllers/scan"
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/hack/benchutil"
 	"github.com/tally-dev/tally/internal/pss"
@@ -245,12 +245,12 @@ func run(pods, namespaces int, corpus string) error {
 	return nil
 }
 
-var gvrClusterPolicy = scan.GVRClusterPolicy
+var gvrClusterPolicy = apiresources.ClusterPolicy
 
 // policyGVR is the resource of the benchmark's policies.
 func policyGVR() schema.GroupVersionResource {
 	if policySet == "pod-security-vpol" {
-		return scan.GVRValidatingPolicy
+		return apiresources.ValidatingPolicy
 	}
 	return gvrClusterPolicy
 }
@@ -314,7 +314,7 @@ func countReports(ctx context.Context, dyn dynamic.Interface) (int, error) {
 	n := 0
 	opts := metav1.ListOptions{Limit: 500}
 	for {
-		list, err := dyn.Resource(scan.GVRBackgroundScanReport).List(ctx, opts)
+		list, err := dyn.Resource(apiresources.BackgroundScanReport).List(ctx, opts)
 		if err != nil {
 			return 0, err
 		}

@@ -1,0 +1,63 @@
+// Package apiresources is the one table of the API resources tally reads
+// and writes, and the key by which the controllers name a policy.
+package apiresources
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+)
+
+// Policies, exceptions and what they match on.
+var (
+	ClusterPolicy              = kyvernov1.GroupVersion.WithResource("clusterpolicies")
+	Policy                     = kyvernov1.GroupVersion.WithResource("policies")
+	PolicyException            = kyvernov2.GroupVersion.WithResource("policyexceptions")
+	ValidatingPolicy           = policiesv1.GroupVersion.WithResource("validatingpolicies")
+	NamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
+	// CELPolicyException is policies.kyverno.io's PolicyException.
+	CELPolicyException               = policiesv1.GroupVersion.WithResource("policyexceptions")
+	ValidatingAdmissionPolicy        = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
+	ValidatingAdmissionPolicyBinding = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicybindings")
+	ValidatingWebhookConfiguration   = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingwebhookconfigurations")
+	Namespace                        = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+)
+
+// Reports: intermediate (kyverno.io, reports.kyverno.io) and final.
+var (
+	AdmissionReport             = kyvernov2.GroupVersion.WithResource("admissionreports")
+	ClusterAdmissionReport      = kyvernov2.GroupVersion.WithResource("clusteradmissionreports")
+	BackgroundScanReport        = kyvernov2.GroupVersion.WithResource("backgroundscanreports")
+	ClusterBackgroundScanReport = kyvernov2.GroupVersion.WithResource("clusterbackgroundscanreports")
+	EphemeralReport             = reportsv1.GroupVersion.WithResource("ephemeralreports")
+	ClusterEphemeralReport      = reportsv1.GroupVersion.WithResource("clusterephemeralreports")
+	PolicyReport                = wgv1alpha2.GroupVersion.WithResource("policyreports")
+	ClusterPolicyReport         = wgv1alpha2.GroupVersion.WithResource("clusterpolicyreports")
+)
+
+// VAPKeyPrefix starts the key of a ValidatingAdmissionPolicy.
+const VAPKeyPrefix = "ValidatingAdmissionPolicy/"
+
+// PolicyKey is a policy's key in every controller: its report name for a
+// ClusterPolicy ("name") or Policy ("namespace/name"); for the other kinds
+// their kind and report name ("ValidatingPolicy/x",
+// "NamespacedValidatingPolicy/ns/x", "ValidatingAdmissionPolicy/x"). A
+// namespace is never capitalized, so no key of one kind is another's.
+func PolicyKey(gvr schema.GroupVersionResource, namespace, name string) string {
+	switch gvr {
+	case Policy:
+		return namespace + "/" + name
+	case ValidatingPolicy:
+		return policiesv1.KindValidatingPolicy + "/" + name
+	case NamespacedValidatingPolicy:
+		return policiesv1.KindNamespacedValidatingPolicy + "/" + namespace + "/" + name
+	case ValidatingAdmissionPolicy:
+		return VAPKeyPrefix + name
+	}
+	return name
+}
