@@ -67,7 +67,7 @@ type Options struct {
 type Merger struct {
 	opts    Options
 	client  dynamic.Interface
-	raw     *rest.RESTClient // set in Run when opts.RESTConfig is
+	out     watch.Writer // Run sets out.Raw when opts.RESTConfig is
 	queue   *watch.Queue
 	metrics *metrics
 
@@ -131,6 +131,7 @@ func New(client dynamic.Interface, opts Options) *Merger {
 	m := &Merger{
 		opts:    opts,
 		client:  client,
+		out:     watch.Writer{Client: client, FieldManager: fieldManager},
 		queue:   watch.NewQueue("tally-merge"),
 		listed:  map[schema.GroupVersionResource]bool{},
 		states:  map[string]*resourceState{},
@@ -180,7 +181,7 @@ func (m *Merger) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("final report client: %w", err)
 		}
-		m.raw = raw
+		m.out.Raw = raw
 	}
 	if err := m.seed(ctx); err != nil {
 		return fmt.Errorf("read existing policy reports: %w", err)

@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"hash/fnv"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -62,68 +59,21 @@ func metaOf(m metav1.ObjectMeta) applyMeta {
 	return applyMeta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, OwnerReferences: m.OwnerReferences}
 }
 
-// writeFinal writes a final report: created when the merger has not
-// written it (body is the whole object), else its content replaced by a JSON
-// patch of the fields the merger owns. Both cost the API server far less
-// than server-side apply, which computes field ownership on every write; a
-// report created behind the merger's back is patched, one deleted behind it
-// created again.
+// writeFinal writes a final report (watch.Writer): created when the merger
+// has not written it (body is the whole object), else the fields the merger
+// owns replaced by a JSON patch.
 func (m *Merger) writeFinal(ctx context.Context, gvr schema.GroupVersionResource, r *applyReport, body []byte, exists bool) error {
-	namespace := r.Metadata.Namespace
-	if !exists {
-		err := m.create(ctx, gvr, namespace, body)
-		if !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-	}
-	err := m.patch(ctx, gvr, r)
-	if apierrors.IsNotFound(err) {
-		return m.create(ctx, gvr, namespace, body)
-	}
-	return err
-}
-
-func (m *Merger) create(ctx context.Context, gvr schema.GroupVersionResource, namespace string, body []byte) error {
-	if m.raw != nil {
-		return m.raw.Post().NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).
-			Param("fieldManager", fieldManager).Body(body).Do(ctx).Error()
-	}
-	var obj map[string]any
-	if err := json.Unmarshal(body, &obj); err != nil {
-		return err
-	}
-	_, err := m.client.Resource(gvr).Namespace(namespace).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: fieldManager})
-	return err
-}
-
-// patch replaces the fields the merger owns ("add" replaces a member that
-// exists, RFC 6902, and works when it does not).
-func (m *Merger) patch(ctx context.Context, gvr schema.GroupVersionResource, r *applyReport) error {
-	type op struct {
-		Op    string `json:"op"`
-		Path  string `json:"path"`
-		Value any    `json:"value"`
-	}
-	ops := []op{
-		{"add", "/metadata/labels", r.Metadata.Labels},
-		{"add", "/summary", r.Summary},
-		{"add", "/results", r.Results},
+	ops := []watch.PatchOp{
+		watch.Set("/metadata/labels", r.Metadata.Labels),
+		watch.Set("/summary", r.Summary),
+		watch.Set("/results", r.Results),
 	}
 	if r.Metadata.OwnerReferences != nil {
-		ops = append(ops, op{"add", "/metadata/ownerReferences", r.Metadata.OwnerReferences})
+		ops = append(ops, watch.Set("/metadata/ownerReferences", r.Metadata.OwnerReferences))
 	}
 	if r.Scope != nil {
-		ops = append(ops, op{"add", "/scope", r.Scope})
+		ops = append(ops, watch.Set("/scope", r.Scope))
 	}
-	data, err := json.Marshal(ops)
-	if err != nil {
-		return err
-	}
-	namespace, name := r.Metadata.Namespace, r.Metadata.Name
-	if m.raw != nil {
-		return m.raw.Patch(types.JSONPatchType).NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).Name(name).
-			Param("fieldManager", fieldManager).Body(data).Do(ctx).Error()
-	}
-	_, err = m.client.Resource(gvr).Namespace(namespace).Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{FieldManager: fieldManager})
+	_, err := m.out.Write(ctx, gvr, r.Metadata.Namespace, r.Metadata.Name, exists, func() ([]byte, error) { return body, nil }, ops)
 	return err
 }

@@ -12,12 +12,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/tally-dev/tally/api/apiresources"
@@ -48,7 +46,7 @@ const (
 // exponential backoff.
 type reportWriter struct {
 	client  dynamic.Interface
-	raw     *rest.RESTClient // when set, writes do not decode the answers
+	out     watch.Writer // Run sets out.Raw
 	metrics *metrics
 	clock   clock.PassiveClock
 	// retryRefused is how long a refused content is not written again.
@@ -72,7 +70,7 @@ type writtenReport struct {
 }
 
 func newReportWriter(client dynamic.Interface, m *metrics, clk clock.PassiveClock, retryRefused time.Duration) *reportWriter {
-	return &reportWriter{client: client, metrics: m, clock: clk, retryRefused: retryRefused,
+	return &reportWriter{client: client, out: watch.Writer{Client: client, FieldManager: fieldManager}, metrics: m, clock: clk, retryRefused: retryRefused,
 		written: map[string]writtenReport{}, refused: map[string]refusedReport{}}
 }
 
@@ -167,31 +165,19 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	report.ResourceTypeLabels(labels, gvr, res.Kind)
 	rgvr := reportGVR(res.Namespace)
 	// A report tally has not seen is created; one it knows is replaced by a
-	// JSON patch (spec and labels). Both cost the API server far less than
-	// server-side apply, which computes field ownership on every write.
-	op := "update"
-	if ok {
-		err = w.patch(ctx, rgvr, res.Namespace, res.UID, labels, annotations, specJSON)
-		if apierrors.IsNotFound(err) { // deleted behind tally's back
-			ok = false
-		}
-	}
-	if !ok {
-		op = "create"
-		body, merr := json.Marshal(reportBody{
+	// JSON patch (spec, labels and annotations: the whole spec goes, so
+	// nothing of the previous results survives).
+	created, err := w.out.Write(ctx, rgvr, res.Namespace, res.UID, ok, func() ([]byte, error) {
+		return json.Marshal(reportBody{
 			APIVersion: kyvernov2.GroupVersion.String(), Kind: kind,
 			Metadata: reportMeta{Name: res.UID, Namespace: res.Namespace, Labels: labels, Annotations: annotations,
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)}}},
 			Spec: specJSON,
 		})
-		if merr != nil {
-			return fmt.Errorf("encode report of %s: %w", res.UID, merr)
-		}
-		err = w.create(ctx, rgvr, res.Namespace, body)
-		if apierrors.IsAlreadyExists(err) { // written before, but not seen at start-up
-			op = "update"
-			err = w.patch(ctx, rgvr, res.Namespace, res.UID, labels, annotations, specJSON)
-		}
+	}, []watch.PatchOp{watch.Set("/spec", specJSON), watch.Set("/metadata/labels", labels), watch.Set("/metadata/annotations", annotations)})
+	op := "update"
+	if created {
+		op = "create"
 	}
 	if err != nil {
 		if reason := watch.Refused(err); reason != "" {
@@ -235,42 +221,6 @@ type reportMeta struct {
 	Labels          map[string]string       `json:"labels"`
 	Annotations     map[string]string       `json:"annotations,omitempty"`
 	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
-}
-
-// create posts a new report. With a raw REST client the API server's answer
-// (the whole report back) is not decoded: only an error status is.
-func (w *reportWriter) create(ctx context.Context, gvr schema.GroupVersionResource, namespace string, body []byte) error {
-	if w.raw != nil {
-		return w.raw.Post().NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).
-			Param("fieldManager", fieldManager).Body(body).Do(ctx).Error()
-	}
-	var obj map[string]any
-	if err := json.Unmarshal(body, &obj); err != nil {
-		return err
-	}
-	_, err := w.client.Resource(gvr).Namespace(namespace).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: fieldManager})
-	return err
-}
-
-// patch replaces a report's spec, labels and annotations (a JSON patch: the
-// whole spec goes, so nothing of the previous results survives).
-func (w *reportWriter) patch(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, labels, annotations map[string]string, spec json.RawMessage) error {
-	// "add" replaces a member that exists (RFC 6902) and works when it does not.
-	type op struct {
-		Op    string `json:"op"`
-		Path  string `json:"path"`
-		Value any    `json:"value"`
-	}
-	data, err := json.Marshal([]op{{"add", "/spec", spec}, {"add", "/metadata/labels", labels}, {"add", "/metadata/annotations", annotations}})
-	if err != nil {
-		return err
-	}
-	if w.raw != nil {
-		return w.raw.Patch(types.JSONPatchType).NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).Name(name).
-			Param("fieldManager", fieldManager).Body(data).Do(ctx).Error()
-	}
-	_, err = w.client.Resource(gvr).Namespace(namespace).Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{FieldManager: fieldManager})
-	return err
 }
 
 // remove deletes the report of a resource, if one was written or found.

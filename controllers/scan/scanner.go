@@ -152,7 +152,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("report client: %w", err)
 		}
-		s.reports.raw = raw
+		s.reports.out.Raw = raw
 	}
 
 	// Existing reports and the scan state are read before anything else;

@@ -1,0 +1,59 @@
+package watch
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynfake "k8s.io/client-go/dynamic/fake"
+)
+
+func TestWriterCreatesOrPatches(t *testing.T) {
+	gvr := schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"}
+	object := func(results string) []byte {
+		data, _ := json.Marshal(map[string]any{"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+			"metadata": map[string]any{"name": "r", "namespace": "ns"}, "results": results})
+		return data
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name        string
+		existing    bool // the object is in the cluster
+		known       bool // the writer's caller believes it is
+		wantCreated bool
+	}{
+		{"new: created", false, false, true},
+		{"known: patched", true, true, false},
+		{"deleted behind the writer's back: created again", false, true, true},
+		{"created behind the writer's back: patched", true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []runtime.Object
+			if tc.existing {
+				var u unstructured.Unstructured
+				if err := u.UnmarshalJSON(object("old")); err != nil {
+					t.Fatal(err)
+				}
+				objs = append(objs, &u)
+			}
+			client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "PolicyReportList"}, objs...)
+			w := &Writer{Client: client, FieldManager: "test"}
+			created, err := w.Write(ctx, gvr, "ns", "r", tc.known, func() ([]byte, error) { return object("new"), nil },
+				[]PatchOp{Set("/results", "new")})
+			if err != nil || created != tc.wantCreated {
+				t.Fatalf("Write = %v, %v; want created %v", created, err, tc.wantCreated)
+			}
+			got, err := client.Resource(gvr).Namespace("ns").Get(ctx, "r", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Object["results"] != "new" {
+				t.Errorf("results %v, want new", got.Object["results"])
+			}
+		})
+	}
+}
