@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -79,29 +78,4 @@ func (a API) TypeMeta(namespace string) (apiVersion, kind string) {
 		return a.GroupVersion().String(), cluster
 	}
 	return a.GroupVersion().String(), ns
-}
-
-// FinalObject is the final report of a subject in an API, as Final builds
-// it: a *wgv1alpha2.PolicyReport or *wgv1alpha2.ClusterPolicyReport for
-// wgpolicyk8s, the same fields as an openreports.io Report or ClusterReport
-// object otherwise (the two APIs share results, summary and scope).
-func FinalObject(api API, s Subject, results []wgv1alpha2.PolicyReportResult) (any, error) {
-	polr, cpolr := Final(s, results)
-	var obj any = polr
-	if polr == nil {
-		obj = cpolr
-	}
-	if api != APIOpenReports {
-		return obj, nil
-	}
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
-	}
-	var out map[string]any
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, err
-	}
-	out["apiVersion"], out["kind"] = api.TypeMeta(s.Namespace)
-	return out, nil
 }

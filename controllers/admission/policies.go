@@ -26,12 +26,6 @@ import (
 	"github.com/tally-dev/tally/engine/cel"
 )
 
-// isPolicyKind reports whether a kind is one of the policies the webhook
-// evaluates.
-func isPolicyKind(gvr schema.GroupVersionResource) bool {
-	return gvr == apiresources.ClusterPolicy || gvr == apiresources.Policy || gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy
-}
-
 // admissionPolicy is a compiled policy with what answering and recording need.
 type admissionPolicy struct {
 	compiled *engine.Policy

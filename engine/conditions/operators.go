@@ -223,15 +223,6 @@ func quantity(s string) (resource.Quantity, bool) {
 	return q, err == nil
 }
 
-func quantities(a, b string) (resource.Quantity, resource.Quantity, bool) {
-	x, ok1 := quantity(a)
-	if !ok1 {
-		return x, x, false
-	}
-	y, ok2 := quantity(b)
-	return x, y, ok2
-}
-
 // compare orders key and value for the GreaterThan family, trying in turn:
 // numbers (a numeric string reads as a number), durations (a number on one
 // side is seconds), quantities, and versions. A string pair that reads as

@@ -127,13 +127,6 @@ func securityContext(c *corev1.Container) *corev1.SecurityContext {
 	return c.SecurityContext
 }
 
-func podSecurityContext(spec *corev1.PodSpec) *corev1.PodSecurityContext {
-	if spec.SecurityContext == nil {
-		spec.SecurityContext = &corev1.PodSecurityContext{}
-	}
-	return spec.SecurityContext
-}
-
 func privilegedFields(_ *metav1.ObjectMeta, spec *corev1.PodSpec, _ *oracle) (vs []violation) {
 	visitContainers(spec, func(c *corev1.Container, ref containerRef) {
 		if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
