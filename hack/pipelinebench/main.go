@@ -31,6 +31,8 @@ import (
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/hack/benchutil"
@@ -53,7 +56,7 @@ type options struct {
 	pods, namespaces, latencyPods int
 	corpus, scannerBin, mergerBin string
 	qps, burst                    string
-	baseline                      bool
+	baseline, throughWebhook      bool
 	idle                          time.Duration
 }
 
@@ -66,6 +69,7 @@ func main() {
 	flag.StringVar(&o.scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
 	flag.StringVar(&o.mergerBin, "merger-bin", "", "a prebuilt tally-merger (default: build ./cmd/tally-merger)")
 	flag.BoolVar(&o.baseline, "baseline", false, "create the Pods with nothing reporting")
+	flag.BoolVar(&o.throughWebhook, "through-webhook", false, "send the Pods' creation through tally-scanner's admission webhook (a ValidatingWebhookConfiguration calling it on 127.0.0.1, failurePolicy Ignore), so each Pod also gets an AdmissionReport")
 	flag.StringVar(&o.qps, "kube-api-qps", "100", "tally's --kube-api-qps (default: tally's own default)")
 	flag.StringVar(&o.burst, "kube-api-burst", "200", "tally's --kube-api-burst (default: tally's own default)")
 	flag.DurationVar(&o.idle, "idle", time.Minute, "the idle stretch measured after the full scan")
@@ -118,7 +122,7 @@ func run(o options) error {
 	var scanner, merger *daemon
 	policies := 0
 	if !o.baseline {
-		policies, err = installPolicies(ctx, dyn, filepath.Join(o.corpus, "policy-library", "pod-security"))
+		policies, err = installPolicies(ctx, dyn, filepath.Join(o.corpus, "policy-library", "pod-security"), o.throughWebhook)
 		if err != nil {
 			return err
 		}
@@ -132,7 +136,13 @@ func run(o options) error {
 			return err
 		}
 		limits := []string{"--kube-api-qps", o.qps, "--kube-api-burst", o.burst}
-		if scanner, err = start(sbin, "tally-scanner", c.Kubeconfig, append(limits, "--webhook-listen", "")...); err != nil {
+		webhook := []string{"--webhook-listen", ""}
+		if o.throughWebhook {
+			if webhook, err = webhookConfiguration(ctx, kube); err != nil {
+				return err
+			}
+		}
+		if scanner, err = start(sbin, "tally-scanner", c.Kubeconfig, append(limits, webhook...)...); err != nil {
 			return err
 		}
 		defer scanner.stop()
@@ -386,13 +396,22 @@ func storage(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfa
 	return nil
 }
 
-func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string) (int, error) {
+// installPolicies creates the Pod Security policies; audit sets every one
+// to Audit (two of the library's are Enforce), so that Pods created through
+// the webhook are admitted and reported, as in a cluster watching its
+// reports before it enforces.
+func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string, audit bool) (int, error) {
 	docs, err := pss.Read(dir)
 	if err != nil {
 		return 0, err
 	}
 	for _, obj := range docs {
 		u := &unstructured.Unstructured{Object: obj}
+		if audit {
+			if err := unstructured.SetNestedField(obj, "Audit", "spec", "validationFailureAction"); err != nil {
+				return 0, err
+			}
+		}
 		if _, err := dyn.Resource(gvrClusterPolicy).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return 0, fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
 		}
@@ -485,4 +504,36 @@ func printRequests(before, after map[string]float64) {
 		fmt.Printf(" %s %.0f;", r.key, r.n)
 	}
 	fmt.Println()
+}
+
+// webhookConfiguration creates the ValidatingWebhookConfiguration "tally"
+// calling tally-scanner's webhook on a free loopback port, and returns the
+// scanner's flags for it: the scanner generates its certificate (127.0.0.1
+// is always among its names), sets the CA bundle and narrows the rules to
+// what the policies match (the Pods), as in a cluster.
+func webhookConfiguration(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
+	addr, err := benchutil.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	url := "https://" + addr + "/validate"
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "tally"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         "validate.tally.dev",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"kyverno.io"}, APIVersions: []string{"*"}, Resources: []string{"clusterpolicies", "policies"}},
+			}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](10),
+		}},
+	}
+	if _, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("webhook configuration: %w", err)
+	}
+	return []string{"--webhook-listen", addr, "--webhook-configuration", "tally", "--webhook-secret", "tally-webhook-tls"}, nil
 }
