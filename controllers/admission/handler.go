@@ -347,6 +347,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		owner: metav1.OwnerReference{APIVersion: subject.APIVersion, Kind: subject.Kind, Name: subject.Name, UID: types.UID(subject.UID)},
 		gvr:   gvr,
 		hash:  fmt.Sprintf("%x", hash), at: now, policyLabels: labels, results: record,
+		fresh: req.Operation == admissionv1.Create,
 	})
 	return resp, nil
 }

@@ -53,6 +53,11 @@ type entry struct {
 	// sources are ingested Kyverno reports, deleted once their results were
 	// written.
 	sources []sourceRef
+	// fresh: the resource was just created (a CREATE request), so its
+	// report most likely does not exist yet: the write tries a create first
+	// instead of a GET that would find nothing. A merged later request keeps
+	// the first one's flag.
+	fresh bool
 	// attempts counts the failed writes of this entry; notBefore is when
 	// the next may be tried.
 	attempts  int
@@ -395,6 +400,21 @@ func (r *Recorder) write(ctx context.Context, e *entry) error {
 	return retry.OnError(retry.DefaultRetry, func(err error) bool {
 		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
 	}, func() error {
+		if e.fresh && len(e.results) > 0 {
+			u, err := desired(nil, kyvernov2.AdmissionReport{}, e, r.prune(ctx, e, e.results))
+			if err != nil {
+				return err
+			}
+			_, err = ri.Create(ctx, u, metav1.CreateOptions{FieldManager: fieldManager})
+			if err == nil {
+				r.metrics.reportWrites.WithLabelValues("create").Inc()
+				return nil
+			}
+			if !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			e.fresh = false // another replica wrote it first: read and merge
+		}
 		cur, err := ri.Get(ctx, e.uid, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):

@@ -492,3 +492,39 @@ func TestAReportDeletedUnfoldedIsNotCountedAsIngested(t *testing.T) {
 		t.Errorf("ingested = %v, want 0: nothing of it was folded", got)
 	}
 }
+
+// The report of a resource just created is created without a GET first;
+// when another replica wrote it already, the results are merged into it.
+func TestRecorderCreatesTheReportOfANewResourceWithoutReadingFirst(t *testing.T) {
+	verbs := func(client *dynamicfake.FakeDynamicClient) []string {
+		var out []string
+		for _, a := range client.Actions() {
+			out = append(out, a.GetVerb())
+		}
+		return out
+	}
+	rec, client := fakeRecorder()
+	e := podEntry(10, "h1", result("a", "r1", "fail", 10))
+	e.fresh = true
+	rec.add(e)
+	rec.flush(context.Background(), false)
+	if got := fmt.Sprint(verbs(client)); got != "[create]" {
+		t.Errorf("requests %s, want [create]", got)
+	}
+
+	// Another replica's report exists: the create is refused, then merged.
+	rec2, _ := fakeRecorder()
+	rec2.client = client
+	client.ClearActions()
+	e = podEntry(20, "h1", result("a", "r2", "pass", 20))
+	e.fresh = true
+	rec2.add(e)
+	rec2.flush(context.Background(), false)
+	if got := fmt.Sprint(verbs(client)); got != "[create get update]" {
+		t.Errorf("requests %s, want [create get update]", got)
+	}
+	r, _ := readReport(t, client, "prod", "uid-1")
+	if got := summary(r); got != "a/r1=fail@h1 a/r2=pass@h1" {
+		t.Errorf("results = %s", got)
+	}
+}
