@@ -174,7 +174,7 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)}}},
 			Spec: specJSON,
 		})
-	}, []watch.PatchOp{watch.Set("/spec", specJSON), watch.Set("/metadata/labels", labels), watch.Set("/metadata/annotations", annotations)})
+	}, []watch.PatchOp{watch.Set("/spec", json.RawMessage(specJSON)), watch.Set("/metadata/labels", labels), watch.Set("/metadata/annotations", annotations)})
 	op := "update"
 	if created {
 		op = "create"

@@ -180,6 +180,14 @@ func TestBackgroundReportsCarryTheirTimesInOneAnnotation(t *testing.T) {
 	if err := restarted.ensure(ctx, res, gvr, moved); err != nil || writes != 2 {
 		t.Errorf("a changed time was not written: %v, %d writes", err, writes)
 	}
+	// That write was a patch: the spec it set is the report's spec.
+	patched, err := client.Resource(apiresources.BackgroundScanReport).Namespace("ns").Get(ctx, "uid-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, _, _ := unstructured.NestedString(patched.Object, "spec", "owner", "uid"); uid != "uid-1" {
+		t.Errorf("patched spec %v, want the owner uid-1", patched.Object["spec"])
+	}
 }
 
 // Results too large to pack in an annotation are written as spec.results
