@@ -162,6 +162,12 @@ func admissionResults(ctx context.Context, cfg *envconf.Config, ns, uid string) 
 		}
 		return nil, nil, err
 	}
+	// Its entries: spec.results and those packed in the annotation.
+	results, err := report.IntermediateResults(r.Spec.Results, r.Annotations)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.Spec.Results = results
 	// The newest result per rule, across the report's sections (one per
 	// content hash; Kyverno's ingested results carry none).
 	out := map[string]string{}

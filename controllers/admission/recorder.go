@@ -455,15 +455,20 @@ func (r *Recorder) write(ctx context.Context, e *entry) error {
 	})
 }
 
-// stored reads a stored admission report; its results written before
-// sections carry no hash and are bound to the report's hash label.
+// stored reads a stored admission report: its spec.results followed by the
+// entries packed in its annotation; results written before sections carry
+// no hash and are bound to the report's hash label.
 func stored(cur *unstructured.Unstructured) kyvernov2.AdmissionReport {
 	var have kyvernov2.AdmissionReport
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(cur.Object, &have); err != nil {
 		// Unreadable: replace its spec with what we know.
 		return kyvernov2.AdmissionReport{}
 	}
-	have.Spec.Results = report.BindHash(have.Spec.Results, cur.GetLabels()[report.LabelResourceHash])
+	results, err := report.IntermediateResults(have.Spec.Results, cur.GetAnnotations())
+	if err != nil {
+		return kyvernov2.AdmissionReport{} // unreadable entries: replaced by what we know
+	}
+	have.Spec.Results = report.BindHash(results, cur.GetLabels()[report.LabelResourceHash])
 	return have
 }
 
@@ -522,7 +527,25 @@ func desired(cur *unstructured.Unstructured, have kyvernov2.AdmissionReport, e *
 	if cur != nil && maps.Equal(labels, cur.GetLabels()) && equalSpec(have.Spec, spec) {
 		return nil, nil
 	}
-	specMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
+	// The entries go as one string (report.AnnotationResults), as the
+	// scanner writes them: the API server stores a string instead of
+	// decoding, coercing and validating every field of every entry.
+	annotations := map[string]string{}
+	if cur != nil {
+		maps.Copy(annotations, cur.GetAnnotations())
+	}
+	packed, fits, err := report.PackResults(results)
+	if err != nil {
+		return nil, fmt.Errorf("encode report of %s: %w", e.uid, err)
+	}
+	written := spec
+	if fits {
+		annotations[report.AnnotationResults] = packed
+		written.Results = nil
+	} else {
+		delete(annotations, report.AnnotationResults) // too large: in spec.results
+	}
+	specMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&written)
 	if err != nil {
 		return nil, fmt.Errorf("convert report of %s: %w", e.uid, err)
 	}
@@ -542,13 +565,13 @@ func desired(cur *unstructured.Unstructured, have kyvernov2.AdmissionReport, e *
 	}
 	if cur != nil {
 		md["resourceVersion"] = cur.GetResourceVersion()
-		if ann := cur.GetAnnotations(); len(ann) > 0 {
-			a := make(map[string]any, len(ann))
-			for k, v := range ann {
-				a[k] = v
-			}
-			md["annotations"] = a
+	}
+	if len(annotations) > 0 {
+		a := make(map[string]any, len(annotations))
+		for k, v := range annotations {
+			a[k] = v
 		}
+		md["annotations"] = a
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": kyvernov2.GroupVersion.String(),

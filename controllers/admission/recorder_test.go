@@ -51,9 +51,9 @@ func readReport(t *testing.T, client *dynamicfake.FakeDynamicClient, ns, name st
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r kyvernov2.AdmissionReport
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
-		t.Fatal(err)
+	r := stored(u) // spec.results and the packed entries
+	if r.Name == "" {
+		t.Fatalf("report %s/%s unreadable", ns, name)
 	}
 	return &r, u
 }
@@ -88,6 +88,9 @@ func TestRecorderWritesOneReportPerResource(t *testing.T) {
 	r, u := readReport(t, client, "prod", "uid-1")
 	if got := summary(r); got != "a/r1=pass@h1 a/r2=fail@h1" {
 		t.Errorf("results = %s", got)
+	}
+	if _, inSpec, _ := unstructured.NestedSlice(u.Object, "spec", "results"); inSpec || u.GetAnnotations()[report.AnnotationResults] == "" {
+		t.Errorf("entries not packed in %s: %v", report.AnnotationResults, u.Object)
 	}
 	labels := u.GetLabels()
 	if labels[report.LabelResourceHash] != "h1" || labels[report.LabelResourceUID] != "uid-1" || labels[report.LabelResourceGVR] != "pods.v1" ||
