@@ -292,7 +292,7 @@ func (k *kindWatch) need(policy string, gvrs []schema.GroupVersionResource) (ref
 	}
 	ctx := k.ctx
 	k.mu.Unlock()
-	if ctx == nil {
+	if ctx == nil { // before start: tests drive the scanner without Run
 		ctx = context.Background()
 	}
 

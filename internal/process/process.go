@@ -130,6 +130,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Regis
 		}
 	}()
 	defer func() {
+		// The run's context has ended by now: the shutdown gets a bound of its own.
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx) // best effort: the process is stopping; an open probe connection may be cut
