@@ -288,13 +288,13 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		for _, rr := range rrs {
 			switch rr.Result {
 			case engine.Fail, engine.Warn:
-				if ap.compiled.Enforced(rr.Rule, namespace, nsLabels) {
+				if ap.denies(rr, namespace, nsLabels) {
 					policyDenials = append(policyDenials, fmt.Sprintf("  %s: %s", ruleOrPolicy(rr), rr.Message))
 				} else if ap.emitWarning {
 					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s: %s", qualifiedRule(rr), rr.Message))
 				}
 			case engine.Error:
-				if ap.failClosed && ap.compiled.Enforced(rr.Rule, namespace, nsLabels) {
+				if ap.denies(rr, namespace, nsLabels) {
 					policyDenials = append(policyDenials, fmt.Sprintf("  %s: evaluation error (failurePolicy Fail): %s", ruleOrPolicy(rr), rr.Message))
 				} else if ap.emitWarning {
 					resp.Warnings = append(resp.Warnings, fmt.Sprintf("policy %s: evaluation error: %s", qualifiedRule(rr), rr.Message))
@@ -375,18 +375,12 @@ func (b *Bridge) emitEvents(req *admissionv1.AdmissionRequest, subject report.Su
 		ap := policies[i]
 		violated := false
 		for _, rr := range rrs {
-			status := ""
-			switch rr.Result {
-			case engine.Fail, engine.Warn:
-				status = string(engine.Fail)
-			case engine.Error:
-				status = string(engine.Error)
-			default:
+			status, violation := policyevents.StatusOf(rr.Result)
+			if !violation {
 				continue
 			}
 			violated = true
-			enforced := ap.compiled.Enforced(rr.Rule, namespace, nsLabels) && (status == string(engine.Fail) || ap.failClosed)
-			if denied && !enforced {
+			if denied && !ap.denies(rr, namespace, nsLabels) {
 				continue // not what blocked the request; the object was not admitted
 			}
 			em.Violation(object, policyevents.Result{Policy: ap.ref, PolicyName: ap.ref.Name, Rule: rr.Rule, Status: status, Message: rr.Message}, denied)
@@ -395,6 +389,18 @@ func (b *Bridge) emitEvents(req *admissionv1.AdmissionRequest, subject report.Su
 			em.Applied(object, ap.ref)
 		}
 	}
+}
+
+// denies reports whether a result denies the request: a violation of a rule
+// the policy enforces here, or an error of one under failurePolicy Fail.
+func (ap *admissionPolicy) denies(rr engine.RuleResult, namespace string, nsLabels map[string]string) bool {
+	switch rr.Result {
+	case engine.Fail, engine.Warn:
+		return ap.compiled.Enforced(rr.Rule, namespace, nsLabels)
+	case engine.Error:
+		return ap.failClosed && ap.compiled.Enforced(rr.Rule, namespace, nsLabels)
+	}
+	return false
 }
 
 // webhookMatches evaluates a policy's webhook match conditions

@@ -400,16 +400,20 @@ func (r *Recorder) write(ctx context.Context, e *entry) error {
 	return retry.OnError(retry.DefaultRetry, func(err error) bool {
 		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
 	}, func() error {
-		if e.fresh && len(e.results) > 0 {
+		// create writes the report of a resource that has none.
+		create := func() error {
 			u, err := desired(nil, kyvernov2.AdmissionReport{}, e, r.prune(ctx, e, e.results))
 			if err != nil {
 				return err
 			}
-			_, err = ri.Create(ctx, u, metav1.CreateOptions{FieldManager: fieldManager})
-			if err == nil {
-				r.metrics.reportWrites.WithLabelValues("create").Inc()
-				return nil
+			if _, err := ri.Create(ctx, u, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
+				return err
 			}
+			r.metrics.reportWrites.WithLabelValues("create").Inc()
+			return nil
+		}
+		if e.fresh && len(e.results) > 0 {
+			err := create()
 			if !apierrors.IsAlreadyExists(err) {
 				return err
 			}
@@ -421,18 +425,11 @@ func (r *Recorder) write(ctx context.Context, e *entry) error {
 			if len(e.results) == 0 {
 				return nil // nothing to report (an ingested report without results)
 			}
-			u, err := desired(nil, kyvernov2.AdmissionReport{}, e, r.prune(ctx, e, e.results))
-			if err != nil {
-				return err
+			err := create()
+			if apierrors.IsAlreadyExists(err) {
+				r.metrics.reportWrites.WithLabelValues("conflict").Inc()
 			}
-			if _, err := ri.Create(ctx, u, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
-				if apierrors.IsAlreadyExists(err) {
-					r.metrics.reportWrites.WithLabelValues("conflict").Inc()
-				}
-				return err
-			}
-			r.metrics.reportWrites.WithLabelValues("create").Inc()
-			return nil
+			return err
 		case err != nil:
 			return fmt.Errorf("get %s %s/%s: %w", kindOf(e.namespace), e.namespace, e.uid, err)
 		}

@@ -19,10 +19,13 @@ package policyevents
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 )
 
 // Reporting controllers, reasons and actions, as Kyverno names them.
@@ -41,8 +44,21 @@ const (
 	maxNote = 1024
 )
 
-// Reasons lists the reasons an Emitter records, for --omit-events.
-var Reasons = []string{ReasonViolation, ReasonApplied}
+// omittable are the reasons --omit-events accepts (Kyverno's omitEvents):
+// those an Emitter records, and two it never records.
+var omittable = []string{ReasonViolation, ReasonApplied, "PolicyError", "PolicySkipped"}
+
+// StatusOf is Kyverno's engine status of a result (a report's warn is an
+// engine fail), and whether it is a violation: fail, warn or error.
+func StatusOf(result wgv1alpha2.Result) (status string, violation bool) {
+	switch result {
+	case wgv1alpha2.ResultFail, wgv1alpha2.ResultWarn:
+		return string(wgv1alpha2.ResultFail), true
+	case wgv1alpha2.ResultError:
+		return string(wgv1alpha2.ResultError), true
+	}
+	return string(result), false
+}
 
 // Emitter records result Events. The zero value, and a nil *Emitter, record
 // nothing.
@@ -124,12 +140,8 @@ func ParseOmit(s string) (map[string]bool, error) {
 		if r == "" {
 			continue
 		}
-		known := false
-		for _, k := range append(Reasons, "PolicyError", "PolicySkipped") {
-			known = known || k == r
-		}
-		if !known {
-			return nil, fmt.Errorf("unknown event reason %q (known: PolicyViolation, PolicyApplied, PolicyError, PolicySkipped)", r)
+		if !slices.Contains(omittable, r) {
+			return nil, fmt.Errorf("unknown event reason %q (known: %s)", r, strings.Join(omittable, ", "))
 		}
 		out[r] = true
 	}

@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 )
 
 // captured is what one Eventf call was given.
@@ -128,5 +130,14 @@ func TestParseOmit(t *testing.T) {
 	}
 	if _, err := ParseOmit("PolicyApplid"); err == nil || !strings.Contains(err.Error(), `"PolicyApplid"`) {
 		t.Errorf("a misspelt reason: %v", err)
+	}
+}
+
+func TestStatusOf(t *testing.T) {
+	for result, want := range map[string]string{"fail": "fail true", "warn": "fail true", "error": "error true", "pass": "pass false", "skip": "skip false"} {
+		status, violation := StatusOf(wgv1alpha2.Result(result))
+		if got := fmt.Sprint(status, " ", violation); got != want {
+			t.Errorf("StatusOf(%s) = %s, want %s (a report's warn is an engine fail)", result, got, want)
+		}
 	}
 }

@@ -49,17 +49,15 @@ func resultEvents(before, after []memstore.Result, success bool) []resultEvent {
 	for _, r := range after {
 		e := r.Value()
 		pol := [2]string{e.Source, e.Policy}
-		switch wgv1alpha2.Result(e.Result) {
-		case wgv1alpha2.ResultFail, wgv1alpha2.ResultWarn, wgv1alpha2.ResultError:
-			failing[pol] = true
-		}
+		_, violation := policyevents.StatusOf(wgv1alpha2.Result(e.Result))
+		failing[pol] = failing[pol] || violation
 		if was, ok := prev[[2]string{e.Policy, e.Rule}]; ok && was == e.Result {
 			continue // unchanged
 		}
-		switch wgv1alpha2.Result(e.Result) {
-		case wgv1alpha2.ResultFail, wgv1alpha2.ResultWarn, wgv1alpha2.ResultError:
+		switch {
+		case violation:
 			out = append(out, resultEvent{entry: e})
-		case wgv1alpha2.ResultPass:
+		case wgv1alpha2.Result(e.Result) == wgv1alpha2.ResultPass:
 			if _, ok := passed[pol]; !ok && success {
 				passed[pol] = e
 			}
@@ -73,15 +71,6 @@ func resultEvents(before, after []memstore.Result, success bool) []resultEvent {
 		}
 	}
 	return out
-}
-
-// engineStatus is Kyverno's engine status of a report result: a report's
-// warn is an engine fail.
-func engineStatus(result string) string {
-	if result == string(wgv1alpha2.ResultWarn) {
-		return string(wgv1alpha2.ResultFail)
-	}
-	return result
 }
 
 // shortName is a policy's name without its namespace, as Kyverno names it
@@ -132,7 +121,8 @@ func (s *Scanner) emitResultEvents(res *memstore.Resource, before, after []memst
 			continue
 		}
 		e := ev.entry
+		status, _ := policyevents.StatusOf(wgv1alpha2.Result(e.Result))
 		em.Violation(ref, policyevents.Result{Policy: policy, PolicyName: shortName(e.Policy), Rule: e.Rule,
-			Status: engineStatus(e.Result), Message: e.Message}, false)
+			Status: status, Message: e.Message}, false)
 	}
 }
