@@ -37,7 +37,7 @@ generate:
 	@# The Helm chart reads the same RBAC and CRDs as config/ (copies, checked fresh by verify-generate).
 	rm -rf charts/tally/files && mkdir -p charts/tally/files/rbac charts/tally/files/crd
 	cp config/rbac/service_accounts.yaml config/rbac/scanner_resources.yaml config/rbac/scanner_cluster_role.yaml \
-	   config/rbac/scanner_role.yaml config/rbac/merger_cluster_role.yaml config/rbac/merger_role.yaml charts/tally/files/rbac/
+	   config/rbac/scanner_role.yaml config/rbac/merger_cluster_role.yaml charts/tally/files/rbac/
 	cp config/webhook/rbac.yaml charts/tally/files/rbac/webhook.yaml
 	cp config/rbac/ingest-kyverno-reports/cluster_role.yaml charts/tally/files/rbac/ingest_kyverno_reports.yaml
 	cp config/crd/bases/*.yaml charts/tally/files/crd/

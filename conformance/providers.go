@@ -113,13 +113,17 @@ func (d *Deployed) Can(what string) bool {
 }
 func (d *Deployed) Rescan(context.Context) error { return ErrUnsupported }
 
-// Restart deletes the component's Pods and waits until its Deployment is
-// available again.
+// pairDeployment is tally's Deployment: each Pod runs the scanner and the
+// merger beside it, under one Lease of the same name.
+const pairDeployment = "tally-scanner"
+
+// Restart deletes the Pods of the scanner and merger pair and waits until
+// their Deployment is available again.
 func (d *Deployed) Restart(ctx context.Context, component string) error {
 	if !d.tally {
 		return ErrUnsupported
 	}
-	name := "tally-" + component
+	name := pairDeployment
 	dep, err := d.kube.AppsV1().Deployments(localNamespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -131,12 +135,13 @@ func (d *Deployed) Restart(ctx context.Context, component string) error {
 	return d.waitAvailable(ctx, name)
 }
 
-// Failover deletes the Pod holding the component's Lease.
+// Failover deletes the Pod holding the pair's Lease: a standby Pod's
+// scanner takes it, scans, and its merger writes.
 func (d *Deployed) Failover(ctx context.Context, component string) error {
 	if !d.tally {
 		return ErrUnsupported
 	}
-	name := "tally-" + component
+	name := pairDeployment
 	lease, err := d.kube.CoordinationV1().Leases(localNamespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err

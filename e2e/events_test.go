@@ -93,6 +93,7 @@ func TestScannerEmitsResultEvents(t *testing.T) {
 	const ns = "events-a" // not scan-*: TestScannerWritesBackgroundReports counts what matches that
 	var (
 		scanner               *runningScanner
+		merger                *runningMerger
 		policy                = requireLabelsPolicy("events-require-labels", ns, "team", "owner")
 		bad, good, sentinel   = newPod(ns, "bad", nil), newPod(ns, "good", map[string]string{"team": "a"}), newPod(ns, "sentinel", nil)
 		violation, applied    = policyevents.ReasonViolation, policyevents.ReasonApplied
@@ -110,6 +111,7 @@ func TestScannerEmitsResultEvents(t *testing.T) {
 				}
 			}
 			scanner = startScanner(t, cfg.Client().RESTConfig(), "default")
+			merger = startMerger(t, cfg.Client().RESTConfig(), scanner)
 			return ctx
 		}).
 		Assess("a failing Pod gets one PolicyViolation Event naming policy and rule", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -156,8 +158,15 @@ func TestScannerEmitsResultEvents(t *testing.T) {
 			return ctx
 		}).
 		Assess("with success events, a resource that comes to pass gets a PolicyApplied Event", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			// The restarted scanner reads its results back from the final
+			// reports: those of the failing Pods first.
+			fail := map[string]string{policy.Name + "/pods": "fail"}
+			waitForPolicyReport(ctx, t, cfg, bad, fail)
+			waitForPolicyReport(ctx, t, cfg, sentinel, fail)
+			merger.stop()
 			scanner.stop()
 			scanner = startScannerWith(t, cfg.Client().RESTConfig(), "default", &outage{}, func(o *scan.Options) { o.Events.Success = true })
+			merger = startMerger(t, cfg.Client().RESTConfig(), scanner)
 			scanner.waitSynced(t)
 			bad.Labels = map[string]string{"team": "b"}
 			if err := cfg.Client().Resources().Update(ctx, bad); err != nil {
@@ -180,6 +189,7 @@ func TestScannerEmitsResultEvents(t *testing.T) {
 			return ctx
 		}).
 		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			merger.stop()
 			scanner.stop()
 			_ = cfg.Client().Resources().Delete(ctx, policy)
 			_ = cfg.Client().Resources().Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})

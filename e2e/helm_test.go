@@ -86,7 +86,7 @@ func TestHelmChart(t *testing.T) {
 				t.Fatal(err)
 			}
 			objs, err := kind.RenderChart(ctx, root, "charts/tally", kind.Namespace, "reportAPI=openreports", "image.tag=v9.9.9",
-				"scanner.scanInterval=30m", "webhook.failurePolicy=Fail", "serviceMonitor.enabled=true", "merger.replicas=3",
+				"scanner.scanInterval=30m", "webhook.failurePolicy=Fail", "serviceMonitor.enabled=true", "scanner.replicas=3",
 				"webhook.clientCA.secretName=apiserver-ca", "networkPolicy.webhookFrom={10.0.0.0/24}",
 				"scanner.generateSuccessEvents=true", "scanner.omitEvents={PolicyViolation}")
 			if err != nil {

@@ -160,7 +160,7 @@ func TestHelmLifecycle(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("helm install:\n%s", out)
-			for _, want := range []string{"rollout status deployment/tally-scanner", "rollout status deployment/tally-merger", "image.tag"} {
+			for _, want := range []string{"rollout status deployment/tally-scanner", "image.tag"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("the install's notes lack %q:\n%s", want, out)
 				}

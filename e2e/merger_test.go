@@ -93,7 +93,7 @@ func TestMergerWritesPolicyReports(t *testing.T) {
 			}
 			var mctx context.Context
 			mctx, cancel = context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
-			m := merge.New(dyn, merge.Options{Workers: 2})
+			m := merge.New(dyn, merge.Options{Workers: 2, Background: scanner.hubClient})
 			go func() { done <- m.Run(mctx) }()
 			return ctx
 		}).
@@ -194,7 +194,7 @@ func TestMergerDeletesOrphanedReports(t *testing.T) {
 		ghost     *kyvernov2.BackgroundScanReport
 		ghostCl   *kyvernov2.ClusterBackgroundScanReport
 		liveRep   *kyvernov2.BackgroundScanReport
-		unknown   *kyvernov2.AdmissionReport
+		unknown   *kyvernov2.BackgroundScanReport
 	)
 	f := features.New("orphaned intermediate reports").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -217,7 +217,7 @@ func TestMergerDeletesOrphanedReports(t *testing.T) {
 				Spec: intermediateSpec("Pod", live.Name, live.UID, policy.Name, "pods", wgv1alpha2.ResultFail)}
 			// A resource type the server does not serve: the check cannot
 			// tell, so the report stays.
-			unknown = &kyvernov2.AdmissionReport{ObjectMeta: intermediateMeta(ns, unknownID, "example.com.v1.widgets"),
+			unknown = &kyvernov2.BackgroundScanReport{ObjectMeta: intermediateMeta(ns, unknownID, "example.com.v1.widgets"),
 				Spec: intermediateSpec("Widget", "w", unknownID, policy.Name, "pods", wgv1alpha2.ResultFail)}
 			unknown.Spec.Owner.APIVersion = "example.com/v1"
 			for _, o := range []k8s.Object{ghost, ghostCl, liveRep, unknown} {
@@ -287,7 +287,7 @@ func TestMergerDeletesOrphanedReports(t *testing.T) {
 			if err := r.Get(ctx, liveRep.Name, ns, &kyvernov2.BackgroundScanReport{}); err != nil {
 				t.Errorf("the live Pod's report: %v", err)
 			}
-			if err := r.Get(ctx, unknown.Name, ns, &kyvernov2.AdmissionReport{}); err != nil {
+			if err := r.Get(ctx, unknown.Name, ns, &kyvernov2.BackgroundScanReport{}); err != nil {
 				t.Errorf("the report of an unknown kind: %v", err)
 			}
 			waitForPolicyReport(ctx, t, cfg, live, map[string]string{policy.Name + "/pods": "fail"})

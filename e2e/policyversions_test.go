@@ -56,7 +56,7 @@ func TestPoliciesCreatedAsV2beta1AreEvaluated(t *testing.T) {
 			}
 			var mctx context.Context
 			mctx, cancel = context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
-			m := merge.New(dyn, merge.Options{Workers: 2})
+			m := merge.New(dyn, merge.Options{Workers: 2, Background: scanner.hubClient})
 			go func() { done <- m.Run(mctx) }()
 			return ctx
 		}).

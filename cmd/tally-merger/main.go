@@ -6,11 +6,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +22,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2/textlogger"
@@ -48,12 +53,13 @@ func main() {
 	flag.DurationVar(&mo.OrphanRecheck, "orphan-recheck", merge.DefaultOrphanRecheck, "check again after this long a resource found alive")
 	flag.StringVar(&mo.ManagedBy, "managed-by", report.ManagedBy, "value of the app.kubernetes.io/managed-by label of the final reports (PolicyReports, ClusterPolicyReports), and the one the merger recognises its own reports by at start-up; beside Kyverno set it to kyverno, which Kyverno's tooling selects reports by (intermediate reports stay labelled tally)")
 	flag.StringVar((*string)(&mo.ReportAPI), "report-api", string(report.APIWGPolicy), "the API of the final reports: wgpolicyk8s (wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport) or openreports (openreports.io/v1alpha1 Report, ClusterReport, as Kyverno 1.15+ can write)")
+	scannerURL := flag.String("scanner-url", "http://127.0.0.1:8095", "where the scanner beside the merger hands over its BackgroundScanReports (its --handover-listen); the merger writes only while that scanner is ready (it leads and has scanned everything)")
 	flag.Float64Var(&mo.OrphanQPS, "orphan-qps", merge.DefaultOrphanQPS, "resource reads per second of the orphan check")
 	process.ParseFlags("tally-merger", "tally-merger merges the AdmissionReports and BackgroundScanReports of every resource into its final report\n(PolicyReport or ClusterPolicyReport, or an OpenReports Report), following Kyverno's reporting rules.", flag.CommandLine, os.Args[1:])
 
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(logr.NewContext(ctx, log), o, mo, *allowed)
+	err := run(logr.NewContext(ctx, log), o, mo, *allowed, *scannerURL)
 	stop()
 	if err != nil {
 		log.Error(err, "tally-merger failed")
@@ -61,7 +67,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, o process.Options, mo merge.Options, allowed string) error {
+func run(ctx context.Context, o process.Options, mo merge.Options, allowed, scannerURL string) error {
 	filter, err := parseAllowed(allowed)
 	if err != nil {
 		return err
@@ -94,8 +100,16 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed strin
 	reg := prometheus.NewRegistry()
 	mo.Filter, mo.Registry, mo.RESTConfig = filter, reg, cfg
 	mo.Mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
-	m := merge.New(dyn, mo)
-	return process.Run(ctx, o, cfg, reg, m, nil)
+	u, err := url.Parse(scannerURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--scanner-url %q is not an http(s) URL", scannerURL)
+	}
+	mo.Background, err = dynamic.NewForConfig(&rest.Config{Host: scannerURL, QPS: -1})
+	if err != nil {
+		return fmt.Errorf("--scanner-url: %w", err)
+	}
+	p := &paired{merger: merge.New(dyn, mo), readyURL: strings.TrimSuffix(scannerURL, "/") + "/readyz", client: &http.Client{Timeout: 2 * time.Second}}
+	return process.Run(ctx, o, cfg, reg, p, nil)
 }
 
 func parseAllowed(s string) (merge.Filter, error) {
@@ -113,4 +127,98 @@ func parseAllowed(s string) (merge.Filter, error) {
 		}
 	}
 	return f, nil
+}
+
+// paired runs the merger while the scanner beside it is ready: it leads
+// and has scanned everything. A standby Pod's merger waits (and is ready
+// for its probes: it has nothing to sync); when the scanner stops being
+// ready (it lost its Lease and exits, or restarts) the merger stops
+// writing within readyFailures probes and waits again, then starts afresh.
+type paired struct {
+	merger   *merge.Merger
+	readyURL string
+	client   *http.Client
+	running  atomic.Bool
+}
+
+// Probing the scanner beside the merger.
+const (
+	readyProbeEvery = time.Second
+	readyFailures   = 3
+)
+
+func (p *paired) Run(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx)
+	for {
+		log.Info("waiting for the scanner beside the merger to be ready", "url", p.readyURL)
+		if !p.waitReady(ctx) {
+			return nil
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			p.watchReady(runCtx, cancel)
+		}()
+		p.running.Store(true)
+		err := p.merger.Run(runCtx)
+		p.running.Store(false)
+		cancel()
+		<-stopped
+		if err != nil || ctx.Err() != nil {
+			return err
+		}
+		log.Info("the scanner beside the merger is not ready any more: merging paused")
+	}
+}
+
+func (p *paired) Synced() bool { return !p.running.Load() || p.merger.Synced() }
+
+func (p *paired) ready(ctx context.Context) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.readyURL, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close() // nothing read: a failed close loses nothing
+	return resp.StatusCode == http.StatusOK
+}
+
+// waitReady polls until the scanner is ready; false when ctx ended first.
+func (p *paired) waitReady(ctx context.Context) bool {
+	t := time.NewTicker(readyProbeEvery / 2)
+	defer t.Stop()
+	for !p.ready(ctx) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
+// watchReady calls stop after readyFailures failed probes in a row.
+func (p *paired) watchReady(ctx context.Context, stop context.CancelFunc) {
+	t := time.NewTicker(readyProbeEvery)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if p.ready(ctx) {
+			failures = 0
+			continue
+		}
+		if failures++; failures >= readyFailures && ctx.Err() == nil {
+			stop()
+			return
+		}
+	}
 }

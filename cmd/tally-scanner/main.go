@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -34,10 +36,12 @@ import (
 	"github.com/tally-dev/tally/api"
 	"github.com/tally-dev/tally/controllers/admission"
 	"github.com/tally-dev/tally/controllers/data"
+	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/internal/process"
 	"github.com/tally-dev/tally/memstore"
+	"github.com/tally-dev/tally/report"
 )
 
 type options struct {
@@ -51,6 +55,7 @@ type options struct {
 	successEvents  bool
 	omitEvents     map[string]bool
 	webhook        webhookOptions
+	handover       handoverOptions
 	http           data.HTTPOptions
 	images         data.RegistryOptions
 }
@@ -59,6 +64,12 @@ type webhookOptions struct {
 	listen, certDir, secret, dnsNames, configuration, clientCA string
 	timeout                                                    time.Duration
 	ingest, manageRules                                        bool
+}
+
+// handoverOptions say where the merger reads the BackgroundScanReports and
+// which final reports the results are read back from after a restart.
+type handoverOptions struct {
+	listen, reportAPI, managedBy string
 }
 
 func main() {
@@ -93,6 +104,9 @@ func main() {
 		}
 		return nil
 	})
+	flag.StringVar(&o.handover.listen, "handover-listen", "127.0.0.1:8095", "loopback address where the merger beside the scanner reads the BackgroundScanReports (kyverno.io/v2 list and watch; kubectl --server http://<address> get bgscanr -A shows them)")
+	flag.StringVar(&o.handover.reportAPI, "report-api", string(report.APIWGPolicy), "the API of the final reports the merger writes (wgpolicyk8s or openreports): the scanner reads its results back from them after a restart")
+	flag.StringVar(&o.handover.managedBy, "managed-by", report.ManagedBy, "the app.kubernetes.io/managed-by label of the final reports the merger writes (the merger's --managed-by)")
 	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
 	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
@@ -103,7 +117,7 @@ func main() {
 	flag.StringVar(&o.webhook.clientCA, "webhook-client-ca", "", "PEM file of CAs: the webhook then requires a client certificate signed by one (configure the API server to present one: see README)")
 	flag.BoolVar(&o.webhook.manageRules, "webhook-rules-from-policies", true, "keep the rules of --webhook-configuration's webhooks to the kinds the admission policies match (CREATE and UPDATE), plus kyverno.io policies; false leaves the rules as deployed")
 	flag.BoolVar(&o.webhook.ingest, "ingest-kyverno-reports", false, "fold the admission reports of a Kyverno admission controller running beside tally (EphemeralReports of Kyverno 1.13+, AdmissionReports of 1.10-1.12) into tally's, and delete them; works with or without tally's own webhook")
-	process.ParseFlags("tally-scanner", "tally-scanner scans the cluster's resources against Kyverno policies in the background and serves the admission\nbridge, writing one AdmissionReport or BackgroundScanReport per resource.", flag.CommandLine, os.Args[1:])
+	process.ParseFlags("tally-scanner", "tally-scanner scans the cluster's resources against Kyverno policies in the background and serves the admission\nbridge, writing one AdmissionReport per admitted resource and handing one BackgroundScanReport per resource to\nthe merger beside it (--handover-listen).", flag.CommandLine, os.Args[1:])
 
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -163,6 +177,15 @@ func run(ctx context.Context, o options) error {
 		return &policyevents.Emitter{Recorder: resultEvents.NewRecorder(scheme, controller), Success: o.successEvents, Omit: o.omitEvents}
 	}
 	reg := prometheus.NewRegistry()
+	api, err := report.ParseAPI(o.handover.reportAPI)
+	if err != nil {
+		return fmt.Errorf("--report-api: %w", err)
+	}
+	hub := handover.New(handover.Options{Registry: reg})
+	handoverListener, err := net.Listen("tcp", o.handover.listen)
+	if err != nil {
+		return fmt.Errorf("--handover-listen: %w", err)
+	}
 	var scanner *scan.Scanner
 	// The admission bridge (below, when the webhook is served): it writes
 	// the webhook's rules while this replica leads, and the scanner marks a
@@ -177,7 +200,8 @@ func run(ctx context.Context, o options) error {
 	scanner = scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
 		Workers: o.workers, Interval: o.interval, EvalTimeout: o.evalTimeout, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
 		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
-		NoPolicyStatus: !o.policyStatus, RESTConfig: cfg,
+		NoPolicyStatus: !o.policyStatus,
+		Handover:       hub, FinalReports: scan.FinalReports{API: api, ManagedBy: o.handover.managedBy},
 		// Result Events are reported as Kyverno's background scans report them.
 		Events: emitter(policyevents.ControllerScan),
 		Loader: loader,
@@ -211,7 +235,8 @@ func run(ctx context.Context, o options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var parts []func(context.Context) error
-	parts = append(parts, func(ctx context.Context) error { recorder.Run(ctx); return nil }, loader.Run)
+	parts = append(parts, func(ctx context.Context) error { recorder.Run(ctx); return nil }, loader.Run,
+		func(ctx context.Context) error { return hub.Serve(ctx, handoverListener) })
 	if o.webhook.ingest {
 		ingester := admission.NewIngester(dyn, memory.NewMemCacheClient(disc), recorder)
 		parts = append(parts, ingester.Run)

@@ -124,9 +124,15 @@ func (k *Kind) Metrics(ctx context.Context, component string) ([]byte, error) {
 	if component != "scanner" && component != "merger" {
 		return nil, fmt.Errorf("metrics of %s: %w", component, conformance.ErrUnsupported)
 	}
-	leader, err := k.leaseHolder(ctx, component)
+	// The merger runs beside the scanner in each Pod, on port 8081; the
+	// pair holds one Lease, the scanner's.
+	leader, err := k.leaseHolder(ctx, "scanner")
 	if err != nil {
 		return nil, err
+	}
+	port := "8080"
+	if component == "merger" {
+		port = "8081"
 	}
 	pods := []string{leader}
 	if component == "scanner" {
@@ -142,7 +148,7 @@ func (k *Kind) Metrics(ctx context.Context, component string) ([]byte, error) {
 	}
 	var texts [][]byte
 	for _, pod := range pods {
-		text, err := k.kube.CoreV1().Pods(kind.Namespace).ProxyGet("http", pod, "8080", "/metrics", nil).DoRaw(ctx)
+		text, err := k.kube.CoreV1().Pods(kind.Namespace).ProxyGet("http", pod, port, "/metrics", nil).DoRaw(ctx)
 		if err != nil {
 			if pod == leader {
 				return nil, fmt.Errorf("metrics of %s: %w", pod, err)
@@ -154,8 +160,8 @@ func (k *Kind) Metrics(ctx context.Context, component string) ([]byte, error) {
 	return sumMetrics(texts)
 }
 
-// leaseHolder is the Pod holding a component's Lease (tally-scanner,
-// tally-merger).
+// leaseHolder is the Pod holding a component's Lease (tally-scanner, the
+// pair's).
 func (k *Kind) leaseHolder(ctx context.Context, component string) (string, error) {
 	lease, err := k.kube.CoordinationV1().Leases(kind.Namespace).Get(ctx, "tally-"+component, metav1.GetOptions{})
 	if err != nil {

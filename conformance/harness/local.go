@@ -40,7 +40,7 @@ import (
 
 // Local is the provider of `make test` and CI: the local control plane of
 // e2e/cluster (kube-apiserver, etcd, kube-controller-manager), with
-// tally-scanner (and its admission bridge) and two tally-merger replicas
+// tally-scanner (and its admission bridge) and the tally-merger beside it
 // started as processes against it, and a ValidatingWebhookConfiguration that
 // sends the requests of the cases' namespaces to the bridge on loopback.
 type Local struct {
@@ -60,7 +60,7 @@ type Local struct {
 
 	stopping  atomic.Bool
 	mu        sync.Mutex
-	procs     map[string]*process // [kyverno,] scanner, merger-a, merger-b
+	procs     map[string]*process // [kyverno,] scanner, merger
 	ports     map[string]int
 	webhookCA []byte
 }
@@ -111,9 +111,9 @@ func (l *Local) webhook() (name, port string) {
 // processes are the mode's processes, in start order.
 func (l *Local) processes() []string {
 	if l.mode == BesideKyverno {
-		return []string{"kyverno", "scanner", "merger-a", "merger-b"}
+		return []string{"kyverno", "scanner", "merger"}
 	}
-	return []string{"scanner", "merger-a", "merger-b"}
+	return []string{"scanner", "merger"}
 }
 
 // LocalOptions are how tally runs on the local control plane.
@@ -175,7 +175,7 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 	if err := l.installRBAC(ctx, root); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"scanner", "scanner-webhook", "merger-a", "merger-b", "kyverno", "kyverno-webhook"} {
+	for _, name := range []string{"scanner", "scanner-webhook", "handover", "merger", "kyverno", "kyverno-webhook"} {
 		if l.ports[name], err = freePort(); err != nil {
 			return nil, err
 		}
@@ -207,11 +207,17 @@ func (l *Local) args(name string) (binary string, args []string) {
 			"--webhook-listen", "127.0.0.1:" + strconv.Itoa(l.ports["kyverno-webhook"]),
 			"--webhook-configuration", kyvernoWebhookName}
 	}
-	identity := "tally-merger"
+	// The scanner and its merger run as one Pod does: one ServiceAccount.
+	common := []string{"--kubeconfig", filepath.Join(l.dir, "tally-scanner.kubeconfig"), "--namespace", localNamespace, "--listen", "127.0.0.1:" + strconv.Itoa(l.ports[name])}
+	handover := "127.0.0.1:" + strconv.Itoa(l.ports["handover"])
 	if name == "scanner" {
-		identity = "tally-scanner"
+		// The scanner hands its reports to the mergers on loopback, and
+		// reads its results back from their final reports after a restart.
+		common = append(common, "--handover-listen", handover, "--report-api", string(l.reportAPI))
+		if l.mode == BesideKyverno {
+			common = append(common, "--managed-by=kyverno")
+		}
 	}
-	common := []string{"--kubeconfig", filepath.Join(l.dir, identity+".kubeconfig"), "--namespace", localNamespace, "--listen", "127.0.0.1:" + strconv.Itoa(l.ports[name])}
 	if name == "scanner" && l.mode == BesideKyverno { // as config/overlays/beside-kyverno
 		return "tally-scanner", append(common, "--leader-elect=false", "--rescan-endpoint",
 			"--webhook-listen=", "--ingest-kyverno-reports", "--policy-status=false")
@@ -232,7 +238,9 @@ func (l *Local) args(name string) (binary string, args []string) {
 	if l.mode == BesideKyverno { // as config/overlays/beside-kyverno
 		common = append(common, "--managed-by=kyverno")
 	}
-	return "tally-merger", append(common, "--identity", name, "--report-api", string(l.reportAPI))
+	// The merger beside the scanner, as in the Pod: no Lease of its own (it
+	// writes while its scanner is ready), reading the scanner on loopback.
+	return "tally-merger", append(common, "--leader-elect=false", "--report-api", string(l.reportAPI), "--scanner-url", "http://"+handover)
 }
 
 // start starts a process and waits until it answers /healthz.
@@ -501,15 +509,8 @@ func (l *Local) Restart(ctx context.Context, component string) error {
 		l.kill("scanner", syscall.SIGKILL)
 		return l.start(ctx, "scanner")
 	case "merger":
-		for _, name := range []string{"merger-a", "merger-b"} {
-			l.kill(name, syscall.SIGKILL)
-		}
-		for _, name := range []string{"merger-a", "merger-b"} {
-			if err := l.start(ctx, name); err != nil {
-				return err
-			}
-		}
-		return nil
+		l.kill("merger", syscall.SIGKILL)
+		return l.start(ctx, "merger")
 	case "apiserver":
 		if err := l.cluster.RestartAPIServer(); err != nil {
 			return err
@@ -522,41 +523,19 @@ func (l *Local) Restart(ctx context.Context, component string) error {
 	return fmt.Errorf("restart %s: %w", component, conformance.ErrUnsupported)
 }
 
-// Failover kills the merger replica holding the Lease; the standby takes
-// over once the Lease expires. The killed replica comes back as a standby.
+// Failover kills the merger without warning, as a crashed container, and
+// starts it again: it resumes from the final reports and the scanner beside
+// it, writing nothing that did not change. (A deployment fails over whole
+// Pods, scanner and merger together: the kind provider deletes the Pod
+// holding the Lease.)
 func (l *Local) Failover(ctx context.Context, component string) error {
 	if component != "merger" {
 		return fmt.Errorf("failover %s: %w", component, conformance.ErrUnsupported)
 	}
-	var holder string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		holder = l.mergerLeader(ctx)
-		return holder == "merger-a" || holder == "merger-b", nil
-	})
-	if err != nil {
-		return fmt.Errorf("failover: no merger holds the Lease: %w", err)
-	}
-	l.kill(holder, syscall.SIGKILL)
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		now := l.mergerLeader(ctx)
-		return now != holder && now != "", nil
-	})
-	if err != nil {
-		return fmt.Errorf("failover: the standby did not take the Lease from %s: %w", holder, err)
-	}
-	return l.start(ctx, holder)
+	l.kill("merger", syscall.SIGKILL)
+	return l.start(ctx, "merger")
 }
 
-// mergerLeader is the identity holding the mergers' Lease, "" if none.
-func (l *Local) mergerLeader(ctx context.Context) string {
-	lease, err := l.kube.CoordinationV1().Leases(localNamespace).Get(ctx, "tally-merger", metav1.GetOptions{})
-	if err != nil || lease.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *lease.Spec.HolderIdentity
-}
-
-// PolicyLoaded: tally-scanner marks a policy Ready once it evaluates it.
 func (l *Local) PolicyLoaded(_ context.Context, policy *unstructured.Unstructured) (bool, error) {
 	return conformance.StatusReady(policy), nil
 }
@@ -572,13 +551,7 @@ var errNoProvider = errors.New("unknown provider")
 // Metrics reads the /metrics of the scanner, or of the merger holding the
 // Lease.
 func (l *Local) Metrics(ctx context.Context, component string) ([]byte, error) {
-	name := component
-	if component == "merger" {
-		if name = l.mergerLeader(ctx); name == "" {
-			return nil, errors.New("metrics: no merger leads")
-		}
-	}
-	port, ok := l.ports[name]
+	port, ok := l.ports[component]
 	if !ok {
 		return nil, fmt.Errorf("metrics of %s: %w", component, conformance.ErrUnsupported)
 	}
@@ -623,7 +596,7 @@ func (l *Local) installRBAC(ctx context.Context, root string) error {
 	if err != nil {
 		return err
 	}
-	for _, sa := range []string{"tally-scanner", "tally-merger"} {
+	for _, sa := range []string{"tally-scanner"} {
 		cfg := admin.DeepCopy()
 		for _, auth := range cfg.AuthInfos {
 			auth.Impersonate = "system:serviceaccount:" + localNamespace + ":" + sa

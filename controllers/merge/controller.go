@@ -60,6 +60,10 @@ type Options struct {
 	// ReportAPI is the API the final reports are written in (default
 	// wgpolicyk8s.io PolicyReports; openreports.io Reports).
 	ReportAPI report.API
+	// Background reads the BackgroundScanReports: the scanner's hand-over
+	// beside the merger (handover.Hub, on loopback). Nil reads them from the
+	// API server, as the client does everything else.
+	Background dynamic.Interface
 }
 
 // Merger keeps every resource's final report equal to Merge of its
@@ -128,23 +132,42 @@ func New(client dynamic.Interface, opts Options) *Merger {
 	if opts.ReportAPI == "" {
 		opts.ReportAPI = report.APIWGPolicy
 	}
-	m := &Merger{
-		opts:    opts,
-		client:  client,
-		out:     watch.Writer{Client: client, FieldManager: fieldManager},
-		queue:   watch.NewQueue("tally-merge"),
-		listed:  map[schema.GroupVersionResource]bool{},
-		states:  map[string]*resourceState{},
-		strings: map[string]string{},
-		metas:   map[string]*resultMeta{},
-
-		allListed:   make(chan struct{}),
-		policies:    map[string]PolicyInfo{},
-		policyKinds: map[string]schema.GroupVersionResource{},
-		written:     map[string]writtenReport{},
+	if opts.Background == nil {
+		opts.Background = client
 	}
-	m.metrics = newMetrics(opts.Registry, func() float64 { return float64(m.queue.Len()) }, func() float64 { return float64(m.queue.Panics() + watch.SinkPanics()) })
+	m := &Merger{
+		opts:   opts,
+		client: client,
+		out:    watch.Writer{Client: client, FieldManager: fieldManager},
+	}
+	m.reset()
+	queue := func() *watch.Queue {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.queue
+	}
+	m.metrics = newMetrics(opts.Registry, func() float64 { return float64(queue().Len()) }, func() float64 { return float64(queue().Panics() + watch.SinkPanics()) })
 	return m
+}
+
+// reset forgets everything a Run learnt: a Run after another (the merger
+// paused while the scanner beside it was not ready) starts afresh from the
+// final reports.
+func (m *Merger) reset() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.queue = watch.NewQueue("tally-merge")
+	m.listed = map[schema.GroupVersionResource]bool{}
+	m.sources = nil
+	m.states = map[string]*resourceState{}
+	m.strings = map[string]string{}
+	m.metas = map[string]*resultMeta{}
+	m.internLive = 0
+	m.kinds = nil
+	m.allListed = make(chan struct{})
+	m.policies = map[string]PolicyInfo{}
+	m.policyKinds = map[string]schema.GroupVersionResource{}
+	m.written = map[string]writtenReport{}
 }
 
 var watched = []schema.GroupVersionResource{
@@ -171,10 +194,11 @@ func (m *Merger) servedCELKinds(ctx context.Context) []schema.GroupVersionResour
 }
 
 // Run seeds from the existing final reports, watches, and reconciles until
-// ctx ends.
+// ctx ends. It may be called again once it has returned.
 func (m *Merger) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("merge")
 	ctx = logr.NewContext(ctx, log)
+	m.reset()
 	defer m.queue.ShutDown()
 	if m.opts.RESTConfig != nil {
 		raw, err := watch.NewRawClient(m.opts.RESTConfig, m.opts.ReportAPI.GroupVersion())
@@ -190,7 +214,11 @@ func (m *Merger) Run(ctx context.Context) error {
 	m.mu.Lock()
 	m.kinds = kinds
 	for _, gvr := range kinds {
-		m.sources = append(m.sources, watch.Start(ctx, m.client, gvr, m))
+		client := m.client
+		if gvr == apiresources.BackgroundScanReport || gvr == apiresources.ClusterBackgroundScanReport {
+			client = m.opts.Background
+		}
+		m.sources = append(m.sources, watch.Start(ctx, client, gvr, m))
 	}
 	m.mu.Unlock()
 	var wg sync.WaitGroup
@@ -263,9 +291,22 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	st := m.states[uid]
 	in := Input{Policies: m.policies, Filter: m.opts.Filter}
 	var subject report.Subject
+	// merged is the AdmissionReport this merge includes: once the final
+	// report holds it, it is deleted (merged.go); retained says its results
+	// are kept from an earlier merge. withheld: a section did not count.
+	var merged *reportRef
+	var retained, withheld bool
+	var updated time.Time
 	if st != nil {
 		subject = st.subject
-		admission, boundTo := m.admissionResults(st)
+		if a := &st.admission; a.present && !a.retained {
+			ref := a.ref
+			merged = &ref
+		}
+		retained, updated = st.admission.retained, st.updated
+		var admission []compactResult
+		var boundTo string
+		admission, boundTo, withheld = m.admissionResults(st)
 		in.Admission, in.Background = expand(admission), expand(st.background.results)
 		// The background results describe the content the admission
 		// results that count were computed for (or none count).
@@ -278,9 +319,14 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	if st != nil {
 		results = Merge(in)
 	}
+	// done deletes the AdmissionReport merged, now that the final report
+	// holds what counts of it (merged.go).
+	done := func() error {
+		return m.afterMerge(ctx, uid, merged, retained, withheld, updated, results)
+	}
 	if len(results) == 0 {
 		if !hadReport {
-			return nil
+			return done()
 		}
 		gvr := m.opts.ReportAPI.FinalGVR(prev.namespace)
 		err := m.client.Resource(gvr).Namespace(prev.namespace).Delete(ctx, uid, metav1.DeleteOptions{})
@@ -291,14 +337,14 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 		m.mu.Lock()
 		delete(m.written, uid)
 		m.mu.Unlock()
-		return nil
+		return done()
 	}
 	final, body, digest, err := finalBody(m.opts.ReportAPI, subject, results, m.opts.ManagedBy)
 	if err != nil {
 		return fmt.Errorf("render final report of %s: %w", uid, err)
 	}
 	if hadReport && prev.digest == digest {
-		return nil
+		return done()
 	}
 	gvr := m.opts.ReportAPI.FinalGVR(subject.Namespace)
 	name := final.Metadata.Name
@@ -321,7 +367,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	m.mu.Lock()
 	m.written[uid] = writtenReport{namespace: subject.Namespace, digest: digest}
 	m.mu.Unlock()
-	return nil
+	return done()
 }
 
 const seedPageSize = 100
@@ -350,7 +396,12 @@ func (m *Merger) seed(ctx context.Context) error {
 				if err != nil {
 					continue
 				}
+				m.mu.Lock()
 				m.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d}
+				// Admission results live on in the final report once their
+				// AdmissionReport is deleted: read back.
+				m.seedAdmission(&r, s)
+				m.mu.Unlock()
 			}
 			if opts.Continue = list.GetContinue(); opts.Continue == "" {
 				break

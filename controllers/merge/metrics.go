@@ -12,6 +12,7 @@ const (
 	metricWithheld   = "tally_merge_admission_results_withheld_total"
 	metricPanics     = "tally_merge_worker_panics_total"
 	metricDropped    = "tally_merge_report_writes_dropped_total"
+	metricMerged     = "tally_merge_admission_reports_deleted_total"
 )
 
 type metrics struct {
@@ -23,6 +24,7 @@ type metrics struct {
 	withheld   *prometheus.CounterVec
 	panics     prometheus.CounterFunc
 	dropped    *prometheus.CounterVec
+	merged     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen, panics func() float64) *metrics {
@@ -52,6 +54,9 @@ func newMetrics(reg prometheus.Registerer, queueLen, panics func() float64) *met
 	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricDropped, Help: "Final report writes the API server refused for good (namespace gone or terminating, invalid, forbidden, kind not served), dropped rather than retried, by reason.",
 	}, []string{"reason"})
-	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld, m.panics, m.dropped)
+	m.merged = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricMerged, Help: "AdmissionReports deleted once the final report held them, by kind (their results stay in the final report).",
+	}, []string{"resource"})
+	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld, m.panics, m.dropped, m.merged)
 	return m
 }

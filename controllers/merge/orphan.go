@@ -70,16 +70,25 @@ func (m *Merger) orphanCandidates(now time.Time) []orphanCandidate {
 		}
 		var refs []reportRef
 		unowned := false
+		retained := false
 		for _, part := range []*reportPart{&st.admission, &st.background} {
-			if part.present {
+			switch {
+			case part.present && part.retained:
+				// Its report is gone already; its results stay until the
+				// resource is found gone.
+				retained = true
+			case part.present:
 				refs = append(refs, part.ref)
 				unowned = unowned || !part.ref.owned
 			}
 		}
-		if !unowned {
+		if !unowned && !retained {
 			continue // the garbage collector deletes them with their resource
 		}
-		ref := refs[0]
+		ref := st.admission.ref
+		if len(refs) > 0 {
+			ref = refs[0]
+		}
 		for _, r := range refs {
 			if r.gvrLabel != "" {
 				ref = r
@@ -136,6 +145,10 @@ func (m *Merger) checkOrphan(ctx context.Context, c orphanCandidate) error {
 		return nil
 	}
 	m.metrics.checks.WithLabelValues("gone").Inc()
+	m.mu.Lock()
+	m.dropRetained(c.uid)
+	m.mu.Unlock()
+	m.queue.Add(c.uid) // its final report, if the garbage collector has not deleted it yet, goes
 	for _, r := range c.reports {
 		err := m.client.Resource(r.gvr).Namespace(r.namespace).Delete(ctx, r.name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &r.uid, ResourceVersion: &r.resourceVersion},

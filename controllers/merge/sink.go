@@ -117,7 +117,9 @@ func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u 
 	var sections []section
 	if isAdmission(gvr) {
 		part = &st.admission
-		sections = m.sections(r.Spec.Results, labels[report.LabelResourceHash])
+		// An admission result says so (Kyverno's do; older writers' may
+		// not): the merger tells by it what a scan cannot recompute.
+		sections = m.sections(report.WithProcess(r.Spec.Results, report.ProcessAdmission), labels[report.LabelResourceHash])
 	} else {
 		// The scanner leaves out what every background result has.
 		r.Spec.Results = report.WithProcess(r.Spec.Results, report.ProcessBackground)
@@ -134,6 +136,10 @@ func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u 
 		// What counted before stays known (verify.go), and a check of the
 		// same sections need not be made again.
 		lastGood: prev.lastGood, lastGoodHash: prev.lastGoodHash,
+	}
+	if isAdmission(gvr) {
+		sections = carryRetained(&prev, sections)
+		part.sections = sections
 	}
 	if sections == nil {
 		part.results = m.compact(r.Spec.Results)
@@ -163,10 +169,15 @@ func (m *Merger) sections(results []wgv1alpha2.PolicyReportResult, labelHash str
 			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b section) int {
+	sortNewestFirst(out)
+	return out
+}
+
+// sortNewestFirst orders sections by their newest result, newest first.
+func sortNewestFirst(sections []section) {
+	slices.SortStableFunc(sections, func(a, b section) int {
 		return cmp.Or(cmp.Compare(b.newest.Seconds, a.newest.Seconds), cmp.Compare(b.newest.Nanos, a.newest.Nanos))
 	})
-	return out
 }
 
 // Remove forgets a policy or an intermediate report.
@@ -197,7 +208,9 @@ func (m *Merger) removeLocked(uid string, gvr schema.GroupVersionResource, names
 		return
 	}
 	for _, part := range []*reportPart{&st.admission, &st.background} {
-		if part.present && part.ref.gvr == gvr && part.ref.namespace == namespace && part.ref.name == name {
+		// A retained part's report was deleted by the merger once merged:
+		// its results stay (merged.go).
+		if part.present && !part.retained && part.ref.gvr == gvr && part.ref.namespace == namespace && part.ref.name == name {
 			*part = reportPart{}
 		}
 	}
@@ -227,7 +240,7 @@ func (m *Merger) Replace(ctx context.Context, gvr schema.GroupVersionResource, o
 		m.mu.Lock()
 		for uid, st := range m.states {
 			for _, part := range []*reportPart{&st.admission, &st.background} {
-				if part.present && part.ref.gvr == gvr && !present[part.ref.namespace+"/"+part.ref.name] {
+				if part.present && !part.retained && part.ref.gvr == gvr && !present[part.ref.namespace+"/"+part.ref.name] {
 					m.removeLocked(uid, gvr, part.ref.namespace, part.ref.name)
 					gone = append(gone, uid)
 				}

@@ -30,8 +30,13 @@ type resourceState struct {
 // reportPart is one intermediate report of a resource.
 type reportPart struct {
 	present bool
-	results []compactResult
-	hash    string // audit.kyverno.io/resource.hash
+	// retained: an admission part whose report the merger deleted once the
+	// final report held it (merged.go), or read back from the final report
+	// at start-up; its results stay until a newer report, the policy or
+	// the resource replaces them.
+	retained bool
+	results  []compactResult
+	hash     string // audit.kyverno.io/resource.hash
 	// sections are the admission report's results by the content hash
 	// they are bound to (report.PropertyResourceHash), newest first;
 	// results holds them all.

@@ -140,15 +140,15 @@ func unverifiable(err error) bool {
 
 // admissionResults are the admission results that count now (see above),
 // compact, and the hash of the content they are bound to ("" for results
-// that carry none). It remembers the last results that counted. Callers
-// hold m.mu.
-func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string) {
+// that carry none), and whether a section was withheld. It remembers the
+// last results that counted. Callers hold m.mu.
+func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string, bool) {
 	a := &st.admission
 	if !a.present || len(a.sections) == 0 {
-		return nil, ""
+		return nil, "", false
 	}
 	if a.unverifiable { // the newest section, as it is
-		return a.sections[0].results, a.sections[0].hash
+		return a.sections[0].results, a.sections[0].hash, false
 	}
 	verified := a.checkedHash == admissionKey(a)
 	current := ""
@@ -167,6 +167,16 @@ func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string) {
 			if exists {
 				out = append(out, s.results...)
 			}
+		case s.hash == seededHash:
+			// Read back from the final report (merged.go): verified before
+			// it was written, they count for the content the resource has.
+			if exists {
+				out = append(out, s.results...)
+				if current != "" {
+					counted = current
+					a.lastGood, a.lastGoodHash = s.results, current
+				}
+			}
 		case current != "" && s.hash == current:
 			out = append(out, s.results...)
 			counted = s.hash
@@ -182,5 +192,5 @@ func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string) {
 		out = append(out, a.lastGood...)
 		counted = current
 	}
-	return out, counted
+	return out, counted, withheld
 }

@@ -136,7 +136,7 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 				m.mu.Lock()
 				defer m.mu.Unlock()
 				st := m.states["u1"]
-				admission, boundTo := m.admissionResults(st)
+				admission, boundTo, _ := m.admissionResults(st)
 				out := Merge(Input{Policies: m.policies, Admission: expand(admission), Background: expand(st.background.results),
 					BackgroundCurrent: st.background.present && (len(admission) == 0 || st.background.hash == boundTo)})
 				s := ""

@@ -14,7 +14,6 @@ const (
 	metricQueueDepth       = "tally_scan_queue_depth"
 	metricSinceLastScan    = "tally_scan_seconds_since_last_complete_scan"
 	metricReportWrites     = "tally_scan_report_writes_total"
-	metricReportsDropped   = "tally_scan_report_writes_dropped_total"
 	metricPolicyErrors     = "tally_scan_policy_errors_total"
 	metricKindErrors       = "tally_scan_kind_errors_total"
 	metricStoredResources  = "tally_scan_stored_resources"
@@ -41,12 +40,9 @@ type metrics struct {
 	queueDepth    prometheus.GaugeFunc
 	sinceLastScan *prometheus.GaugeVec
 	reportWrites  *prometheus.CounterVec
-	// reportsDropped counts the writes the API server refused for good, by
-	// reason (watch.Refused: a bounded set).
-	reportsDropped *prometheus.CounterVec
-	policyErrors   *prometheus.CounterVec
-	kindErrors     *prometheus.CounterVec
-	stored         prometheus.GaugeFunc
+	policyErrors  *prometheus.CounterVec
+	kindErrors    *prometheus.CounterVec
+	stored        prometheus.GaugeFunc
 	// evalPanics counts rules whose evaluation panicked (evaluate.go);
 	// workerPanics the reconciles that panicked elsewhere (the queue);
 	// evalDeadlines the evaluations cut by their deadline.
@@ -74,11 +70,8 @@ func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics fun
 			Name: metricSinceLastScan, Help: "Seconds since each policy's last complete background scan.",
 		}, []string{labelPolicy}),
 		reportWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricReportWrites, Help: "BackgroundScanReport writes by operation (create, update, delete).",
+			Name: metricReportWrites, Help: "BackgroundScanReports handed over to the merger by operation (create, update, delete).",
 		}, []string{labelOp}),
-		reportsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricReportsDropped, Help: "BackgroundScanReport writes the API server refused for good (namespace-gone, invalid, forbidden, kind-not-served), dropped instead of retried.",
-		}, []string{labelReason}),
 		policyErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricPolicyErrors, Help: "Policies rejected (invalid pattern, cron, background with userInfo, ...).",
 		}, []string{labelPolicy, labelReason}),
@@ -99,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics fun
 		}, workerPanics),
 	}
 	reg.MustRegister(m.results, m.scanDuration, m.resources, m.queueDepth, m.sinceLastScan,
-		m.reportWrites, m.reportsDropped, m.policyErrors, m.kindErrors, m.stored,
+		m.reportWrites, m.policyErrors, m.kindErrors, m.stored,
 		m.evalPanics, m.evalDeadlines, m.workerPanics)
 	return m
 }

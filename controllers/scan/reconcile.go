@@ -47,7 +47,22 @@ func (s *Scanner) reconcileOnly(ctx context.Context, uid string, only *trackedPo
 			// reports of resources that did not.
 			return nil
 		}
-		return s.reports.remove(ctx, uid)
+		// Gone (deleted while tally was down, for a seeded result): its
+		// results and report go.
+		var before []memstore.Result
+		if err := s.store.Write(func(w *memstore.WriteTxn) error {
+			var err error
+			if before, err = w.Results(uid); err != nil || len(before) == 0 {
+				return err
+			}
+			_, err = w.SetResults(uid, nil)
+			return err
+		}); err != nil {
+			return fmt.Errorf("forget results of %s: %w", uid, err)
+		}
+		s.countResults(before, -1)
+		s.reports.remove(uid)
+		return nil
 	}
 	start := s.opts.Clock.Now()
 	obj, err := res.Object()

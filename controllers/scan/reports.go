@@ -1,67 +1,38 @@
 package scan
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
 	"sync"
-	"time"
 
-	"github.com/go-logr/logr"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/utils/clock"
 
-	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/memstore"
 	"github.com/tally-dev/tally/report"
 )
 
-// Labels of intermediate reports, as Kyverno set them, so that existing
-// tooling recognises them.
-const (
-	fieldManager = "tally-scanner"
-)
-
-// reportWriter writes one BackgroundScanReport per resource, only when its
-// content changed. It remembers the digest of what it last wrote (or found
-// at start-up) per resource UID.
-//
-// A write the API server refuses for good (the namespace is gone or
-// terminating, the report is invalid, the write is forbidden, the kind is
-// not served: watch.Refused) is dropped: logged once with the reason and
-// counted, and the same content is not written again before retryRefused
-// has passed (the next periodic scan): a rescan, a retry of the queue or an
-// unrelated event does not repeat it. A change of the content is written at
-// once. Other failures are returned, and retried by the queue with its
-// exponential backoff.
+// reportWriter hands one BackgroundScanReport per resource to the merger
+// (handover.Hub), only when its content changed. It remembers the digest
+// of what it last handed over per resource UID.
 type reportWriter struct {
-	client  dynamic.Interface
-	out     watch.Writer // Run sets out.Raw
+	client  dynamic.Interface // reads the final reports at start-up (seed)
+	hub     *handover.Hub
 	metrics *metrics
-	clock   clock.PassiveClock
-	// retryRefused is how long a refused content is not written again.
-	retryRefused time.Duration
+	final   FinalReports
 
 	mu      sync.Mutex
 	written map[string]writtenReport
-	refused map[string]refusedReport
-}
-
-// refusedReport is a content whose write was refused, and when it may be
-// tried again.
-type refusedReport struct {
-	digest  uint64
-	retryAt time.Time
 }
 
 type writtenReport struct {
@@ -69,16 +40,8 @@ type writtenReport struct {
 	digest    uint64
 }
 
-func newReportWriter(client dynamic.Interface, m *metrics, clk clock.PassiveClock, retryRefused time.Duration) *reportWriter {
-	return &reportWriter{client: client, out: watch.Writer{Client: client, FieldManager: fieldManager}, metrics: m, clock: clk, retryRefused: retryRefused,
-		written: map[string]writtenReport{}, refused: map[string]refusedReport{}}
-}
-
-func reportGVR(namespace string) schema.GroupVersionResource {
-	if namespace == "" {
-		return apiresources.ClusterBackgroundScanReport
-	}
-	return apiresources.BackgroundScanReport
+func newReportWriter(client dynamic.Interface, hub *handover.Hub, m *metrics, final FinalReports) *reportWriter {
+	return &reportWriter{client: client, hub: hub, metrics: m, final: final, written: map[string]writtenReport{}}
 }
 
 // digestSeed keys the report digests of this process (they are compared
@@ -107,7 +70,8 @@ func digestOf(apiVersion, kind, name, uid, namespace, resourceHash string, resul
 // ensure makes the report of res hold exactly results (nil/empty: no report).
 func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr schema.GroupVersionResource, results []memstore.Result) error {
 	if len(results) == 0 {
-		return w.remove(ctx, res.UID)
+		w.remove(res.UID)
+		return nil
 	}
 	apiVersion := res.Version
 	if res.Group != "" {
@@ -123,13 +87,9 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	digest := digestOf(apiVersion, res.Kind, res.Name, res.UID, res.Namespace, hash, results)
 	w.mu.Lock()
 	prev, ok := w.written[res.UID]
-	refused, wasRefused := w.refused[res.UID]
 	w.mu.Unlock()
 	if ok && prev.digest == digest {
 		return nil
-	}
-	if wasRefused && refused.digest == digest && w.clock.Now().Before(refused.retryAt) {
-		return nil // refused for good a moment ago: not retried hot
 	}
 	entries := make([]wgv1alpha2.PolicyReportResult, 0, len(results))
 	for _, r := range results {
@@ -139,7 +99,7 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	spec, changedAt := backgroundSpecOf(metav1.OwnerReference{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)}, entries)
 	annotations := map[string]string{report.AnnotationChangedAt: changedAt}
 	// The entries go as one string (report.AnnotationResults), which the
-	// API server neither decodes nor validates field by field; results too
+	// merger reads without decoding each entry into a map; results too
 	// large for an annotation stay in spec.results.
 	packed, fits, err := report.PackResults(spec.Results)
 	if err != nil {
@@ -163,128 +123,85 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		report.LabelResourceHash: hash,
 	}
 	report.ResourceTypeLabels(labels, gvr, res.Kind)
-	rgvr := reportGVR(res.Namespace)
-	// A report tally has not seen is created; one it knows is replaced by a
-	// JSON patch (spec, labels and annotations: the whole spec goes, so
-	// nothing of the previous results survives).
-	created, err := w.out.Write(ctx, rgvr, res.Namespace, res.UID, ok, func() ([]byte, error) {
-		return json.Marshal(reportBody{
-			APIVersion: kyvernov2.GroupVersion.String(), Kind: kind,
-			Metadata: reportMeta{Name: res.UID, Namespace: res.Namespace, Labels: labels, Annotations: annotations,
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)}}},
-			Spec: specJSON,
-		})
-	}, []watch.PatchOp{watch.Set("/spec", json.RawMessage(specJSON)), watch.Set("/metadata/labels", labels), watch.Set("/metadata/annotations", annotations)})
-	op := "update"
-	if created {
-		op = "create"
-	}
+	err = w.hub.Put(&handover.Report{
+		APIVersion: kyvernov2.GroupVersion.String(), Kind: kind,
+		Metadata: handover.Meta{Name: res.UID, Namespace: res.Namespace, Labels: labels, Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: apiVersion, Kind: res.Kind, Name: res.Name, UID: types.UID(res.UID)}}},
+		Spec: specJSON,
+	})
 	if err != nil {
-		if reason := watch.Refused(err); reason != "" {
-			w.refuse(ctx, kind, res.Namespace, res.UID, digest, reason, err)
-			return nil
-		}
-		return fmt.Errorf("write %s %s/%s: %w", kind, res.Namespace, res.UID, err)
+		return err
+	}
+	op := "update"
+	if !ok || prev.digest == 0 {
+		op = "create"
 	}
 	w.metrics.reportWrites.WithLabelValues(op).Inc()
 	w.mu.Lock()
 	w.written[res.UID] = writtenReport{namespace: res.Namespace, digest: digest}
-	delete(w.refused, res.UID)
 	w.mu.Unlock()
 	return nil
 }
 
-// refuse drops a write the API server refused for good: one log line with
-// the reason, the metric, and no retry of the same content before
-// retryRefused.
-func (w *reportWriter) refuse(ctx context.Context, kind, namespace, uid string, digest uint64, reason string, err error) {
-	logr.FromContextOrDiscard(ctx).Error(err, "background report write refused; dropped until its content changes or the next periodic scan",
-		"kind", kind, "namespace", namespace, "uid", uid, "reason", reason)
-	w.metrics.reportsDropped.WithLabelValues(reason).Inc()
-	w.mu.Lock()
-	w.refused[uid] = refusedReport{digest: digest, retryAt: w.clock.Now().Add(w.retryRefused)}
-	w.mu.Unlock()
-}
-
-// reportBody is a report as written: encoded from typed values, the spec
-// already encoded (for its digest), never through unstructured maps.
-type reportBody struct {
-	APIVersion string          `json:"apiVersion"`
-	Kind       string          `json:"kind"`
-	Metadata   reportMeta      `json:"metadata"`
-	Spec       json.RawMessage `json:"spec"`
-}
-
-type reportMeta struct {
-	Name            string                  `json:"name"`
-	Namespace       string                  `json:"namespace,omitempty"`
-	Labels          map[string]string       `json:"labels"`
-	Annotations     map[string]string       `json:"annotations,omitempty"`
-	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
-}
-
-// remove deletes the report of a resource, if one was written or found.
-func (w *reportWriter) remove(ctx context.Context, uid string) error {
+// remove withdraws the report of a resource, if one was handed over.
+func (w *reportWriter) remove(uid string) {
 	w.mu.Lock()
 	prev, ok := w.written[uid]
-	delete(w.refused, uid)
-	w.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	err := w.client.Resource(reportGVR(prev.namespace)).Namespace(prev.namespace).Delete(ctx, uid, metav1.DeleteOptions{})
-	switch reason := watch.Refused(err); {
-	case err == nil, apierrors.IsNotFound(err):
-	case reason != "":
-		// Forbidden: retrying cannot help. The report is forgotten (its
-		// ownerReference lets the garbage collector delete it).
-		logr.FromContextOrDiscard(ctx).Error(err, "background report delete refused; dropped",
-			"namespace", prev.namespace, "uid", uid, "reason", reason)
-		w.metrics.reportsDropped.WithLabelValues(reason).Inc()
-		w.mu.Lock()
-		delete(w.written, uid)
-		w.mu.Unlock()
-		return nil
-	default:
-		return fmt.Errorf("delete report %s/%s: %w", prev.namespace, uid, err)
-	}
-	w.metrics.reportWrites.WithLabelValues("delete").Inc()
-	w.mu.Lock()
 	delete(w.written, uid)
 	w.mu.Unlock()
-	return nil
+	if !ok {
+		return
+	}
+	w.hub.Delete(prev.namespace, uid)
+	w.metrics.reportWrites.WithLabelValues("delete").Inc()
 }
 
-// seed reads the reports written before a restart: their digests (so an
-// unchanged report is not written again) and their results (so results keep
-// the time they last changed). It returns the results by resource UID.
+// FinalReports name the final reports the merger beside the scanner
+// writes: the scanner reads its results back from them after a restart.
+type FinalReports struct {
+	API       report.API
+	ManagedBy string
+}
+
+// seed reads the background results of the final reports written before a
+// restart, so that results keep the time they last changed (and the merger
+// writes nothing for a resource whose results did not change), and a
+// result that was failing is not told again as a new violation. It returns
+// the results by resource UID; their resources are checked once every
+// kind is listed (sweepOrphans).
 func (w *reportWriter) seed(ctx context.Context) (map[string][]wgv1alpha2.PolicyReportResult, error) {
 	out := map[string][]wgv1alpha2.PolicyReportResult{}
-	selector := report.LabelManagedBy + "=" + report.ManagedBy
-	for _, gvr := range []schema.GroupVersionResource{apiresources.BackgroundScanReport, apiresources.ClusterBackgroundScanReport} {
-		opts := metav1.ListOptions{LabelSelector: selector, Limit: watch.ListPageSize}
+	api, managedBy := cmp.Or(w.final.API, report.APIWGPolicy), cmp.Or(w.final.ManagedBy, report.ManagedBy)
+	namespaced, cluster := api.FinalGVRs()
+	for _, gvr := range []schema.GroupVersionResource{namespaced, cluster} {
+		opts := metav1.ListOptions{LabelSelector: report.LabelManagedBy + "=" + managedBy, Limit: watch.ListPageSize}
 		for {
 			list, err := w.client.Resource(gvr).List(ctx, opts)
 			if err != nil {
 				return nil, fmt.Errorf("list %s: %w", gvr.Resource, err)
 			}
 			for i := range list.Items {
-				var r kyvernov2.BackgroundScanReport
+				var r wgv1alpha2.PolicyReport
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil {
-					continue // not ours to repair: it is rewritten when its resource is scanned
+					continue // not ours to repair: the merger rewrites it from the scan
 				}
-				results, err := report.IntermediateResults(r.Spec.Results, r.Annotations)
-				if err != nil {
-					continue // not ours to repair: it is rewritten when its resource is scanned
+				var results []wgv1alpha2.PolicyReportResult
+				for _, e := range r.Results {
+					if e.Properties[report.PropertyProcess] != report.ProcessBackground {
+						continue // an admission result: the merger keeps it
+					}
+					if e.Result == wgv1alpha2.ResultWarn && !e.Scored {
+						e.Result = wgv1alpha2.ResultFail // the merger turned it to warn (R24); the scan says fail
+					}
+					results = append(results, e)
 				}
-				stored := make([]memstore.Result, len(results))
-				for i, e := range results {
-					stored[i] = storedResult(slim(e))
+				if len(results) == 0 {
+					continue
 				}
-				o := r.Spec.Owner
-				d := digestOf(o.APIVersion, o.Kind, o.Name, r.Name, r.Namespace, r.Labels[report.LabelResourceHash], stored)
-				w.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d}
 				out[r.Name] = results
+				// Known, so that sweepOrphans finds those of resources gone;
+				// digest 0 is no content: the first scan hands it over.
+				w.written[r.Name] = writtenReport{namespace: r.Namespace}
 			}
 			if opts.Continue = list.GetContinue(); opts.Continue == "" {
 				break

@@ -2,7 +2,6 @@ package scan
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -14,13 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/tally-dev/tally/api/apiresources"
-	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
@@ -50,10 +48,13 @@ type Options struct {
 	// policies and resources (events.go); its recorder reports as
 	// policyevents.ControllerScan.
 	Events *policyevents.Emitter
-	// RESTConfig, when set, writes reports through a REST client that does
-	// not decode the API server's answers (the dynamic client is used
-	// otherwise, as with fakes in unit tests).
-	RESTConfig *rest.Config
+	// Handover receives the BackgroundScanReports, for the merger beside
+	// the scanner (nil: New makes one, read through Scanner.Handover). Run
+	// makes it ready once everything was scanned.
+	Handover *handover.Hub
+	// FinalReports are the final reports the scanner reads its results back
+	// from after a restart (default: tally's wgpolicyk8s.io reports).
+	FinalReports FinalReports
 	// Loader loads the cluster data context entries read (nil: none, they
 	// are errors).
 	Loader engine.ContextLoader
@@ -133,9 +134,10 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		n, _ := store.Read().CountResources()
 		return float64(n)
 	}, func() float64 { return float64(s.queue.Panics() + watch.SinkPanics()) })
-	// A refused report is tried again at the next periodic scan at the
-	// earliest (or when its content changes).
-	s.reports = newReportWriter(client, s.metrics, opts.Clock, opts.Interval)
+	if s.opts.Handover == nil {
+		s.opts.Handover = handover.New(handover.Options{})
+	}
+	s.reports = newReportWriter(client, s.opts.Handover, s.metrics, opts.FinalReports)
 	s.sched = &scheduler{clock: opts.Clock, store: store, state: newScanState(client, opts.StateNamespace, opts.StateName),
 		metrics: s.metrics, policies: s.policies, ready: s.Synced, scan: s.scanPolicy,
 		protect: func(ctx context.Context, what string, fn func()) { s.queue.Protect(ctx, what, fn) }}
@@ -147,14 +149,6 @@ func (s *Scanner) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("scan")
 	ctx = logr.NewContext(ctx, log)
 	defer s.queue.ShutDown()
-	if s.opts.RESTConfig != nil {
-		raw, err := watch.NewRawClient(s.opts.RESTConfig, kyvernov2.GroupVersion)
-		if err != nil {
-			return fmt.Errorf("report client: %w", err)
-		}
-		s.reports.out.Raw = raw
-	}
-
 	// Existing reports and the scan state are read before anything else;
 	// an unreachable API server is waited for (with backoff), not fatal.
 	var seeded map[string][]wgv1alpha2.PolicyReportResult
@@ -177,7 +171,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	}); err != nil {
 		return nil
 	}
-	log.Info("seeded from existing reports", "reports", len(seeded))
+	log.Info("seeded from the final reports", "reports", len(seeded))
 
 	// The CEL kinds are watched when served (tally's CRDs, or Kyverno's
 	// beside it); an older Kyverno has none, and classic policies go on.
@@ -196,6 +190,11 @@ func (s *Scanner) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		s.sched.run(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.readyWhenSynced(ctx)
 	}()
 	<-ctx.Done()
 	s.queue.ShutDown()
@@ -223,6 +222,25 @@ func retry(ctx context.Context, what string, fn func() error) error {
 		delay = min(2*delay, 30*time.Second)
 	}
 }
+
+// readyWhenSynced makes the hand-over ready once everything was listed and
+// scanned: the merger then lists a complete set.
+func (s *Scanner) readyWhenSynced(ctx context.Context) {
+	t := s.opts.Clock.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !s.Synced() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+	s.opts.Handover.SetReady()
+	logr.FromContextOrDiscard(ctx).Info("scanned everything: the merger may read the reports", "reports", s.opts.Handover.Len())
+}
+
+// Handover is where the scanner hands its BackgroundScanReports over.
+func (s *Scanner) Handover() *handover.Hub { return s.opts.Handover }
 
 // Synced reports whether the policies and every kind they need were listed
 // once, and the queue is empty: the reports reflect the cluster.

@@ -216,3 +216,6 @@ func conditionFields(c Condition) (status, reason string) {
 	}
 	return string(metav1.ConditionFalse), reasonFailed
 }
+
+// fieldManager names the scanner in the API server's managedFields.
+const fieldManager = "tally-scanner"

@@ -60,8 +60,6 @@ var allWrite = []string{"create", "update", "patch", "delete"}
 // the status of policies (their Ready condition), Events, and named objects of its own (Leases, the scan-state ConfigMap, the
 // webhook's Secret and configuration).
 var AllowedWrites = []WriteGrant{
-	{Group: "kyverno.io", Resource: "backgroundscanreports", Verbs: allWrite},
-	{Group: "kyverno.io", Resource: "clusterbackgroundscanreports", Verbs: allWrite},
 	{Group: "kyverno.io", Resource: "admissionreports", Verbs: allWrite},
 	{Group: "kyverno.io", Resource: "clusteradmissionreports", Verbs: allWrite},
 	// Kyverno's EphemeralReports are only deleted once folded, never written.
@@ -78,7 +76,7 @@ var AllowedWrites = []WriteGrant{
 	{Group: "", Resource: "events", Verbs: []string{"create", "patch"}},
 	{Group: "events.k8s.io", Resource: "events", Verbs: []string{"create", "patch"}},
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"create", "update", "patch"}, RoleOnly: true,
-		Names: []string{ScannerDeployment, MergerDeployment}},
+		Names: []string{ScannerDeployment}},
 	{Group: "", Resource: "configmaps", Verbs: []string{"create", "update", "patch"}, RoleOnly: true, Names: []string{"tally-scan-state"}},
 	{Group: "", Resource: "secrets", Verbs: []string{"create", "update", "patch"}, RoleOnly: true, Names: []string{"tally-webhook-tls"}},
 	{Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Verbs: []string{"update", "patch"},

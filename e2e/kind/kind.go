@@ -128,7 +128,7 @@ func Setup(clusterName string) env.Func {
 		if err := WaitReady(ctx, rc, Namespace, ReadyTimeout); err != nil {
 			return ctx, err
 		}
-		step("Deployments %s/%s and %s/%s Available, webhook ready (%s)", Namespace, ScannerDeployment, Namespace, MergerDeployment, time.Since(start).Round(time.Second))
+		step("Deployment %s/%s (scanner and merger) Available, webhook ready (%s)", Namespace, ScannerDeployment, time.Since(start).Round(time.Second))
 		return ctx, nil
 	}
 }

@@ -16,13 +16,15 @@ import (
 
 // Names of what config/ deploys.
 const (
-	Namespace         = "tally-system"
+	Namespace = "tally-system"
+	// ScannerDeployment runs tally: each Pod holds the scanner and, beside
+	// it, the merger (MergerContainer).
 	ScannerDeployment = "tally-scanner"
-	MergerDeployment  = "tally-merger"
+	MergerContainer   = "merger"
 	WebhookConfig     = "tally"
 )
 
-// WaitReady waits until both Deployments in namespace are Available with
+// WaitReady waits until the Deployment in namespace is Available with
 // every replica updated, and, when the ValidatingWebhookConfiguration "tally"
 // exists, until tally-scanner has set the caBundle of each of its webhooks.
 // The error says what was still missing.
@@ -33,7 +35,7 @@ func WaitReady(ctx context.Context, cfg *rest.Config, namespace string, timeout 
 	}
 	var missing string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		for _, name := range []string{ScannerDeployment, MergerDeployment} {
+		for _, name := range []string{ScannerDeployment} {
 			d, err := kube.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				missing = fmt.Sprintf("Deployment %s/%s: %v", namespace, name, err)

@@ -47,17 +47,25 @@ func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 	return nil
 }
 
-func container(t *testing.T, objs []*unstructured.Unstructured, deployment string) map[string]any {
+// container is the named container of tally's Deployment, which holds two:
+// the scanner and the merger.
+func container(t *testing.T, objs []*unstructured.Unstructured, name string) map[string]any {
 	t.Helper()
-	d := find(objs, "Deployment", deployment)
+	d := find(objs, "Deployment", ScannerDeployment)
 	if d == nil {
-		t.Fatalf("no Deployment %s", deployment)
+		t.Fatalf("no Deployment %s", ScannerDeployment)
 	}
 	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
-	if len(cs) != 1 {
-		t.Fatalf("Deployment %s: %d containers, want 1", deployment, len(cs))
+	if len(cs) != 2 {
+		t.Fatalf("Deployment %s: %d containers, want 2 (scanner and merger)", ScannerDeployment, len(cs))
 	}
-	return cs[0].(map[string]any)
+	for _, c := range cs {
+		if c.(map[string]any)["name"] == name {
+			return c.(map[string]any)
+		}
+	}
+	t.Fatalf("Deployment %s has no container %s", ScannerDeployment, name)
+	return nil
 }
 
 func args(c map[string]any) []string {
@@ -70,8 +78,8 @@ func args(c map[string]any) []string {
 // least-privilege RBAC.
 func TestRenderOverlays(t *testing.T) {
 	common := map[string]int{
-		"Namespace": 1, "ServiceAccount": 2, "ClusterRole": 5, "ClusterRoleBinding": 5,
-		"Deployment": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 3,
+		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 5, "ClusterRoleBinding": 4,
+		"Deployment": 1, "PodDisruptionBudget": 1, "NetworkPolicy": 3,
 	}
 	with := func(extra map[string]int) map[string]int {
 		m := map[string]int{}
@@ -83,7 +91,7 @@ func TestRenderOverlays(t *testing.T) {
 		}
 		return m
 	}
-	standalone := with(map[string]int{"CustomResourceDefinition": 15, "Role": 3, "RoleBinding": 3, "Service": 3, "ValidatingWebhookConfiguration": 1})
+	standalone := with(map[string]int{"CustomResourceDefinition": 15, "Role": 2, "RoleBinding": 2, "Service": 3, "ValidatingWebhookConfiguration": 1})
 	for _, tc := range []struct {
 		overlay string
 		kinds   map[string]int
@@ -91,7 +99,7 @@ func TestRenderOverlays(t *testing.T) {
 	}{
 		{"standalone", standalone, "ghcr.io/tally-dev/tally:0.1.0"},
 		{"kind", standalone, Image},
-		{"beside-kyverno", with(map[string]int{"CustomResourceDefinition": 4, "Role": 2, "RoleBinding": 2, "Service": 2}), "ghcr.io/tally-dev/tally:0.1.0"},
+		{"beside-kyverno", with(map[string]int{"CustomResourceDefinition": 4, "Role": 1, "RoleBinding": 1, "Service": 2}), "ghcr.io/tally-dev/tally:0.1.0"},
 	} {
 		t.Run(tc.overlay, func(t *testing.T) {
 			objs := render(t, tc.overlay)
@@ -103,7 +111,7 @@ func TestRenderOverlays(t *testing.T) {
 					t.Errorf("%s outside %s", Describe(o), Namespace)
 				}
 			}
-			for _, d := range []string{ScannerDeployment, MergerDeployment} {
+			for _, d := range []string{"scanner", MergerContainer} {
 				c := container(t, objs, d)
 				if c["image"] != tc.image {
 					t.Errorf("%s image %v, want %s", d, c["image"], tc.image)
@@ -115,13 +123,16 @@ func TestRenderOverlays(t *testing.T) {
 					t.Errorf("%s args %v lack --namespace=$(POD_NAMESPACE)", d, args(c))
 				}
 			}
-			scanner := args(container(t, objs, ScannerDeployment))
-			merger := args(container(t, objs, MergerDeployment))
+			scanner := args(container(t, objs, "scanner"))
+			merger := args(container(t, objs, MergerContainer))
+			if !slices.Contains(merger, "--leader-elect=false") {
+				t.Errorf("merger args %v lack --leader-elect=false: the pair's Lease is the scanner's", merger)
+			}
 			if tc.overlay == "beside-kyverno" {
 				// Kyverno's tooling selects the final reports by
 				// app.kubernetes.io/managed-by=kyverno.
-				if !slices.Contains(merger, "--managed-by=kyverno") {
-					t.Errorf("merger args %v lack --managed-by=kyverno", merger)
+				if !slices.Contains(merger, "--managed-by=kyverno") || !slices.Contains(scanner, "--managed-by=kyverno") {
+					t.Errorf("merger args %v or scanner args %v lack --managed-by=kyverno (the scanner reads its results back from the final reports)", merger, scanner)
 				}
 				for _, want := range []string{"--webhook-listen=", "--ingest-kyverno-reports"} {
 					if !slices.Contains(scanner, want) {
@@ -336,7 +347,7 @@ func checkWebhook(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Errorf("Service tally-webhook ports %v", ports)
 	}
 	var webhookPort int64
-	cports, _, _ := unstructured.NestedSlice(container(t, objs, ScannerDeployment), "ports")
+	cports, _, _ := unstructured.NestedSlice(container(t, objs, "scanner"), "ports")
 	for _, p := range cports {
 		if p.(map[string]any)["name"] == "webhook" {
 			webhookPort, _, _ = unstructured.NestedInt64(p.(map[string]any), "containerPort")
@@ -407,9 +418,9 @@ func rule(group, resource string, names []any, verbs ...string) map[string]any {
 // privileged container.
 func TestCheckRestrictedCatches(t *testing.T) {
 	objs := render(t, "standalone")
-	d := find(objs, "Deployment", MergerDeployment)
+	d := find(objs, "Deployment", ScannerDeployment)
 	cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
-	c := cs[0].(map[string]any)
+	c := cs[1].(map[string]any)
 	if err := unstructured.SetNestedField(c, true, "securityContext", "privileged"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Command mergebench measures tally-merger against a real API server: N Pods
 // over M namespaces, each with a BackgroundScanReport holding the results of
 // the corpus's Pod Security Standards policies (computed by tally's engine,
-// exactly as tally-scanner would write them), and those policies installed.
+// and handed over on loopback as tally-scanner hands them: a handover.Hub
+// served by the bench), and those policies installed.
 // It then runs tally-merger as its own process and reports the time from its
 // start to all N PolicyReports written, its peak RSS, its API writes, and a
 // restart with nothing changed (0 writes expected).
@@ -14,8 +15,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +37,7 @@ import (
 	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/hack/benchutil"
@@ -78,12 +82,22 @@ func run(n, namespaces int, corpus, bin string) error {
 	}
 	fmt.Printf("installed %d Pod Security Standards policies\n", len(policies))
 	start := time.Now()
-	results, err := createPodsAndReports(ctx, kube, dyn, policies, n, namespaces)
+	hub := handover.New(handover.Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	fmt.Printf("created %d Pods and %d BackgroundScanReports (%d results) in %d namespaces in %s\n",
-		n, n, results, namespaces, time.Since(start).Round(time.Millisecond))
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	go func() { _ = hub.Serve(serveCtx, l) }() // ends with the bench
+	scannerURL := "http://" + l.Addr().String()
+	results, err := createPodsAndReports(ctx, kube, hub, policies, n, namespaces)
+	if err != nil {
+		return err
+	}
+	hub.SetReady()
+	fmt.Printf("created %d Pods and %d BackgroundScanReports (%d results, handed over on %s) in %d namespaces in %s\n",
+		n, n, results, scannerURL, namespaces, time.Since(start).Round(time.Millisecond))
 
 	if bin == "" {
 		bin = filepath.Join(os.TempDir(), "tally-merger-bench")
@@ -95,7 +109,7 @@ func run(n, namespaces int, corpus, bin string) error {
 	}
 
 	// 1. From start to every final report written.
-	m, err := startMerger(bin, c.Kubeconfig)
+	m, err := startMerger(bin, c.Kubeconfig, scannerURL)
 	if err != nil {
 		return err
 	}
@@ -122,7 +136,7 @@ func run(n, namespaces int, corpus, bin string) error {
 	m.stop()
 
 	// 2. Restart with nothing changed: every report is read back, none written.
-	m, err = startMerger(bin, c.Kubeconfig)
+	m, err = startMerger(bin, c.Kubeconfig, scannerURL)
 	if err != nil {
 		return err
 	}
@@ -166,7 +180,7 @@ func installPolicies(ctx context.Context, dyn dynamic.Interface, dir string) ([]
 // createPodsAndReports creates the Pods and, for each, the
 // BackgroundScanReport tally-scanner would write. It returns the number of
 // results written.
-func createPodsAndReports(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, policies []compiled, n, namespaces int) (int64, error) {
+func createPodsAndReports(ctx context.Context, kube kubernetes.Interface, hub *handover.Hub, policies []compiled, n, namespaces int) (int64, error) {
 	for i := range namespaces {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("mbench-%02d", i)}}
 		if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -185,7 +199,7 @@ func createPodsAndReports(ctx context.Context, kube kubernetes.Interface, dyn dy
 				if i >= n {
 					return
 				}
-				k, err := createOne(ctx, kube, dyn, policies, i, fmt.Sprintf("mbench-%02d", i%namespaces))
+				k, err := createOne(ctx, kube, hub, policies, i, fmt.Sprintf("mbench-%02d", i%namespaces))
 				if err != nil {
 					errs <- err
 					return
@@ -199,7 +213,7 @@ func createPodsAndReports(ctx context.Context, kube kubernetes.Interface, dyn dy
 	return results.Load(), <-errs
 }
 
-func createOne(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, policies []compiled, i int, ns string) (int, error) {
+func createOne(ctx context.Context, kube kubernetes.Interface, hub *handover.Hub, policies []compiled, i int, ns string) (int, error) {
 	pod, err := kube.CoreV1().Pods(ns).Create(ctx, benchPod(i), metav1.CreateOptions{})
 	if err != nil {
 		return 0, fmt.Errorf("create pod: %w", err)
@@ -223,7 +237,7 @@ func createOne(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Inter
 	}
 	report.Sort(entries)
 	uid := string(pod.UID)
-	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&kyvernov2.ReportSpec{
+	spec, err := json.Marshal(&kyvernov2.ReportSpec{
 		Owner:   metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
 		Results: entries,
 		Summary: wgv1alpha2.SummaryOf(entries),
@@ -231,24 +245,18 @@ func createOne(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Inter
 	if err != nil {
 		return 0, err
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": kyvernov2.GroupVersion.String(),
-		"kind":       "BackgroundScanReport",
-		"metadata": map[string]any{
-			"name":      uid,
-			"namespace": ns,
-			"labels": map[string]any{
+	err = hub.Put(&handover.Report{APIVersion: kyvernov2.GroupVersion.String(), Kind: "BackgroundScanReport",
+		Metadata: handover.Meta{Name: uid, Namespace: ns,
+			Labels: map[string]string{
 				report.LabelManagedBy:            report.ManagedBy,
 				"audit.kyverno.io/resource.uid":  uid,
 				"audit.kyverno.io/resource.hash": fmt.Sprintf("%x", hash),
 				"audit.kyverno.io/resource.gvr":  "v1.pods",
 			},
-			"ownerReferences": []any{map[string]any{"apiVersion": "v1", "kind": "Pod", "name": pod.Name, "uid": uid}},
-		},
-		"spec": spec,
-	}}
-	if _, err := dyn.Resource(apiresources.BackgroundScanReport).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
-		return 0, fmt.Errorf("create report: %w", err)
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}}},
+		Spec: spec})
+	if err != nil {
+		return 0, fmt.Errorf("hand over report: %w", err)
 	}
 	return len(entries), nil
 }
@@ -293,8 +301,8 @@ func countFinal(ctx context.Context, dyn dynamic.Interface) (int, error) {
 // merger is a running tally-merger process.
 type merger struct{ *benchutil.Process }
 
-func startMerger(bin, kubeconfig string) (*merger, error) {
-	p, err := benchutil.StartProcess(bin, "tally-merger", kubeconfig)
+func startMerger(bin, kubeconfig, scannerURL string) (*merger, error) {
+	p, err := benchutil.StartProcess(bin, "tally-merger", kubeconfig, "--scanner-url", scannerURL)
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,7 @@ type options struct {
 	corpus, scannerBin, mergerBin string
 	qps, burst                    string
 	baseline, throughWebhook      bool
+	floor                         bool
 	idle                          time.Duration
 }
 
@@ -70,6 +71,7 @@ func main() {
 	flag.StringVar(&o.mergerBin, "merger-bin", "", "a prebuilt tally-merger (default: build ./cmd/tally-merger)")
 	flag.BoolVar(&o.baseline, "baseline", false, "create the Pods with nothing reporting")
 	flag.BoolVar(&o.throughWebhook, "through-webhook", false, "send the Pods' creation through tally-scanner's admission webhook (a ValidatingWebhookConfiguration calling it on 127.0.0.1, failurePolicy Ignore), so each Pod also gets an AdmissionReport")
+	flag.BoolVar(&o.floor, "floor", false, "instead of tally, a writer in this process creates exactly the PolicyReports (Kyverno's fields, one create each) and violation Events tally writes for the Pods, and nothing else: what the reports cost the API server at the least")
 	flag.StringVar(&o.qps, "kube-api-qps", "100", "tally's --kube-api-qps (default: tally's own default)")
 	flag.StringVar(&o.burst, "kube-api-burst", "200", "tally's --kube-api-burst (default: tally's own default)")
 	flag.DurationVar(&o.idle, "idle", time.Minute, "the idle stretch measured after the full scan")
@@ -120,8 +122,23 @@ func run(o options) error {
 	defer c.Stop()
 	kube, dyn := c.Kube, c.Dyn
 	var scanner, merger *daemon
+	var restart func() error // starts scanner and merger (again)
+	var floor *floorWriter
+	runsTally := !o.baseline && !o.floor
 	policies := 0
-	if !o.baseline {
+	if o.floor {
+		if o.baseline || o.throughWebhook {
+			return fmt.Errorf("--floor is neither --baseline nor --through-webhook")
+		}
+		if policies, err = installPolicies(ctx, dyn, filepath.Join(o.corpus, "policy-library", "pod-security"), false); err != nil {
+			return err
+		}
+		if floor, err = startFloor(ctx, kube, dyn, filepath.Join(o.corpus, "policy-library", "pod-security")); err != nil {
+			return err
+		}
+		defer floor.stop()
+		fmt.Printf("floor: %d Pod Security Standards ClusterPolicies, their reports written by the bench itself\n", policies)
+	} else if !o.baseline {
 		policies, err = installPolicies(ctx, dyn, filepath.Join(o.corpus, "policy-library", "pod-security"), o.throughWebhook)
 		if err != nil {
 			return err
@@ -142,14 +159,25 @@ func run(o options) error {
 				return err
 			}
 		}
-		if scanner, err = start(sbin, "tally-scanner", c.Kubeconfig, append(limits, webhook...)...); err != nil {
+		// The merger reads the scanner's reports on loopback, as in the Pod.
+		handover, err := benchutil.FreeAddr()
+		if err != nil {
 			return err
 		}
-		defer scanner.stop()
-		if merger, err = start(mbin, "tally-merger", c.Kubeconfig, limits...); err != nil {
+		restart = func() error {
+			if scanner, err = start(sbin, "tally-scanner", c.Kubeconfig, append(append(limits, webhook...), "--handover-listen", handover)...); err != nil {
+				return err
+			}
+			if merger, err = start(mbin, "tally-merger", c.Kubeconfig, append(limits, "--scanner-url", "http://"+handover)...); err != nil {
+				scanner.stop()
+				return err
+			}
+			return nil
+		}
+		if err := restart(); err != nil {
 			return err
 		}
-		defer merger.stop()
+		defer func() { scanner.stop(); merger.stop() }()
 		if err := waitFor(2*time.Minute, func() bool { return scanner.Ready() && merger.Ready() }); err != nil {
 			return fmt.Errorf("tally not ready: %w (logs %s, %s)", err, scanner.Log, merger.Log)
 		}
@@ -161,7 +189,7 @@ func run(o options) error {
 	}
 	cpu0 := benchutil.ChildCPU()
 	var tally0 [2]float64
-	if !o.baseline {
+	if !o.baseline && !o.floor {
 		tally0 = [2]float64{scanner.cpu(), merger.cpu()}
 	}
 	t0 := time.Now()
@@ -183,7 +211,14 @@ func run(o options) error {
 		}()
 	}
 	fmt.Printf("created %d Pods in %d namespaces in %s\n", o.pods, o.namespaces, lastPod.Sub(t0).Round(time.Millisecond))
-	if !o.baseline {
+	if o.floor {
+		if err := waitFor(30*time.Minute, func() bool { return floor.written.Load() >= int64(o.pods) }); err != nil {
+			return fmt.Errorf("floor: %d PolicyReports written, %d failed: %w", floor.written.Load(), floor.failed.Load(), err)
+		}
+		done := time.Now()
+		fmt.Printf("every Pod has its PolicyReport: %s after the last Pod (%s from the first)\n",
+			done.Sub(lastPod).Round(100*time.Millisecond), done.Sub(t0).Round(100*time.Millisecond))
+	} else if !o.baseline {
 		err := waitFor(30*time.Minute, func() bool {
 			w, err := merger.Value("tally_merge_report_writes_total")
 			return err == nil && w >= float64(o.pods) && scanner.Ready()
@@ -198,7 +233,7 @@ func run(o options) error {
 	cpu1 := benchutil.ChildCPU()
 	fmt.Printf("CPU from the first Pod to the last PolicyReport: kube-apiserver %.1f s, etcd %.1f s, kube-controller-manager %.1f s",
 		cpu1["kube-apiserver"]-cpu0["kube-apiserver"], cpu1["etcd"]-cpu0["etcd"], cpu1["kube-controller"]-cpu0["kube-controller"])
-	if !o.baseline {
+	if runsTally {
 		fmt.Printf(", tally-scanner %.1f s, tally-merger %.1f s", scanner.cpu()-tally0[0], merger.cpu()-tally0[1])
 	}
 	fmt.Println()
@@ -209,7 +244,7 @@ func run(o options) error {
 	printRequests(req0, req1)
 	pids := childPIDs()
 	fmt.Printf("peak memory: kube-apiserver %.0f MiB, etcd %.0f MiB", rssMiB(pids["kube-apiserver"]), rssMiB(pids["etcd"]))
-	if !o.baseline {
+	if runsTally {
 		fmt.Printf(", tally-scanner %.0f MiB, tally-merger %.0f MiB", scanner.rss(), merger.rss())
 	}
 	fmt.Println()
@@ -232,14 +267,14 @@ func run(o options) error {
 	// Nothing changes.
 	i0 := benchutil.ChildCPU()
 	var t1 [2]float64
-	if !o.baseline {
+	if runsTally {
 		t1 = [2]float64{scanner.cpu(), merger.cpu()}
 	}
 	var evaluated0 float64
-	if !o.baseline {
+	if runsTally {
 		evaluated0, _ = scanner.Value("tally_scan_resources_processed_total")
 	}
-	if out := os.Getenv("PIPELINEBENCH_IDLECPU"); out != "" && !o.baseline {
+	if out := os.Getenv("PIPELINEBENCH_IDLECPU"); out != "" && runsTally {
 		// A CPU profile of the scanner over the idle stretch.
 		if err := benchutil.Fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", scanner.Base, int(o.idle.Seconds())), out); err != nil {
 			return err
@@ -249,7 +284,7 @@ func run(o options) error {
 	}
 	i1 := benchutil.ChildCPU()
 	fmt.Printf("idle %s: kube-apiserver %.2f s, etcd %.2f s", o.idle, i1["kube-apiserver"]-i0["kube-apiserver"], i1["etcd"]-i0["etcd"])
-	if !o.baseline {
+	if runsTally {
 		evaluated1, _ := scanner.Value("tally_scan_resources_processed_total")
 		idleCPU := scanner.cpu() - t1[0]
 		fmt.Printf(", tally-scanner %.2f s, tally-merger %.2f s of CPU (the scanner evaluated %.0f resources: periodic scans)\n",
@@ -271,6 +306,35 @@ func run(o options) error {
 		return err
 	}
 
+	if runsTally {
+		// A restart of both with nothing changed: the scanner scans
+		// everything again and hands it over; the merger writes nothing.
+		scanner.stop()
+		merger.stop()
+		t := time.Now()
+		if err := restart(); err != nil {
+			return err
+		}
+		// The merger starts within a probe of its scanner being ready, and
+		// is ready again once it has merged everything.
+		var scannerReady time.Time
+		err := waitFor(10*time.Minute, func() bool {
+			if !scanner.Ready() {
+				return false
+			}
+			if scannerReady.IsZero() {
+				scannerReady = time.Now()
+			}
+			return time.Since(scannerReady) > 3*time.Second && merger.Ready()
+		})
+		if err != nil {
+			return fmt.Errorf("after a restart: %w (logs %s, %s)", err, scanner.Log, merger.Log)
+		}
+		writes, _ := merger.Value("tally_merge_report_writes_total")
+		handed, _ := scanner.Value("tally_handover_puts_total")
+		fmt.Printf("restart with nothing changed: ready in %s; %.0f reports handed over on loopback, %.0f final report writes\n",
+			time.Since(t).Round(100*time.Millisecond), handed, writes)
+	}
 	if !o.baseline && o.latencyPods > 0 {
 		if err := latency(ctx, kube, dyn, o.latencyPods); err != nil {
 			return err

@@ -1,0 +1,219 @@
+package handover
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/tally-dev/tally/controllers/watch"
+)
+
+var (
+	bsr  = schema.GroupVersionResource{Group: Group, Version: Version, Resource: namespacedPlural}
+	cbsr = schema.GroupVersionResource{Group: Group, Version: Version, Resource: clusterPlural}
+)
+
+func rep(ns, name, team string) *Report {
+	return &Report{APIVersion: GroupVersion, Kind: kindOf(ns),
+		Metadata: Meta{Name: name, Namespace: ns, Labels: map[string]string{"team": team}},
+		Spec:     json.RawMessage(`{"owner":{"apiVersion":"v1","kind":"Pod","name":"p","uid":"` + name + `"},"results":[]}`)}
+}
+
+// recorder is a watch.Sink that keeps what it was told.
+type recorder struct {
+	mu     sync.Mutex
+	have   map[string]string // ns/name -> resourceVersion
+	listed bool
+}
+
+func (r *recorder) Upsert(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.have[u.GetNamespace()+"/"+u.GetName()] = u.GetResourceVersion()
+}
+
+func (r *recorder) Remove(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.have, u.GetNamespace()+"/"+u.GetName())
+}
+
+func (r *recorder) Replace(_ context.Context, _ schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.have = map[string]string{}
+	for _, u := range objs {
+		r.have[u.GetNamespace()+"/"+u.GetName()] = u.GetResourceVersion()
+	}
+}
+
+func (r *recorder) Listed(context.Context, schema.GroupVersionResource) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.listed = true
+}
+
+func (r *recorder) keys() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for k := range r.have {
+		out[k] = true
+	}
+	return out
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func serve(t *testing.T, h *Hub) dynamic.Interface {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c, err := dynamic.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestReflectorReadsTheHub(t *testing.T) {
+	h := New(Options{})
+	c := serve(t, h)
+	for _, r := range []*Report{rep("a", "u1", "x"), rep("b", "u2", "y"), rep("", "u3", "x")} {
+		if err := h.Put(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Not ready: a list waits.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_, err := c.Resource(bsr).List(ctx, metav1.ListOptions{})
+	cancel()
+	if err == nil {
+		t.Fatal("a list was answered before the scanner was ready")
+	}
+	h.SetReady()
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	ns, cl := &recorder{have: map[string]string{}}, &recorder{have: map[string]string{}}
+	s1, s2 := watch.Start(ctx, c, bsr, ns), watch.Start(ctx, c, cbsr, cl)
+	defer s1.Stop()
+	defer s2.Stop()
+	eventually(t, "the initial lists", func() bool {
+		k1, k2 := ns.keys(), cl.keys()
+		return len(k1) == 2 && k1["a/u1"] && k1["b/u2"] && len(k2) == 1 && k2["/u3"]
+	})
+	if err := h.Put(rep("a", "u4", "x")); err != nil {
+		t.Fatal(err)
+	}
+	h.Delete("b", "u2")
+	h.Delete("b", "nothing") // not held: no change
+	eventually(t, "the changes", func() bool {
+		k := ns.keys()
+		return len(k) == 2 && k["a/u1"] && k["a/u4"]
+	})
+
+	// Get, NotFound, selectors, namespaces.
+	got, err := c.Resource(bsr).Namespace("a").Get(context.Background(), "u4", metav1.GetOptions{})
+	if err != nil || got.GetLabels()["team"] != "x" || got.GetResourceVersion() == "" || got.GetCreationTimestamp().Time.IsZero() {
+		t.Fatalf("get: %v %v", got, err)
+	}
+	if _, err := c.Resource(bsr).Namespace("b").Get(context.Background(), "u2", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("get of a deleted report: %v, want NotFound", err)
+	}
+	list, err := c.Resource(bsr).List(context.Background(), metav1.ListOptions{LabelSelector: "team=x"})
+	if err != nil || len(list.Items) != 2 {
+		t.Fatalf("list team=x: %v %v", list, err)
+	}
+	list, err = c.Resource(bsr).Namespace("b").List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(list.Items) != 0 {
+		t.Fatalf("list in b: %v %v", list, err)
+	}
+	if _, err := c.Resource(bsr).List(context.Background(), metav1.ListOptions{LabelSelector: "team in (("}); !apierrors.IsBadRequest(err) {
+		t.Fatalf("a bad selector: %v, want BadRequest", err)
+	}
+}
+
+func TestWatchFromAVersionNotHeldIsGone(t *testing.T) {
+	h := New(Options{MaxEvents: 2})
+	c := serve(t, h)
+	h.SetReady()
+	if err := h.Put(rep("a", "u1", "x")); err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.Resource(bsr).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := list.GetResourceVersion()
+	for range 10 {
+		if err := h.Put(rep("a", "u1", "y")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = c.Resource(bsr).Watch(context.Background(), metav1.ListOptions{ResourceVersion: old})
+	if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+		t.Fatalf("watch from a version no longer held: %v, want Gone", err)
+	}
+	// A version of an earlier incarnation is below this one's.
+	later := New(Options{Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	if _, _, expired := later.since(h.rv); !expired {
+		t.Fatal("a restarted scanner accepted a version of the one before")
+	}
+	// A version still held resumes.
+	w, err := c.Resource(bsr).Watch(context.Background(), metav1.ListOptions{ResourceVersion: strconv.FormatUint(h.rv-1, 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	select {
+	case e := <-w.ResultChan():
+		if e.Type != "MODIFIED" {
+			t.Fatalf("event %s, want MODIFIED", e.Type)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+	}
+}
+
+func TestDiscoveryForKubectl(t *testing.T) {
+	h := New(Options{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	d, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := d.ServerResourcesForGroupVersion(GroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rl.APIResources) != 2 || rl.APIResources[0].ShortNames[0] != "bgscanr" {
+		t.Fatalf("resources %+v", rl.APIResources)
+	}
+	groups, err := d.ServerGroups()
+	if err != nil || groups.Groups[len(groups.Groups)-1].Name != Group {
+		t.Fatalf("groups %+v %v", groups, err)
+	}
+}

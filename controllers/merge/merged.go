@@ -1,0 +1,186 @@
+package merge
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tally-dev/tally/api/apiresources"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/report"
+)
+
+// No intermediate report outlives its merge (R20).
+//
+// Once the final report holds what an AdmissionReport says, the merger
+// deletes the AdmissionReport (write, then delete, as Kyverno deletes its
+// EphemeralReports) and keeps its results in memory as a retained part:
+// they still take part in later merges (a background result of another
+// rule, a policy change), and a newer AdmissionReport of the resource adds
+// to them rather than replacing them (carryRetained), so that a forged
+// review can no more erase the results of the content the resource has
+// than it could while the report was kept. After a restart the merger reads
+// them back from the final reports themselves (seedAdmission): the results
+// of `process: admission review` are exactly those a scan cannot
+// recompute. A retained part is dropped when its resource is found gone
+// (the orphan check).
+
+// deleteMerged deletes the AdmissionReport ref, which the final report of
+// uid now holds, unless it changed since (its resourceVersion is a
+// precondition: a newer one is merged first), and keeps its results.
+func (m *Merger) deleteMerged(ctx context.Context, uid string, ref reportRef) error {
+	m.mu.Lock()
+	st := m.states[uid]
+	if st == nil || !st.admission.present || st.admission.retained || st.admission.ref.resourceVersion != ref.resourceVersion || st.admission.ref.name != ref.name {
+		m.mu.Unlock()
+		return nil // a newer report arrived meanwhile: it is merged (and deleted) in its turn
+	}
+	st.admission.retained = true
+	m.mu.Unlock()
+	err := m.client.Resource(ref.gvr).Namespace(ref.namespace).Delete(ctx, ref.name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &ref.uid, ResourceVersion: &ref.resourceVersion},
+	})
+	switch {
+	case err == nil:
+		m.metrics.merged.WithLabelValues(ref.gvr.Resource).Inc()
+		return nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Gone already, or rewritten since it was read: its watch event
+		// brings the newer content, merged and deleted in its turn.
+		return nil
+	default:
+		m.mu.Lock()
+		if st := m.states[uid]; st != nil && st.admission.ref.resourceVersion == ref.resourceVersion {
+			st.admission.retained = false // tried again with the next merge
+		}
+		m.mu.Unlock()
+		return fmt.Errorf("delete merged %s %s/%s: %w", ref.gvr.Resource, ref.namespace, ref.name, err)
+	}
+}
+
+// carryRetained returns the sections of a retained admission part that a
+// newer report of the same resource keeps: the section that last counted
+// (the results of the content the resource had, which a forged review for
+// other content must not erase) unless the newer report has that content's
+// section itself, and the results read back from the final report
+// (seededHash) unless the newer report has results bound to the content
+// they were verified for. Callers hold m.mu.
+func carryRetained(prev *reportPart, next []section) []section {
+	if !prev.present || !prev.retained {
+		return next
+	}
+	has := func(hash string) bool {
+		return slices.ContainsFunc(next, func(s section) bool { return s.hash == hash })
+	}
+	out := slices.Clone(next)
+	if prev.lastGoodHash != "" && !has(prev.lastGoodHash) && len(prev.lastGood) > 0 {
+		newest := metav1.Timestamp{}
+		for _, s := range prev.sections {
+			if s.hash == prev.lastGoodHash || s.hash == seededHash {
+				newest = s.newest
+			}
+		}
+		out = append(out, section{hash: prev.lastGoodHash, results: prev.lastGood, newest: newest})
+	} else if prev.lastGoodHash == "" {
+		for _, s := range prev.sections {
+			if s.hash == seededHash {
+				out = append(out, s)
+			}
+		}
+	}
+	sortNewestFirst(out)
+	return out
+}
+
+// seededHash marks the section of admission results read back from a final
+// report: they were verified before that report was written, and count for
+// the content the resource has while it exists (verify.go).
+const seededHash = "(final report)"
+
+// seedAdmission keeps the admission results of a final report read at
+// start-up as a retained part of its resource. Callers hold m.mu (or run
+// before the watches start).
+func (m *Merger) seedAdmission(r *wgv1alpha2.PolicyReport, s report.Subject) {
+	var results []wgv1alpha2.PolicyReportResult
+	for _, e := range r.Results {
+		if e.Properties[report.PropertyProcess] == report.ProcessAdmission {
+			results = append(results, e)
+		}
+	}
+	if len(results) == 0 {
+		return
+	}
+	gvr := apiresources.AdmissionReport
+	if s.Namespace == "" {
+		gvr = apiresources.ClusterAdmissionReport
+	}
+	sec := section{hash: seededHash, results: m.compact(results)}
+	for _, e := range results {
+		if newer(e, wgv1alpha2.PolicyReportResult{Timestamp: sec.newest}) {
+			sec.newest = e.Timestamp
+		}
+	}
+	st := m.states[string(s.UID)]
+	if st == nil {
+		st = &resourceState{}
+		m.states[string(s.UID)] = st
+	}
+	st.subject = report.Subject{APIVersion: m.intern(s.APIVersion), Kind: m.intern(s.Kind), Namespace: m.intern(s.Namespace), Name: s.Name, UID: s.UID}
+	st.admission = reportPart{present: true, retained: true, sections: []section{sec}, results: sec.results,
+		ref: reportRef{gvr: gvr, namespace: s.Namespace, name: string(s.UID)}}
+	st.updated = m.opts.Now()
+}
+
+// dropRetained forgets the retained admission results of uid, whose
+// resource is gone. Callers hold m.mu.
+func (m *Merger) dropRetained(uid string) {
+	st := m.states[uid]
+	if st == nil || !st.admission.retained {
+		return
+	}
+	st.admission = reportPart{}
+	if !st.background.present {
+		delete(m.states, uid)
+	}
+}
+
+// afterMerge settles the admission part of uid once its final report is
+// written (or found right): the AdmissionReport merged is deleted, and its
+// results kept only while one of them is in the final report (admission
+// results all superseded by newer background ones need no keeping). An
+// AdmissionReport with a section that did not count is kept for
+// OrphanGrace since it last changed, the time the scan has to catch up with
+// a legitimate change of content (the section then counts); past that, the
+// section is a forged or failed request's, and goes with its report.
+func (m *Merger) afterMerge(ctx context.Context, uid string, merged *reportRef, retained, withheld bool, updated time.Time, final []wgv1alpha2.PolicyReportResult) error {
+	keep := slices.ContainsFunc(final, func(r wgv1alpha2.PolicyReportResult) bool {
+		return r.Properties[report.PropertyProcess] == report.ProcessAdmission
+	})
+	if merged == nil {
+		if retained && !keep {
+			m.mu.Lock()
+			m.dropRetained(uid)
+			m.mu.Unlock()
+		}
+		return nil
+	}
+	if withheld {
+		if wait := m.opts.OrphanGrace - m.opts.Now().Sub(updated); wait > 0 {
+			m.queue.AddAfter(uid, wait)
+			return nil
+		}
+	}
+	if err := m.deleteMerged(ctx, uid, *merged); err != nil {
+		return err
+	}
+	if !keep {
+		m.mu.Lock()
+		m.dropRetained(uid)
+		m.mu.Unlock()
+	}
+	return nil
+}

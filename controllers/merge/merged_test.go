@@ -1,0 +1,206 @@
+package merge
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tally-dev/tally/api/apiresources"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/report"
+)
+
+// storedAdmission is an AdmissionReport as the API server holds it.
+func storedAdmission(u *unstructured.Unstructured, uid, rv string) *unstructured.Unstructured {
+	u = u.DeepCopy()
+	u.SetUID(types.UID("ar-" + uid))
+	u.SetResourceVersion(rv)
+	return u
+}
+
+// finalResults reads the final report of u1 as "policy/rule=result process".
+func finalResults(t *testing.T, m *Merger) string {
+	t.Helper()
+	got, err := m.client.Resource(apiresources.PolicyReport).Namespace("ns").Get(context.Background(), "u1", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r wgv1alpha2.PolicyReport
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(got.Object, &r); err != nil {
+		t.Fatal(err)
+	}
+	s := ""
+	for _, e := range r.Results {
+		s += e.Policy + "/" + e.Rule + "=" + string(e.Result) + " " + e.Properties[report.PropertyProcess] + ";"
+	}
+	return s
+}
+
+func admissionReportExists(t *testing.T, m *Merger) bool {
+	t.Helper()
+	_, err := m.client.Resource(apiresources.AdmissionReport).Namespace("ns").Get(context.Background(), "u1", metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// R20: once the final report holds an AdmissionReport's results, the
+// AdmissionReport is deleted; results a scan cannot recompute (background:
+// false) stay in the final report through later merges, a forged review
+// (other content) does not erase them, and a restarted merger reads them
+// back from the final report and writes nothing.
+func TestMergedAdmissionReportsGoAndTheirResultsStay(t *testing.T) {
+	stored := podObject("a")
+	current, other := hashOf(t, stored), hashOf(t, podObject("forged"))
+	genuine := storedAdmission(intermediate("AdmissionReport", current, fail, 10), "1", "5")
+	client := fakeClient(stored.DeepCopy(), genuine.DeepCopy())
+	now := time.Unix(1000, 0)
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }})
+	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")} // admission only: no scan recomputes it
+	ctx := context.Background()
+	const want = "p/r=fail admission review;"
+
+	m.Upsert(ctx, apiresources.AdmissionReport, genuine)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, m); got != want {
+		t.Fatalf("final %q, want %q", got, want)
+	}
+	if admissionReportExists(t, m) {
+		t.Fatal("the AdmissionReport outlived its merge")
+	}
+	if got := testutil.ToFloat64(m.metrics.merged.WithLabelValues("admissionreports")); got != 1 {
+		t.Errorf("merged = %v, want 1", got)
+	}
+	// The watch tells the delete; a later merge (another policy's change)
+	// keeps the results and writes nothing.
+	m.Remove(ctx, apiresources.AdmissionReport, genuine)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, m); got != want {
+		t.Fatalf("after the delete: final %q, want %q", got, want)
+	}
+
+	// A forged review: a new report of made-up content. It withholds, is
+	// kept while the scan could still catch up, and then goes; the
+	// genuine result stays.
+	forged := storedAdmission(intermediate("AdmissionReport", other, pass, 20), "2", "9")
+	if _, err := client.Resource(apiresources.AdmissionReport).Namespace("ns").Create(ctx, forged, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.Upsert(ctx, apiresources.AdmissionReport, forged)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, m); got != want {
+		t.Fatalf("after a forged review: final %q, want %q", got, want)
+	}
+	if !admissionReportExists(t, m) {
+		t.Fatal("a report whose section did not count went before the scan could catch up")
+	}
+	now = now.Add(DefaultOrphanGrace)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if admissionReportExists(t, m) {
+		t.Fatal("the forged review's report outlived the grace")
+	}
+	if got := finalResults(t, m); got != want {
+		t.Fatalf("after the forged report went: final %q, want %q", got, want)
+	}
+	writes := testutil.ToFloat64(m.metrics.writes.WithLabelValues("create")) + testutil.ToFloat64(m.metrics.writes.WithLabelValues("update"))
+	if writes != 1 {
+		t.Errorf("%v final report writes, want 1", writes)
+	}
+
+	// A restarted merger: no AdmissionReport left, the result read back.
+	restarted := New(client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }})
+	if err := restarted.seed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted.policies = m.policies
+	if err := restarted.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, restarted); got != want {
+		t.Fatalf("after a restart: final %q, want %q", got, want)
+	}
+	if got := testutil.ToFloat64(restarted.metrics.writes.WithLabelValues("update")) + testutil.ToFloat64(restarted.metrics.writes.WithLabelValues("delete")); got != 0 {
+		t.Errorf("a restart with nothing changed wrote %v times", got)
+	}
+}
+
+// Admission results superseded by newer background results are not kept:
+// the AdmissionReport goes and nothing of it stays in memory.
+func TestSupersededAdmissionResultsAreNotKept(t *testing.T) {
+	stored := podObject("a")
+	current := hashOf(t, stored)
+	ar := storedAdmission(intermediate("AdmissionReport", current, pass, 10), "1", "5")
+	client := fakeClient(stored.DeepCopy(), ar.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry()})
+	m.policies = map[string]PolicyInfo{"p": pol(true, true, "r")}
+	ctx := context.Background()
+	m.Upsert(ctx, apiresources.AdmissionReport, ar)
+	m.Upsert(ctx, apiresources.BackgroundScanReport, intermediate("BackgroundScanReport", current, fail, 20))
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, m); got != "p/r=fail background scan;" {
+		t.Fatalf("final %q", got)
+	}
+	if admissionReportExists(t, m) {
+		t.Fatal("the AdmissionReport outlived its merge")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.states["u1"].admission.present {
+		t.Error("superseded admission results are kept")
+	}
+}
+
+// A kept admission result whose resource is gone is dropped by the orphan
+// check (its AdmissionReport is gone already: nothing else would tell).
+func TestRetainedAdmissionResultsOfAGoneResourceAreDropped(t *testing.T) {
+	stored := podObject("a")
+	ar := storedAdmission(intermediate("AdmissionReport", hashOf(t, stored), fail, 10), "1", "5")
+	client := fakeClient(stored.DeepCopy(), ar.DeepCopy())
+	now := time.Unix(1000, 0)
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }})
+	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+	ctx := context.Background()
+	m.Upsert(ctx, apiresources.AdmissionReport, ar)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace("ns").Delete(ctx, "app", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(DefaultOrphanGrace)
+	cands := m.orphanCandidates(now)
+	if len(cands) != 1 {
+		t.Fatalf("%d orphan candidates, want the resource with kept results", len(cands))
+	}
+	if err := m.checkOrphan(ctx, cands[0]); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.states["u1"] != nil {
+		t.Error("the kept results of a gone resource stay")
+	}
+}
