@@ -42,8 +42,7 @@ generate:
 	cp config/rbac/ingest-kyverno-reports/cluster_role.yaml charts/tally/files/rbac/ingest_kyverno_reports.yaml
 	cp config/crd/bases/*.yaml charts/tally/files/crd/
 	@# The beside-kyverno overlay lists its four intermediate CRDs as copies (kustomize loads no file outside an overlay's folder).
-	cp config/crd/bases/kyverno.io_admissionreports.yaml config/crd/bases/kyverno.io_clusteradmissionreports.yaml \
-	   config/crd/bases/kyverno.io_backgroundscanreports.yaml config/crd/bases/kyverno.io_clusterbackgroundscanreports.yaml config/overlays/beside-kyverno/crd/
+	cp config/crd/bases/kyverno.io_admissionreports.yaml config/crd/bases/kyverno.io_clusteradmissionreports.yaml config/overlays/beside-kyverno/crd/
 
 ## verify-generate: fail if the generated files are stale
 verify-generate: generate

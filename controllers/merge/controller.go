@@ -293,7 +293,8 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	var subject report.Subject
 	// merged is the AdmissionReport this merge includes: once the final
 	// report holds it, it is deleted (merged.go); retained says its results
-	// are kept from an earlier merge. withheld: a section did not count.
+	// are kept from an earlier merge. withheld: a section newer than those
+	// that count did not count (yet).
 	var merged *reportRef
 	var retained, withheld bool
 	var updated time.Time

@@ -204,3 +204,25 @@ func TestRetainedAdmissionResultsOfAGoneResourceAreDropped(t *testing.T) {
 		t.Error("the kept results of a gone resource stay")
 	}
 }
+
+// Sections of earlier content (the history of updates, older than the
+// section that counts) never count again: they do not hold the report back.
+func TestHistorySectionsDoNotHoldAReportBack(t *testing.T) {
+	stored := podObject("a")
+	current, earlier := hashOf(t, stored), hashOf(t, podObject("before"))
+	ar := storedAdmission(withSections(intermediate("AdmissionReport", current, fail, 20), earlier, pass, 10), "1", "5")
+	client := fakeClient(stored.DeepCopy(), ar.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry()})
+	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+	ctx := context.Background()
+	m.Upsert(ctx, apiresources.AdmissionReport, ar)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, m); got != "p/r=fail admission review;" {
+		t.Fatalf("final %q", got)
+	}
+	if admissionReportExists(t, m) {
+		t.Fatal("an AdmissionReport with only older sections besides the one that counts was kept")
+	}
+}

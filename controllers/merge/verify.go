@@ -140,8 +140,10 @@ func unverifiable(err error) bool {
 
 // admissionResults are the admission results that count now (see above),
 // compact, and the hash of the content they are bound to ("" for results
-// that carry none), and whether a section was withheld. It remembers the
-// last results that counted. Callers hold m.mu.
+// that carry none), and whether a section newer than those that count was
+// withheld: one the scan may still catch up with (a section older than the
+// one that counts is the history of earlier content, which never counts
+// again). It remembers the last results that counted. Callers hold m.mu.
 func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string, bool) {
 	a := &st.admission
 	if !a.present || len(a.sections) == 0 {
@@ -160,8 +162,8 @@ func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string, b
 	}
 	exists := st.background.present || (verified && a.contentHash != "")
 	var out []compactResult
-	counted, withheld := "", false
-	for _, s := range a.sections {
+	counted, withheld, pending := "", false, false
+	for _, s := range a.sections { // newest first
 		switch {
 		case s.hash == "":
 			if exists {
@@ -183,6 +185,7 @@ func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string, b
 			a.lastGood, a.lastGoodHash = s.results, s.hash
 		default:
 			withheld = true
+			pending = pending || counted == ""
 		}
 	}
 	if withheld {
@@ -192,5 +195,5 @@ func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string, b
 		out = append(out, a.lastGood...)
 		counted = current
 	}
-	return out, counted, withheld
+	return out, counted, pending
 }

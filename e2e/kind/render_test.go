@@ -91,7 +91,7 @@ func TestRenderOverlays(t *testing.T) {
 		}
 		return m
 	}
-	standalone := with(map[string]int{"CustomResourceDefinition": 15, "Role": 2, "RoleBinding": 2, "Service": 3, "ValidatingWebhookConfiguration": 1})
+	standalone := with(map[string]int{"CustomResourceDefinition": 13, "Role": 2, "RoleBinding": 2, "Service": 3, "ValidatingWebhookConfiguration": 1})
 	for _, tc := range []struct {
 		overlay string
 		kinds   map[string]int
@@ -99,7 +99,7 @@ func TestRenderOverlays(t *testing.T) {
 	}{
 		{"standalone", standalone, "ghcr.io/tally-dev/tally:0.1.0"},
 		{"kind", standalone, Image},
-		{"beside-kyverno", with(map[string]int{"CustomResourceDefinition": 4, "Role": 1, "RoleBinding": 1, "Service": 2}), "ghcr.io/tally-dev/tally:0.1.0"},
+		{"beside-kyverno", with(map[string]int{"CustomResourceDefinition": 2, "Role": 1, "RoleBinding": 1, "Service": 2}), "ghcr.io/tally-dev/tally:0.1.0"},
 	} {
 		t.Run(tc.overlay, func(t *testing.T) {
 			objs := render(t, tc.overlay)
@@ -140,11 +140,10 @@ func TestRenderOverlays(t *testing.T) {
 					}
 				}
 				// Kyverno 1.13+ has no kind to hold tally's intermediate
-				// reports: the overlay installs exactly those four CRDs, and
+				// reports: the overlay installs exactly those two CRDs, and
 				// none that Kyverno ships.
 				intermediate := map[string]bool{
 					"admissionreports.kyverno.io": true, "clusteradmissionreports.kyverno.io": true,
-					"backgroundscanreports.kyverno.io": true, "clusterbackgroundscanreports.kyverno.io": true,
 				}
 				for _, o := range objs {
 					if o.GetKind() == "CustomResourceDefinition" {
@@ -273,7 +272,7 @@ func sameObjects(kubectl, pinned []*unstructured.Unstructured) []string {
 	return diffs
 }
 
-// TestBesideKyvernoCRDsAreCopies: the overlay lists its four CRDs from
+// TestBesideKyvernoCRDsAreCopies: the overlay lists its two CRDs from
 // crd/ (kustomize loads no file outside the overlay's folder); each must be
 // the generated file of config/crd/bases, byte for byte.
 func TestBesideKyvernoCRDsAreCopies(t *testing.T) {
@@ -286,8 +285,8 @@ func TestBesideKyvernoCRDsAreCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 4 {
-		t.Errorf("%s holds %d files, want the 4 intermediate report CRDs", dir, len(entries))
+	if len(entries) != 2 {
+		t.Errorf("%s holds %d files, want the 2 AdmissionReport CRDs", dir, len(entries))
 	}
 	for _, e := range entries {
 		copied, err := os.ReadFile(filepath.Join(dir, e.Name()))

@@ -68,10 +68,11 @@ client-side dry runs see no cluster: they render every CRD of the mode.
 {{- $install := list }}
 {{- $foreign := list }}
 {{- if .Values.crds.install }}
-{{- $intermediate := list "kyverno.io_admissionreports.yaml" "kyverno.io_clusteradmissionreports.yaml" "kyverno.io_backgroundscanreports.yaml" "kyverno.io_clusterbackgroundscanreports.yaml" }}
+{{- $intermediate := list "kyverno.io_admissionreports.yaml" "kyverno.io_clusteradmissionreports.yaml" }}
 {{- range $path, $_ := .Files.Glob "files/crd/*.yaml" }}
 {{- $base := base $path }}
-{{- if and (not (hasPrefix "reports.kyverno.io_" $base)) (or (not $beside) (has $base $intermediate)) }}
+{{- /* BackgroundScanReports never reach the API server: no CRD for them. */}}
+{{- if and (not (hasPrefix "reports.kyverno.io_" $base)) (not (hasSuffix "backgroundscanreports.yaml" $base)) (or (not $beside) (has $base $intermediate)) }}
 {{- /* controller-gen names the file <group>_<plural>.yaml; the CRD is <plural>.<group>. */}}
 {{- $parts := splitn "_" 2 (trimSuffix ".yaml" $base) }}
 {{- $name := printf "%s.%s" $parts._1 $parts._0 }}
