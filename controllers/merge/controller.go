@@ -84,6 +84,9 @@ type Merger struct {
 	// list of a kind can tell gone).
 	policyKinds map[string]schema.GroupVersionResource
 	written     map[string]writtenReport
+	// seeds are the results of the final reports read at start-up, until
+	// every kind is listed (merged.go).
+	seeds map[string]seed
 	// strings and metas hold the one copy of repeated values (state.go).
 	strings map[string]string
 	metas   map[string]*resultMeta
@@ -168,6 +171,7 @@ func (m *Merger) reset() {
 	m.policies = map[string]PolicyInfo{}
 	m.policyKinds = map[string]schema.GroupVersionResource{}
 	m.written = map[string]writtenReport{}
+	m.seeds = nil
 }
 
 var watched = []schema.GroupVersionResource{
@@ -323,7 +327,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	// done deletes the AdmissionReport merged, now that the final report
 	// holds what counts of it (merged.go).
 	done := func() error {
-		return m.afterMerge(ctx, uid, merged, retained, withheld, updated, results)
+		return m.afterMerge(ctx, uid, merged, retained, withheld, updated, chosenFrom(results, in.Admission))
 	}
 	if len(results) == 0 {
 		if !hadReport {
@@ -400,8 +404,9 @@ func (m *Merger) seed(ctx context.Context) error {
 				m.mu.Lock()
 				m.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d}
 				// Admission results live on in the final report once their
-				// AdmissionReport is deleted: read back.
-				m.seedAdmission(&r, s)
+				// AdmissionReport is deleted: read back (seedAdmission, once
+				// the policies are listed).
+				m.keepSeed(&r, s)
 				m.mu.Unlock()
 			}
 			if opts.Continue = list.GetContinue(); opts.Continue == "" {

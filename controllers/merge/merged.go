@@ -101,38 +101,66 @@ func carryRetained(prev *reportPart, next []section) []section {
 // the content the resource has while it exists (verify.go).
 const seededHash = "(final report)"
 
-// seedAdmission keeps the admission results of a final report read at
-// start-up as a retained part of its resource. Callers hold m.mu (or run
-// before the watches start).
-func (m *Merger) seedAdmission(r *wgv1alpha2.PolicyReport, s report.Subject) {
-	var results []wgv1alpha2.PolicyReportResult
-	for _, e := range r.Results {
-		if e.Properties[report.PropertyProcess] == report.ProcessAdmission {
-			results = append(results, e)
-		}
-	}
-	if len(results) == 0 {
+// seed is what a final report read at start-up holds, until the policies
+// are listed (seedAdmission).
+type seed struct {
+	subject report.Subject
+	results []compactResult
+}
+
+// keepSeed holds the results of a final report read at start-up until the
+// policies are listed. Callers hold m.mu.
+func (m *Merger) keepSeed(r *wgv1alpha2.PolicyReport, s report.Subject) {
+	if len(r.Results) == 0 {
 		return
 	}
-	gvr := apiresources.AdmissionReport
-	if s.Namespace == "" {
-		gvr = apiresources.ClusterAdmissionReport
+	if m.seeds == nil {
+		m.seeds = map[string]seed{}
 	}
-	sec := section{hash: seededHash, results: m.compact(results)}
-	for _, e := range results {
-		if newer(e, wgv1alpha2.PolicyReportResult{Timestamp: sec.newest}) {
-			sec.newest = e.Timestamp
+	m.seeds[string(s.UID)] = seed{subject: s, results: m.compact(r.Results)}
+}
+
+// seedAdmission keeps, as retained admission parts, the results of the final
+// reports read at start-up that no scan recomputes: those of policies with
+// background off, and those marked as admission results. (Their process
+// property alone cannot tell: Kyverno derives it from the policy's
+// background setting.) Callers hold m.mu, once every kind is listed.
+func (m *Merger) seedAdmission() {
+	for uid, sd := range m.seeds {
+		var kept []compactResult
+		for _, r := range sd.results {
+			info, known := m.policies[PolicyKey(r.meta.source, r.meta.policy)]
+			if r.meta.properties[report.PropertyProcess] == report.ProcessAdmission || (known && !info.Background) {
+				kept = append(kept, r)
+			}
 		}
+		if len(kept) == 0 {
+			continue
+		}
+		s := sd.subject
+		gvr := apiresources.AdmissionReport
+		if s.Namespace == "" {
+			gvr = apiresources.ClusterAdmissionReport
+		}
+		sec := section{hash: seededHash, results: kept}
+		for _, r := range kept {
+			if r.seconds > sec.newest.Seconds || (r.seconds == sec.newest.Seconds && r.nanos > sec.newest.Nanos) {
+				sec.newest = metav1.Timestamp{Seconds: r.seconds, Nanos: r.nanos}
+			}
+		}
+		st := m.states[uid]
+		if st == nil {
+			st = &resourceState{subject: report.Subject{APIVersion: m.intern(s.APIVersion), Kind: m.intern(s.Kind), Namespace: m.intern(s.Namespace), Name: s.Name, UID: s.UID}}
+			m.states[uid] = st
+		}
+		if st.admission.present {
+			continue // a report of the resource is here already: it is merged, and carries what counts
+		}
+		st.admission = reportPart{present: true, retained: true, sections: []section{sec}, results: kept,
+			ref: reportRef{gvr: gvr, namespace: s.Namespace, name: uid}}
+		st.updated = m.opts.Now()
 	}
-	st := m.states[string(s.UID)]
-	if st == nil {
-		st = &resourceState{}
-		m.states[string(s.UID)] = st
-	}
-	st.subject = report.Subject{APIVersion: m.intern(s.APIVersion), Kind: m.intern(s.Kind), Namespace: m.intern(s.Namespace), Name: s.Name, UID: s.UID}
-	st.admission = reportPart{present: true, retained: true, sections: []section{sec}, results: sec.results,
-		ref: reportRef{gvr: gvr, namespace: s.Namespace, name: string(s.UID)}}
-	st.updated = m.opts.Now()
+	m.seeds = nil
 }
 
 // dropRetained forgets the retained admission results of uid, whose
@@ -148,18 +176,37 @@ func (m *Merger) dropRetained(uid string) {
 	}
 }
 
+// chosenFrom says whether a final result is one of admission's (the merge
+// chose it over the background results). It goes by the result itself, not
+// by its process property, which Kyverno derives from the policy's
+// background setting rather than from where the result came from.
+func chosenFrom(final, admission []wgv1alpha2.PolicyReportResult) bool {
+	if len(admission) == 0 {
+		return false
+	}
+	// The rule and the time: the merge may turn a fail into a warn (R24).
+	type key struct {
+		source, policy, rule string
+		at                   metav1.Timestamp
+	}
+	from := make(map[key]bool, len(admission))
+	for _, r := range admission {
+		from[key{r.Source, r.Policy, r.Rule, r.Timestamp}] = true
+	}
+	return slices.ContainsFunc(final, func(r wgv1alpha2.PolicyReportResult) bool {
+		return from[key{r.Source, r.Policy, r.Rule, r.Timestamp}]
+	})
+}
+
 // afterMerge settles the admission part of uid once its final report is
 // written (or found right): the AdmissionReport merged is deleted, and its
-// results kept only while one of them is in the final report (admission
+// results kept only while one of them is in the final report (keep) (admission
 // results all superseded by newer background ones need no keeping). An
 // AdmissionReport with a section that did not count is kept for
 // OrphanGrace since it last changed, the time the scan has to catch up with
 // a legitimate change of content (the section then counts); past that, the
 // section is a forged or failed request's, and goes with its report.
-func (m *Merger) afterMerge(ctx context.Context, uid string, merged *reportRef, retained, withheld bool, updated time.Time, final []wgv1alpha2.PolicyReportResult) error {
-	keep := slices.ContainsFunc(final, func(r wgv1alpha2.PolicyReportResult) bool {
-		return r.Properties[report.PropertyProcess] == report.ProcessAdmission
-	})
+func (m *Merger) afterMerge(ctx context.Context, uid string, merged *reportRef, retained, withheld bool, updated time.Time, keep bool) error {
 	if merged == nil {
 		if retained && !keep {
 			m.mu.Lock()

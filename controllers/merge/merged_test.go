@@ -134,6 +134,9 @@ func TestMergedAdmissionReportsGoAndTheirResultsStay(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted.policies = m.policies
+	restarted.mu.Lock()
+	restarted.seedAdmission() // once every kind is listed
+	restarted.mu.Unlock()
 	if err := restarted.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -224,5 +227,46 @@ func TestHistorySectionsDoNotHoldAReportBack(t *testing.T) {
 	}
 	if admissionReportExists(t, m) {
 		t.Fatal("an AdmissionReport with only older sections besides the one that counts was kept")
+	}
+}
+
+// A restarted merger keeps, from the final reports, the results no scan
+// recomputes: those of policies with background off, whatever their process
+// property says (Kyverno derives it from the policy's background setting),
+// and those marked as admission results; not the background ones.
+func TestSeedKeepsTheResultsNoScanRecomputes(t *testing.T) {
+	s := report.Subject{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "app", UID: "u1"}
+	withProcess := func(r wgv1alpha2.PolicyReportResult, p string) wgv1alpha2.PolicyReportResult {
+		r.Properties = map[string]string{report.PropertyProcess: p}
+		return r
+	}
+	polr, _ := report.Final(s, []wgv1alpha2.PolicyReportResult{
+		withProcess(res("admission-only", "r", fail, 10), report.ProcessBackground), // Kyverno's label for it
+		withProcess(res("both", "r", pass, 11), report.ProcessAdmission),
+		withProcess(res("both", "other", fail, 12), report.ProcessBackground),
+	})
+	polr.Labels[report.LabelManagedBy] = report.ManagedBy
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(polr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(fakeClient(&unstructured.Unstructured{Object: obj}), Options{Registry: prometheus.NewRegistry()})
+	if err := m.seed(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.policies = map[string]PolicyInfo{"admission-only": pol(false, true, "r"), "both": pol(true, true, "r", "other")}
+	m.seedAdmission()
+	st := m.states["u1"]
+	if st == nil || !st.admission.retained {
+		t.Fatalf("no kept admission results: %+v", st)
+	}
+	got := map[string]bool{}
+	for _, r := range st.admission.results {
+		got[r.meta.policy+"/"+r.meta.rule] = true
+	}
+	if len(got) != 2 || !got["admission-only/r"] || !got["both/r"] {
+		t.Errorf("kept %v, want admission-only/r and both/r", got)
 	}
 }

@@ -286,6 +286,7 @@ func (m *Merger) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
 			return
 		}
 	}
+	m.seedAdmission()
 	for uid := range m.written {
 		if m.states[uid] == nil {
 			m.queue.Add(uid)
