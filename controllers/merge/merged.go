@@ -153,8 +153,14 @@ func (m *Merger) seedAdmission() {
 			st = &resourceState{subject: report.Subject{APIVersion: m.intern(s.APIVersion), Kind: m.intern(s.Kind), Namespace: m.intern(s.Namespace), Name: s.Name, UID: s.UID}}
 			m.states[uid] = st
 		}
-		if st.admission.present {
-			continue // a report of the resource is here already: it is merged, and carries what counts
+		if a := &st.admission; a.present {
+			// A report of the resource came while the merger was down (a
+			// forged review's, say): the results read back count beside it
+			// unless a newer section of it counts (verify.go).
+			a.sections = append(a.sections, sec)
+			sortNewestFirst(a.sections)
+			a.results = append(a.results, kept...)
+			continue
 		}
 		st.admission = reportPart{present: true, retained: true, sections: []section{sec}, results: kept,
 			ref: reportRef{gvr: gvr, namespace: s.Namespace, name: uid}}

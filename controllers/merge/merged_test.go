@@ -270,3 +270,38 @@ func TestSeedKeepsTheResultsNoScanRecomputes(t *testing.T) {
 		t.Errorf("kept %v, want admission-only/r and both/r", got)
 	}
 }
+
+// A merger that starts while a forged review's AdmissionReport is in the
+// API server (the genuine one merged and deleted before) keeps the genuine
+// result read back from the final report.
+func TestSeededResultsSurviveAForgedReportFoundAtStartUp(t *testing.T) {
+	stored := podObject("a")
+	other := hashOf(t, podObject("forged"))
+	s := report.Subject{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "app", UID: "u1"}
+	genuine := res("p", "r", fail, 10)
+	genuine.Properties = map[string]string{report.PropertyProcess: report.ProcessAdmission}
+	polr, _ := report.Final(s, []wgv1alpha2.PolicyReportResult{genuine})
+	polr.Labels[report.LabelManagedBy] = report.ManagedBy
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(polr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := storedAdmission(intermediate("AdmissionReport", other, pass, 20), "2", "9")
+	client := fakeClient(stored.DeepCopy(), forged.DeepCopy(), &unstructured.Unstructured{Object: obj})
+	m := New(client, Options{Registry: prometheus.NewRegistry()})
+	ctx := context.Background()
+	if err := m.seed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+	m.Upsert(ctx, apiresources.AdmissionReport, forged) // listed before the policies are all in
+	m.mu.Lock()
+	m.seedAdmission()
+	m.mu.Unlock()
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, m); got != "p/r=fail admission review;" {
+		t.Fatalf("final %q, want the genuine fail", got)
+	}
+}

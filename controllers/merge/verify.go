@@ -171,8 +171,9 @@ func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string, b
 			}
 		case s.hash == seededHash:
 			// Read back from the final report (merged.go): verified before
-			// it was written, they count for the content the resource has.
-			if exists {
+			// it was written, they count for the content the resource has,
+			// unless a newer section counts.
+			if exists && counted == "" {
 				out = append(out, s.results...)
 				if current != "" {
 					counted = current

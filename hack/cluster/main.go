@@ -94,7 +94,8 @@ processes against it by hand, each in its own terminal:
   go run ./cmd/tally-merger  --kubeconfig %[1]s --namespace tally-system --leader-elect=false --listen=:8081
 
 then create policies and resources (kubectl apply -f config/samples/policies -f config/samples/resources
-after creating their namespaces) and read the reports: kubectl get polr -A.
+after creating their namespaces) and read the reports: kubectl get polr -A; what the scanner
+hands the merger on loopback: kubectl --server http://127.0.0.1:8095 get bgscanr -A.
 (--webhook-listen= leaves the admission webhook off: the API server would need to reach it.)
 `, kc)
 			return nil
