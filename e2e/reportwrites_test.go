@@ -142,9 +142,9 @@ func TestLongGVRResourcesAreReported(t *testing.T) {
 		}).
 		Assess("the scanner writes its BackgroundScanReport with group, version and kind labels", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			waitForResults(ctx, t, cfg, cr, map[string]string{policy.Name + "/team": "fail"})
-			bg, _, err := backgroundReport(ns, string(cr.GetUID()))
-			if err != nil {
-				t.Fatal(err)
+			bg, found, err := backgroundReport(ns, string(cr.GetUID()))
+			if err != nil || !found {
+				t.Fatalf("the scanner holds no report of the custom resource (%v)", err)
 			}
 			want := map[string]string{
 				report.LabelResourceGroup: longGVR.Group, report.LabelResourceVersion: longGVR.Version, report.LabelResourceKind: longKind,

@@ -291,9 +291,9 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request, f filter) {
 				}
 				writeEvent(bw, typ, e.obj.body)
 			}
-			h.setCursor(&cursor, e.rv)
 		}
 		if len(evs) > 0 {
+			h.setCursor(&cursor, evs[len(evs)-1].rv) // once a batch: the lag metric reads it
 			if !send() {
 				return
 			}

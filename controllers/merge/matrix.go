@@ -3,6 +3,7 @@ package merge
 import (
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/report"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // PolicyInfo is what the merge needs to know of a current policy.
@@ -129,9 +130,12 @@ func Merge(in Input) []wgv1alpha2.PolicyReportResult {
 }
 
 // newer reports whether a is strictly newer than b.
-func newer(a, b wgv1alpha2.PolicyReportResult) bool {
-	if a.Timestamp.Seconds != b.Timestamp.Seconds {
-		return a.Timestamp.Seconds > b.Timestamp.Seconds
+func newer(a, b wgv1alpha2.PolicyReportResult) bool { return after(a.Timestamp, b.Timestamp) }
+
+// after reports whether timestamp a is strictly later than b.
+func after(a, b metav1.Timestamp) bool {
+	if a.Seconds != b.Seconds {
+		return a.Seconds > b.Seconds
 	}
-	return a.Timestamp.Nanos > b.Timestamp.Nanos
+	return a.Nanos > b.Nanos
 }

@@ -25,9 +25,10 @@ import (
 // review can no more erase the results of the content the resource has
 // than it could while the report was kept. After a restart the merger reads
 // them back from the final reports themselves (seedAdmission): the results
-// of `process: admission review` are exactly those a scan cannot
-// recompute. A retained part is dropped when its resource is found gone
-// (the orphan check).
+// marked `process: admission review`, and those of policies with background
+// off. A retained part is dropped when none of its results is in the final
+// report any more (afterMerge) and when its resource is found gone (the
+// orphan check).
 
 // deleteMerged deletes the AdmissionReport ref, which the final report of
 // uid now holds, unless it changed since (its resourceVersion is a
@@ -144,8 +145,8 @@ func (m *Merger) seedAdmission() {
 		}
 		sec := section{hash: seededHash, results: kept}
 		for _, r := range kept {
-			if r.seconds > sec.newest.Seconds || (r.seconds == sec.newest.Seconds && r.nanos > sec.newest.Nanos) {
-				sec.newest = metav1.Timestamp{Seconds: r.seconds, Nanos: r.nanos}
+			if at := (metav1.Timestamp{Seconds: r.seconds, Nanos: r.nanos}); after(at, sec.newest) {
+				sec.newest = at
 			}
 		}
 		st := m.states[uid]
@@ -169,8 +170,8 @@ func (m *Merger) seedAdmission() {
 	m.seeds = nil
 }
 
-// dropRetained forgets the retained admission results of uid, whose
-// resource is gone. Callers hold m.mu.
+// dropRetained forgets the retained admission results of uid: superseded,
+// or their resource is gone. Callers hold m.mu.
 func (m *Merger) dropRetained(uid string) {
 	st := m.states[uid]
 	if st == nil || !st.admission.retained {

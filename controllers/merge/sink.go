@@ -164,7 +164,7 @@ func (m *Merger) sections(results []wgv1alpha2.PolicyReportResult, labelHash str
 	for i, s := range split {
 		out[i] = section{hash: m.intern(s.Hash), results: m.compact(s.Results)}
 		for _, r := range s.Results {
-			if r.Timestamp.Seconds > out[i].newest.Seconds || (r.Timestamp.Seconds == out[i].newest.Seconds && r.Timestamp.Nanos > out[i].newest.Nanos) {
+			if after(r.Timestamp, out[i].newest) {
 				out[i].newest = r.Timestamp
 			}
 		}
