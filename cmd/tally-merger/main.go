@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -151,14 +152,15 @@ func (p *paired) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	for {
 		log.Info("waiting for the scanner beside the merger to be ready", "url", p.readyURL)
-		if !p.waitReady(ctx) {
+		incarnation, ok := p.waitReady(ctx)
+		if !ok {
 			return nil
 		}
 		runCtx, cancel := context.WithCancel(ctx)
 		stopped := make(chan struct{})
 		go func() {
 			defer close(stopped)
-			p.watchReady(runCtx, cancel)
+			p.watchReady(runCtx, cancel, incarnation)
 		}()
 		p.running.Store(true)
 		err := p.merger.Run(runCtx)
@@ -174,35 +176,46 @@ func (p *paired) Run(ctx context.Context) error {
 
 func (p *paired) Synced() bool { return !p.running.Load() || p.merger.Synced() }
 
-func (p *paired) ready(ctx context.Context) bool {
+// ready probes the scanner: whether it is ready, and which run of it
+// answered (its hand-over's incarnation).
+func (p *paired) ready(ctx context.Context) (string, bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.readyURL, nil)
 	if err != nil {
-		return false
+		return "", false
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return false
+		return "", false
 	}
-	_ = resp.Body.Close() // nothing read: a failed close loses nothing
-	return resp.StatusCode == http.StatusOK
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256))
+	_ = resp.Body.Close() // read already: a failed close loses nothing
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", false
+	}
+	return strings.TrimSpace(strings.TrimPrefix(string(body), "ok")), true
 }
 
-// waitReady polls until the scanner is ready; false when ctx ended first.
-func (p *paired) waitReady(ctx context.Context) bool {
+// waitReady polls until the scanner is ready and returns its incarnation;
+// false when ctx ended first.
+func (p *paired) waitReady(ctx context.Context) (string, bool) {
 	t := time.NewTicker(readyProbeEvery / 2)
 	defer t.Stop()
-	for !p.ready(ctx) {
+	for {
+		if id, ok := p.ready(ctx); ok {
+			return id, true
+		}
 		select {
 		case <-ctx.Done():
-			return false
+			return "", false
 		case <-t.C:
 		}
 	}
-	return true
 }
 
-// watchReady calls stop after readyFailures failed probes in a row.
-func (p *paired) watchReady(ctx context.Context, stop context.CancelFunc) {
+// watchReady calls stop after readyFailures failed probes in a row, or at
+// once when another run of the scanner answers (one that restarted between
+// two probes): the merger then starts afresh from what that run scanned.
+func (p *paired) watchReady(ctx context.Context, stop context.CancelFunc, incarnation string) {
 	t := time.NewTicker(readyProbeEvery)
 	defer t.Stop()
 	failures := 0
@@ -212,7 +225,12 @@ func (p *paired) watchReady(ctx context.Context, stop context.CancelFunc) {
 			return
 		case <-t.C:
 		}
-		if p.ready(ctx) {
+		id, ok := p.ready(ctx)
+		if ok && id != incarnation {
+			stop()
+			return
+		}
+		if ok {
 			failures = 0
 			continue
 		}

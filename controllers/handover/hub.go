@@ -71,6 +71,10 @@ type Hub struct {
 	maxBytes  int
 	metrics   *metrics
 
+	// incarnation tells this Hub from the one of an earlier run of the
+	// scanner (its first resource version); /readyz answers it.
+	incarnation string
+
 	mu      sync.Mutex
 	rv      uint64
 	objects map[key]*object
@@ -111,7 +115,7 @@ func New(o Options) *Hub {
 	// of an earlier incarnation (a restarted scanner) is below every
 	// version this one holds, and a watch from it is answered Gone.
 	base := uint64(o.Now().UnixMicro())
-	h := &Hub{now: o.Now, maxEvents: o.MaxEvents, maxBytes: o.MaxEventBytes, objects: map[key]*object{}, watchers: map[*uint64]struct{}{}, rv: base, first: base + 1,
+	h := &Hub{incarnation: strconv.FormatUint(base, 10), now: o.Now, maxEvents: o.MaxEvents, maxBytes: o.MaxEventBytes, objects: map[key]*object{}, watchers: map[*uint64]struct{}{}, rv: base, first: base + 1,
 		changed: make(chan struct{}), ready: make(chan struct{})}
 	h.metrics = newMetrics(o.Registry, h)
 	return h

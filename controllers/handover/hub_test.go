@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -215,5 +216,27 @@ func TestDiscoveryForKubectl(t *testing.T) {
 	groups, err := d.ServerGroups()
 	if err != nil || groups.Groups[len(groups.Groups)-1].Name != Group {
 		t.Fatalf("groups %+v %v", groups, err)
+	}
+}
+
+// /readyz names the Hub's incarnation, so the merger tells a scanner that
+// restarted between two probes from the one it read.
+func TestReadyzNamesTheIncarnation(t *testing.T) {
+	probe := func(h *Hub) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	first := New(Options{})
+	if code, _ := probe(first); code != 503 {
+		t.Fatalf("not ready yet: %d, want 503", code)
+	}
+	first.SetReady()
+	later := New(Options{Now: func() time.Time { return time.Now().Add(time.Second) }})
+	later.SetReady()
+	c1, b1 := probe(first)
+	c2, b2 := probe(later)
+	if c1 != 200 || c2 != 200 || b1 == b2 || !strings.HasPrefix(b1, "ok ") {
+		t.Fatalf("readyz %d %q and %d %q: want ok and two incarnations", c1, b1, c2, b2)
 	}
 }

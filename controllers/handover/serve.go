@@ -79,7 +79,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case len(parts) == 1 && (parts[0] == "readyz" || parts[0] == "healthz"):
 		select {
 		case <-h.ready:
-			_, _ = w.Write([]byte("ok")) // a probe that went away needs no answer
+			// The incarnation tells the merger a restarted scanner from the
+			// one it read.
+			_, _ = w.Write([]byte("ok " + h.incarnation)) // a probe that went away needs no answer
 		default:
 			http.Error(w, "the scanner has not scanned everything yet", http.StatusServiceUnavailable)
 		}
