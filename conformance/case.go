@@ -40,8 +40,13 @@ type Case struct {
 	// tally as any case, and against another implementation a failure is
 	// reported as "extension", not as a failure.
 	Extension *Extension `json:"extension,omitempty"`
-	Given     Given      `json:"given"`
-	Steps     []Step     `json:"steps"`
+	// IntermediatesKept says why the case may end with an intermediate
+	// report still in the API server (a forged review's AdmissionReport
+	// waits --orphan-grace for the scan to catch up); every other case ends
+	// with none of the case's resources (R20).
+	IntermediatesKept string `json:"intermediatesKept,omitempty"`
+	Given             Given  `json:"given"`
+	Steps             []Step `json:"steps"`
 }
 
 // Extension says why a case goes beyond Kyverno's documented behaviour.

@@ -272,7 +272,7 @@ func (x *run) checkIntermediate(ctx context.Context, e IntermediateExpectation) 
 	}
 	resource := map[string]string{"AdmissionReport": "admissionreports", "BackgroundScanReport": "backgroundscanreports"}[e.Kind]
 	gvr := kyvernov2.GroupVersion.WithResource(resource)
-	opts := metav1.ListOptions{LabelSelector: "audit.kyverno.io/resource.uid=" + string(uid)}
+	opts := metav1.ListOptions{LabelSelector: labelResourceUID + "=" + string(uid)}
 	var list *unstructured.UnstructuredList
 	if namespaced && e.For.Namespace != "" {
 		list, err = x.dyn.Resource(gvr).Namespace(e.For.Namespace).List(ctx, opts)

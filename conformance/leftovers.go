@@ -16,22 +16,30 @@ import (
 )
 
 // gvrEphemeralReports are the reports Kyverno's admission controller writes.
+// labelResourceUID names the resource of an intermediate report.
+const labelResourceUID = "audit.kyverno.io/resource.uid"
+
 var gvrEphemeralReports = schema.GroupVersionResource{Group: "reports.kyverno.io", Version: "v1", Resource: "ephemeralreports"}
 
-// reportKinds are the report kinds whose objects are counted at the end of
-// a run, by resource name.
-var reportKinds = []schema.GroupVersionResource{
+// intermediateKinds are the kinds of intermediate reports, none of which
+// outlives its merge (R20).
+var intermediateKinds = []schema.GroupVersionResource{
 	gvrEphemeralReports,
 	{Group: "reports.kyverno.io", Version: "v1", Resource: "clusterephemeralreports"},
 	{Group: "kyverno.io", Version: "v2", Resource: "admissionreports"},
 	{Group: "kyverno.io", Version: "v2", Resource: "clusteradmissionreports"},
 	{Group: "kyverno.io", Version: "v2", Resource: "backgroundscanreports"},
 	{Group: "kyverno.io", Version: "v2", Resource: "clusterbackgroundscanreports"},
+}
+
+// reportKinds are the report kinds whose objects are counted at the end of
+// a run, by resource name.
+var reportKinds = append(slices.Clone(intermediateKinds), []schema.GroupVersionResource{
 	{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"},
 	{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "clusterpolicyreports"},
 	{Group: "openreports.io", Version: "v1alpha1", Resource: "reports"},
 	{Group: "openreports.io", Version: "v1alpha1", Resource: "clusterreports"},
-}
+}...)
 
 // ReportCounts counts the report objects of the cluster, by resource (a
 // kind the cluster does not serve is left out), and names up to five of

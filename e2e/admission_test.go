@@ -27,8 +27,6 @@ import (
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
-	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
-	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/admission"
 	"github.com/tally-dev/tally/report"
 )
@@ -75,8 +73,7 @@ func startBridge(t *testing.T, cfg *rest.Config, secretNamespace, configuration 
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The webhook and the ingestion of Kyverno's reports write through one
-	// recorder, as in tally-scanner.
+	// The webhook writes through a recorder of its own, as in tally-scanner.
 	reg := prometheus.NewRegistry()
 	rec := admission.NewRecorder(dyn, admission.RecorderOptions{FlushInterval: 200 * time.Millisecond, Registry: reg})
 	opts := admission.Options{
@@ -87,13 +84,11 @@ func startBridge(t *testing.T, cfg *rest.Config, secretNamespace, configuration 
 		o(&opts)
 	}
 	b := admission.New(dyn, kube, memory.NewMemCacheClient(disc), opts)
-	in := admission.NewIngester(dyn, memory.NewMemCacheClient(disc), rec)
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 1})))
 	rb := &runningBridge{bridge: b, cancel: cancel, done: make(chan error, 1), reg: reg}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); rec.Run(ctx) }()
-	go func() { defer wg.Done(); _ = in.Run(ctx) }()
 	go func() { err := b.Run(ctx); cancel(); wg.Wait(); rb.done <- err }()
 	if err := wait.For(func(context.Context) (bool, error) { return b.Addr() != "", nil },
 		wait.WithTimeout(60*time.Second), wait.WithInterval(100*time.Millisecond)); err != nil {
@@ -368,44 +363,6 @@ func TestAdmissionBridge(t *testing.T) {
 			}
 			if len(list.Items) != 2 {
 				t.Errorf("%d AdmissionReports in %s, want 2 (audited, later)", len(list.Items), ns)
-			}
-			return ctx
-		}).
-		Assess("a Kyverno admission controller's reports are folded in and deleted", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			uid := admitted.UID
-			owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: admitted.Name, UID: uid}
-			future := metav1.Timestamp{Seconds: time.Now().Add(time.Hour).Unix()}
-			legacy := &kyvernov2.AdmissionReport{
-				ObjectMeta: metav1.ObjectMeta{GenerateName: "kyverno-", Namespace: ns,
-					Labels: map[string]string{report.LabelResourceUID: string(uid), "cpol.kyverno.io/adm-kyverno": "3"}},
-				Spec: kyvernov2.ReportSpec{Owner: owner, Results: []wgv1alpha2.PolicyReportResult{
-					{Policy: "adm-kyverno", Rule: "r", Result: wgv1alpha2.ResultPass, Source: "kyverno", Timestamp: future}}},
-			}
-			ephemeral := &reportsv1.EphemeralReport{
-				ObjectMeta: metav1.ObjectMeta{GenerateName: "eph-", Namespace: ns,
-					Labels: map[string]string{report.LabelResourceUID: string(uid), "audit.kyverno.io/source": "admission"}},
-				Spec: kyvernov2.ReportSpec{Owner: owner, Results: []wgv1alpha2.PolicyReportResult{
-					{Policy: "adm-audit", Rule: "require-owner", Result: wgv1alpha2.ResultPass, Source: "kyverno", Timestamp: future}}},
-			}
-			r := cfg.Client().Resources(ns)
-			if err := r.Create(ctx, legacy); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Create(ctx, ephemeral); err != nil {
-				t.Fatal(err)
-			}
-			waitForAdmissionReport(ctx, t, cfg, ns, string(uid), func(got map[string]string, _ *kyvernov2.AdmissionReport) bool {
-				return got["adm-kyverno/r"] == "pass" && got["adm-audit/require-owner"] == "pass" && got["adm-enforce/require-team"] == "pass"
-			})
-			err := wait.For(func(ctx context.Context) (bool, error) {
-				var a kyvernov2.AdmissionReport
-				var e reportsv1.EphemeralReport
-				errA := r.Get(ctx, legacy.Name, ns, &a)
-				errE := r.Get(ctx, ephemeral.Name, ns, &e)
-				return apierrors.IsNotFound(errA) && apierrors.IsNotFound(errE), nil
-			}, wait.WithTimeout(30*time.Second), wait.WithInterval(100*time.Millisecond))
-			if err != nil {
-				t.Errorf("ingested reports were not deleted: %v", err)
 			}
 			return ctx
 		}).

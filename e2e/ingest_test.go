@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -9,59 +10,58 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
-	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/e2e-framework/klient/wait"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
-	"github.com/tally-dev/tally/controllers/admission"
+	"github.com/tally-dev/tally/controllers/handover"
+	"github.com/tally-dev/tally/controllers/merge"
 	"github.com/tally-dev/tally/report"
 )
 
-// runningIngester is the ingestion of Kyverno's admission reports alone, as
-// tally-scanner runs it beside Kyverno (--webhook-listen= --ingest-kyverno-reports):
-// no webhook of tally's own.
+// runningIngester is a merger reading Kyverno's admission reports, as
+// tally-merger runs beside Kyverno (--ingest-kyverno-reports), with an
+// empty hand-over standing for a scanner that has scanned everything and
+// found nothing to report: no webhook of tally's own.
 type runningIngester struct {
 	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan struct{}
+	hub    *httptest.Server
 }
 
-func startIngester(t *testing.T, cfg *rest.Config, clk clock.WithTicker) *runningIngester {
+func startIngester(t *testing.T, cfg *rest.Config) *runningIngester {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	hub := handover.New(handover.Options{})
+	hub.SetReady()
+	ri := &runningIngester{reg: prometheus.NewRegistry(), done: make(chan struct{}), hub: httptest.NewServer(hub)}
+	hubClient, err := dynamic.NewForConfig(&rest.Config{Host: ri.hub.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ri := &runningIngester{reg: prometheus.NewRegistry(), done: make(chan struct{})}
-	rec := admission.NewRecorder(dyn, admission.RecorderOptions{FlushInterval: 200 * time.Millisecond, Registry: ri.reg, Clock: clk})
-	in := admission.NewIngester(dyn, memory.NewMemCacheClient(disc), rec)
+	m := merge.New(dyn, merge.Options{Workers: 2, Registry: ri.reg, Background: hubClient, Ingest: true})
 	var ctx context.Context
 	ctx, ri.cancel = context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 1})))
-	recDone := make(chan struct{})
-	go func() { rec.Run(ctx); close(recDone) }()
-	go func() { _ = in.Run(ctx); <-recDone; close(ri.done) }()
+	go func() { _ = m.Run(ctx); close(ri.done) }()
 	return ri
 }
 
 func (ri *runningIngester) stop() {
 	ri.cancel()
 	<-ri.done
+	ri.hub.Close()
 }
 
 // metric sums the samples of a counter or gauge whose labels include the given pairs.
@@ -82,7 +82,7 @@ func kyvernoEphemeralReport(ns, gvr, kind, name string, uid string, policy, rule
 	}
 	res := wgv1alpha2.PolicyReportResult{
 		Policy: policy, Rule: rule, Result: result, Scored: true, Source: "kyverno",
-		Message: "validation rule '" + rule + "' passed.", Properties: map[string]string{"process": "background scan"},
+		Message: "validation rule '" + rule + "' passed.", Properties: map[string]string{"process": "admission review"},
 		Timestamp: metav1.Timestamp{Seconds: time.Now().Unix()},
 	}
 	return &reportsv1.EphemeralReport{
@@ -98,18 +98,37 @@ func kyvernoEphemeralReport(ns, gvr, kind, name string, uid string, policy, rule
 	}
 }
 
+// R20 beside Kyverno: the merger reads Kyverno's EphemeralReports itself,
+// writes the final reports from them (no AdmissionReport of tally's in
+// between) and deletes each once merged; one naming no resource is deleted
+// unmerged.
 func TestIngestKyvernoReportsWithoutTallysWebhook(t *testing.T) {
 	const ns = "ing-a"
 	var ing *runningIngester
-	f := features.New("Kyverno 1.19 admission reports folded in by the ingestion alone").
+	// Admission only: no scan would recompute its results.
+	policy := &kyvernov1.ClusterPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "smoke-require-team"},
+		Spec: kyvernov1.Spec{
+			Background: new(bool),
+			Rules: []kyvernov1.Rule{{
+				Name:     "require-team",
+				Match:    kyvernov1.MatchResources{Any: kyvernov1.ResourceFilters{{Resources: kyvernov1.ResourceDescription{Kinds: []string{"ConfigMap", "Namespace"}}}}},
+				Validate: &kyvernov1.Validation{Message: "label team is required", Pattern: labelPattern("team")},
+			}},
+		},
+	}
+	f := features.New("Kyverno 1.19 admission reports merged by the merger alone").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			if err := cfg.Client().Resources().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 				t.Fatal(err)
 			}
-			ing = startIngester(t, cfg.Client().RESTConfig(), clock.RealClock{})
+			if err := cfg.Client().Resources().Create(ctx, policy); err != nil {
+				t.Fatal(err)
+			}
+			ing = startIngester(t, cfg.Client().RESTConfig())
 			return ctx
 		}).
-		Assess("each report becomes the AdmissionReport of its resource, owned by it, and is deleted", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+		Assess("each report is merged into its resource's final report and deleted", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			kube := kubernetes.NewForConfigOrDie(cfg.Client().RESTConfig())
 			cm, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "passing"}}, metav1.CreateOptions{})
 			if err != nil {
@@ -139,25 +158,19 @@ func TestIngestKyvernoReportsWithoutTallysWebhook(t *testing.T) {
 			if err := r.Create(ctx, cluster); err != nil {
 				t.Fatal(err)
 			}
-			a := waitForAdmissionReport(ctx, t, cfg, ns, string(cm.UID), func(got map[string]string, _ *kyvernov2.AdmissionReport) bool {
-				return got["smoke-require-team/require-team"] == "pass"
-			})
-			want := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "passing", UID: cm.UID}
-			if a.Spec.Owner != want {
-				t.Errorf("owner = %+v, want %+v", a.Spec.Owner, want)
-			}
-			if len(a.OwnerReferences) != 1 || a.OwnerReferences[0].UID != cm.UID {
-				t.Errorf("ownerReferences = %+v: the report must go with its ConfigMap", a.OwnerReferences)
+			final := waitForPolicyReport(ctx, t, cfg, cm, map[string]string{"smoke-require-team/require-team": "pass"})
+			if got := final.Results[0].Properties[report.PropertyProcess]; got != report.ProcessAdmission {
+				t.Errorf("process = %q, want %q", got, report.ProcessAdmission)
 			}
 			err = wait.For(func(ctx context.Context) (bool, error) {
-				var c kyvernov2.ClusterAdmissionReport
+				var c wgv1alpha2.ClusterPolicyReport
 				if err := r.Get(ctx, string(nsObj.UID), "", &c); err != nil {
 					return false, nil
 				}
-				return c.Spec.Owner.Kind == "Namespace" && c.Spec.Owner.Name == ns, nil
+				return len(c.Results) == 1 && c.Scope != nil && c.Scope.Kind == "Namespace" && c.Scope.Name == ns, nil
 			}, wait.WithTimeout(30*time.Second), wait.WithInterval(100*time.Millisecond))
 			if err != nil {
-				t.Errorf("no ClusterAdmissionReport for the Namespace: %v", err)
+				t.Errorf("no ClusterPolicyReport for the Namespace: %v", err)
 			}
 			err = wait.For(func(ctx context.Context) (bool, error) {
 				var eph reportsv1.EphemeralReportList
@@ -177,95 +190,20 @@ func TestIngestKyvernoReportsWithoutTallysWebhook(t *testing.T) {
 			if err := r.WithNamespace(ns).List(ctx, &list); err != nil {
 				t.Fatal(err)
 			}
-			if len(list.Items) != 1 {
-				t.Errorf("%d AdmissionReports in %s, want 1: a report naming no resource is folded into nothing", len(list.Items), ns)
-			}
-			if got := ing.metric(t, "tally_admission_report_batches_dropped_total", map[string]string{"reason": "no-resource"}); got != 1 {
-				t.Errorf("dropped{no-resource} = %v, want 1", got)
-			}
-			return ctx
-		}).
-		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			ing.stop()
-			_ = cfg.Client().Resources().Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-			return ctx
-		}).Feature()
-	testenv.Test(t, f)
-}
-
-// Results pending for a namespace that is deleted before they are written
-// are dropped at the first refused write: not retried every flush, and
-// never written into a namespace of the same name created afterwards.
-func TestIngestDropsResultsOfADeletedNamespace(t *testing.T) {
-	const ns = "ing-b"
-	clk := clocktesting.NewFakeClock(time.Now())
-	var ing *runningIngester
-	f := features.New("pending admission results of a deleted namespace").
-		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			if err := cfg.Client().Resources().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-				t.Fatal(err)
-			}
-			ing = startIngester(t, cfg.Client().RESTConfig(), clk)
-			return ctx
-		}).
-		Assess("no stale report, a bounded number of writes", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			kube := kubernetes.NewForConfigOrDie(cfg.Client().RESTConfig())
-			r := cfg.Client().Resources()
-			cm, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Create(ctx, kyvernoEphemeralReport(ns, "configmaps.v1", "ConfigMap", "doomed", string(cm.UID), "p", "r", wgv1alpha2.ResultFail)); err != nil {
-				t.Fatal(err)
-			}
-			// The clock stands still: the results wait for a flush.
-			pending := func(context.Context) (bool, error) {
-				return ing.metric(t, "tally_admission_pending_reports", nil) == 1, nil
-			}
-			if err := wait.For(pending, wait.WithTimeout(30*time.Second), wait.WithInterval(50*time.Millisecond)); err != nil {
-				t.Fatalf("the report was not ingested: %v", err)
-			}
-			if err := kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			err = wait.For(func(ctx context.Context) (bool, error) {
-				_, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-				return apierrors.IsNotFound(err), nil
-			}, wait.WithTimeout(60*time.Second), wait.WithInterval(200*time.Millisecond))
-			if err != nil {
-				t.Fatalf("namespace %s was not deleted: %v", ns, err)
-			}
-			clk.Step(time.Second) // flush: the write is refused
-			err = wait.For(func(context.Context) (bool, error) {
-				return ing.metric(t, "tally_admission_report_batches_dropped_total", map[string]string{"reason": "namespace-gone"}) == 1, nil
-			}, wait.WithTimeout(30*time.Second), wait.WithInterval(50*time.Millisecond))
-			if err != nil {
-				t.Fatalf("the refused write was not dropped (writes: %v errors): %v", ing.metric(t, "tally_admission_report_writes_total", map[string]string{"op": "error"}), err)
-			}
-			if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			for range 30 { // half an hour of flushes
-				clk.Step(time.Minute)
-				time.Sleep(20 * time.Millisecond)
-			}
-			var list kyvernov2.AdmissionReportList
-			if err := r.WithNamespace(ns).List(ctx, &list); err != nil {
-				t.Fatal(err)
-			}
 			if len(list.Items) != 0 {
-				t.Errorf("%d AdmissionReports in the new namespace %s: a stale report describing a resource that no longer exists", len(list.Items), ns)
+				t.Errorf("%d AdmissionReports in %s, want 0: Kyverno's reports go to the merger directly", len(list.Items), ns)
 			}
-			if got := ing.metric(t, "tally_admission_report_writes_total", map[string]string{"op": "error"}); got != 1 {
-				t.Errorf("%v failed writes, want exactly 1: a refused write is not retried", got)
+			if got := ing.metric(t, "tally_merge_admission_reports_deleted_total", map[string]string{"resource": "ephemeralreports"}); got != 1 {
+				t.Errorf("deleted{ephemeralreports} = %v, want 1", got)
 			}
-			if got := ing.metric(t, "tally_admission_pending_reports", nil); got != 0 {
-				t.Errorf("pending = %v, want 0", got)
+			if got := ing.metric(t, "tally_merge_unusable_reports_total", nil); got != 1 {
+				t.Errorf("unusable = %v, want 1", got)
 			}
 			return ctx
 		}).
 		Teardown(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ing.stop()
+			_ = cfg.Client().Resources().Delete(ctx, policy)
 			_ = cfg.Client().Resources().Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 			return ctx
 		}).Feature()

@@ -73,8 +73,18 @@ func (r *ReadTxn) LastScan(policy string) (time.Time, error) {
 	return s.LastComplete, nil
 }
 
-// SetLastScan records a policy's completed scan.
+// SetLastScan records a policy's completed scan. A time earlier than the
+// one recorded changes nothing: two scans that end in the other order (a
+// forced rescan and a scheduled one, or the back-dated first scan of a new
+// policy) leave the later.
 func (w *WriteTxn) SetLastScan(policy string, at time.Time) error {
+	prev, err := first[*ScanState](w.txn, tableScans, indexID, policy)
+	if err != nil {
+		return fmt.Errorf("set last scan of %s: %w", policy, err)
+	}
+	if prev != nil && !at.After(prev.LastComplete) {
+		return nil
+	}
 	if err := w.txn.Insert(tableScans, &ScanState{Policy: policy, LastComplete: at}); err != nil {
 		return fmt.Errorf("set last scan of %s: %w", policy, err)
 	}

@@ -218,3 +218,22 @@ func TestPoliciesOfOneNameAndTwoSources(t *testing.T) {
 		t.Errorf("after deleting the ValidatingPolicy: %+v, want the ClusterPolicy's result alone", rs)
 	}
 }
+
+// Two scans that end in the other order leave the later time: a forced
+// rescan is not undone by the back-dated first scan of a new policy.
+func TestLastScanNeverGoesBack(t *testing.T) {
+	s := newStore(t)
+	later, earlier := time.Unix(2000, 0), time.Unix(1000, 0)
+	for _, at := range []time.Time{later, earlier} {
+		if err := s.Write(func(w *WriteTxn) error { return w.SetLastScan("p", at) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Read().LastScan("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Equal(later) {
+		t.Errorf("last scan %v, want %v", got, later)
+	}
+}

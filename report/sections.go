@@ -1,7 +1,11 @@
 package report
 
 import (
+	"cmp"
 	"maps"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 )
@@ -82,4 +86,50 @@ func Sections(results []wgv1alpha2.PolicyReportResult, fallback string) []Sectio
 		out[i].Results = append(out[i].Results, r)
 	}
 	return out
+}
+
+// FoldAdmission keeps the newest result per (content hash, source, policy,
+// rule) of both lists; on a tie the second list (the incoming one) wins.
+// Results of one content never replace those of another: a review of
+// content the resource does not have adds a section of its own. The output
+// is sorted by policy, rule and content hash.
+func FoldAdmission(have, incoming []wgv1alpha2.PolicyReportResult) []wgv1alpha2.PolicyReportResult {
+	type key struct{ hash, source, policy, rule string }
+	keyOf := func(r *wgv1alpha2.PolicyReportResult) key {
+		source := r.Source
+		if source == "" {
+			source = Source // older writers leave the classic source out
+		}
+		return key{HashOf(r, ""), source, r.Policy, r.Rule}
+	}
+	byKey := make(map[key]wgv1alpha2.PolicyReportResult, len(have)+len(incoming))
+	for _, r := range have {
+		k := keyOf(&r)
+		if prev, ok := byKey[k]; !ok || later(r.Timestamp, prev.Timestamp) {
+			byKey[k] = r
+		}
+	}
+	for _, r := range incoming {
+		k := keyOf(&r)
+		if prev, ok := byKey[k]; !ok || !later(prev.Timestamp, r.Timestamp) {
+			byKey[k] = r
+		}
+	}
+	out := make([]wgv1alpha2.PolicyReportResult, 0, len(byKey))
+	for _, r := range byKey {
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b wgv1alpha2.PolicyReportResult) int {
+		return cmp.Or(cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Rule, b.Rule),
+			cmp.Compare(HashOf(&a, ""), HashOf(&b, "")), cmp.Compare(a.Source, b.Source))
+	})
+	return out
+}
+
+// later reports whether timestamp a is strictly later than b.
+func later(a, b metav1.Timestamp) bool {
+	if a.Seconds != b.Seconds {
+		return a.Seconds > b.Seconds
+	}
+	return a.Nanos > b.Nanos
 }

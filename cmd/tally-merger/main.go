@@ -55,6 +55,7 @@ func main() {
 	flag.StringVar(&mo.ManagedBy, "managed-by", report.ManagedBy, "value of the app.kubernetes.io/managed-by label of the final reports (PolicyReports, ClusterPolicyReports), and the one the merger recognises its own reports by at start-up; beside Kyverno set it to kyverno, which Kyverno's tooling selects reports by (intermediate reports stay labelled tally)")
 	flag.StringVar((*string)(&mo.ReportAPI), "report-api", string(report.APIWGPolicy), "the API of the final reports: wgpolicyk8s (wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport) or openreports (openreports.io/v1alpha1 Report, ClusterReport, as Kyverno 1.15+ can write)")
 	scannerURL := flag.String("scanner-url", "http://127.0.0.1:8095", "where the scanner beside the merger hands over its BackgroundScanReports (its --handover-listen); the merger writes only while that scanner is ready (it leads and has scanned everything)")
+	flag.BoolVar(&mo.Ingest, "ingest-kyverno-reports", false, "beside Kyverno: merge the admission reports of its admission controller (EphemeralReports of Kyverno 1.13+, kyverno.io AdmissionReports of 1.10-1.12) into the final reports, and delete each once merged")
 	flag.Float64Var(&mo.OrphanQPS, "orphan-qps", merge.DefaultOrphanQPS, "resource reads per second of the orphan check")
 	process.ParseFlags("tally-merger", "tally-merger merges the AdmissionReports and BackgroundScanReports of every resource into its final report\n(PolicyReport or ClusterPolicyReport, or an OpenReports Report), following Kyverno's reporting rules.", flag.CommandLine, os.Args[1:])
 

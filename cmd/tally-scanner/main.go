@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -63,7 +64,7 @@ type options struct {
 type webhookOptions struct {
 	listen, certDir, secret, dnsNames, configuration, clientCA string
 	timeout                                                    time.Duration
-	ingest, manageRules                                        bool
+	manageRules, recordRecomputed                              bool
 }
 
 // handoverOptions say where the merger reads the BackgroundScanReports and
@@ -115,8 +116,8 @@ func main() {
 	flag.StringVar(&o.webhook.configuration, "webhook-configuration", "tally", "ValidatingWebhookConfiguration whose webhooks get the CA bundle (skipped while absent)")
 	flag.DurationVar(&o.webhook.timeout, "webhook-timeout", 8*time.Second, "time limit of one admission evaluation; past it the request is answered per the policies' failurePolicy")
 	flag.StringVar(&o.webhook.clientCA, "webhook-client-ca", "", "PEM file of CAs: the webhook then requires a client certificate signed by one (configure the API server to present one: see README)")
+	flag.BoolVar(&o.webhook.recordRecomputed, "webhook-record-background-results", false, "also write to AdmissionReports the admission results of policies with background on, which the background scan recomputes (by default only what a scan cannot recompute is written: results of policies with background off, and of kinds the scanner cannot read)")
 	flag.BoolVar(&o.webhook.manageRules, "webhook-rules-from-policies", true, "keep the rules of --webhook-configuration's webhooks to the kinds the admission policies match (CREATE and UPDATE), plus kyverno.io policies; false leaves the rules as deployed")
-	flag.BoolVar(&o.webhook.ingest, "ingest-kyverno-reports", false, "fold the admission reports of a Kyverno admission controller running beside tally (EphemeralReports of Kyverno 1.13+, AdmissionReports of 1.10-1.12) into tally's, and delete them; works with or without tally's own webhook")
 	process.ParseFlags("tally-scanner", "tally-scanner scans the cluster's resources against Kyverno policies in the background and serves the admission\nbridge, writing one AdmissionReport per admitted resource and handing one BackgroundScanReport per resource to\nthe merger beside it (--handover-listen).", flag.CommandLine, os.Args[1:])
 
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
@@ -226,9 +227,8 @@ func run(ctx context.Context, o options) error {
 	if o.rescanEndpoint {
 		handlers["/rescan"] = rescan
 	}
-	// The admission results (of tally's webhook, and of Kyverno's admission
-	// controller when ingested) are written by one recorder. The webhook and
-	// the ingestion run on every replica, outside leader election.
+	// The webhook's admission results are written by one recorder; the
+	// webhook runs on every replica, outside leader election.
 	// Past its bound, the recorder hands a resource to a background rescan
 	// instead of growing.
 	recorder := admission.NewRecorder(dyn, admission.RecorderOptions{Registry: reg, OnOverflow: scanner.Rescan})
@@ -237,10 +237,6 @@ func run(ctx context.Context, o options) error {
 	var parts []func(context.Context) error
 	parts = append(parts, func(ctx context.Context) error { recorder.Run(ctx); return nil }, loader.Run,
 		func(ctx context.Context) error { return hub.Serve(ctx, handoverListener) })
-	if o.webhook.ingest {
-		ingester := admission.NewIngester(dyn, memory.NewMemCacheClient(disc), recorder)
-		parts = append(parts, ingester.Run)
-	}
 	if o.webhook.listen != "" {
 		var dnsNames []string
 		for _, n := range strings.Split(o.webhook.dnsNames, ",") {
@@ -248,12 +244,18 @@ func run(ctx context.Context, o options) error {
 				dnsNames = append(dnsNames, n)
 			}
 		}
+		// What the scan recomputes is left to it (coverage.go).
+		var scanned func(context.Context, schema.GroupVersionResource) bool
+		if !o.webhook.recordRecomputed {
+			scanned = admission.NewCoverage(kube.AuthorizationV1().SelfSubjectAccessReviews(), 0).Scanned
+		}
 		bridge = admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
 			Listen: o.webhook.listen, CertDir: o.webhook.certDir,
 			SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
 			WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
 			ManageRules: o.webhook.manageRules, Leading: daemon.leading.Load, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,
 			Loader: loader, Data: loader, Events: emitter(policyevents.ControllerAdmission),
+			Scanned: scanned,
 		})
 		o.ReadyChecks = append(o.ReadyChecks, func() string {
 			if !bridge.Serving() {

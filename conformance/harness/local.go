@@ -91,8 +91,8 @@ const (
 	// config/overlays/standalone runs it.
 	Standalone LocalMode = "standalone"
 	// BesideKyverno: tally as config/overlays/beside-kyverno runs it
-	// (scanner without a webhook, ingesting Kyverno's EphemeralReports,
-	// leaving policy status to Kyverno), beside a stand-in for Kyverno
+	// (scanner without a webhook, leaving policy status to Kyverno; the
+	// merger reading Kyverno's EphemeralReports), beside a stand-in for Kyverno
 	// v1.19's admission controller (conformance/kyverno-standin): a webhook
 	// evaluating the policies with tally's engine that writes
 	// EphemeralReports in Kyverno's exact shape and keeps policy status.
@@ -220,7 +220,7 @@ func (l *Local) args(name string) (binary string, args []string) {
 	}
 	if name == "scanner" && l.mode == BesideKyverno { // as config/overlays/beside-kyverno
 		return "tally-scanner", append(common, "--leader-elect=false", "--rescan-endpoint",
-			"--webhook-listen=", "--ingest-kyverno-reports", "--policy-status=false")
+			"--webhook-listen=", "--policy-status=false")
 	}
 	if name == "scanner" {
 		args := append(common, "--leader-elect=false", "--rescan-endpoint",
@@ -236,7 +236,7 @@ func (l *Local) args(name string) (binary string, args []string) {
 		return "tally-scanner", args
 	}
 	if l.mode == BesideKyverno { // as config/overlays/beside-kyverno
-		common = append(common, "--managed-by=kyverno")
+		common = append(common, "--managed-by=kyverno", "--ingest-kyverno-reports")
 	}
 	// The merger beside the scanner, as in the Pod: no Lease of its own (it
 	// writes while its scanner is ready), reading the scanner on loopback.

@@ -69,12 +69,17 @@ type Options struct {
 	MaxRequestBytes int64
 	// Recorder writes the admission results. nil: the bridge makes its own
 	// (with FlushInterval and WriteWorkers) and runs it; otherwise whoever
-	// made it runs it (it may be shared with an Ingester).
+	// made it runs it.
 	Recorder *Recorder
 	// Sink, when set, receives the results of each recorded request instead
 	// of the Recorder (a stand-in for another admission controller writes
 	// its own kind of report with it).
 	Sink func(Admitted)
+	// Scanned, when set, tells whether the background scan reads a kind:
+	// the results of its policies with background on are then left to the
+	// scan, not written to an AdmissionReport (coverage.go). Nil writes
+	// every result. The Sink always gets every result.
+	Scanned func(context.Context, schema.GroupVersionResource) bool
 	// OnPolicy, when set, is told of every policy version the webhook loads
 	// (rejected nil) or refuses (rejected says why).
 	OnPolicy func(gvr schema.GroupVersionResource, policy *unstructured.Unstructured, rejected error)

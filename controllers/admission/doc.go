@@ -6,10 +6,9 @@
 //
 // Watches: ClusterPolicies, Policies, PolicyExceptions and Namespaces (its
 // own reflectors, so the webhook works on every replica, not only the
-// scanner's leader); with ingestion on, the kyverno.io AdmissionReports and
-// reports.kyverno.io EphemeralReports that a Kyverno admission controller
-// writes beside tally. Reads and writes, without watching: the Secret
-// holding the generated serving certificate, and the
+// scanner's leader). (Beside Kyverno, the EphemeralReports of its admission
+// controller are read by the merger itself: controllers/merge/fold.go.)
+// Reads and writes, without watching: the Secret holding the generated serving certificate, and the
 // ValidatingWebhookConfiguration whose caBundle (and rules) it keeps set.
 //
 // Writes: at most one AdmissionReport (namespaced resources) or

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 
@@ -270,6 +271,9 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	now := b.clock.Now()
 	var denials []string
 	var record []wgv1alpha2.PolicyReportResult
+	// recomputed[i]: record[i] is of a policy with background on, which
+	// the scan evaluates again (coverage.go).
+	var recomputed []bool
 	labels := map[string]string{}
 	for i, rrs := range results {
 		ap := snap.policies[i]
@@ -301,6 +305,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 				}
 			}
 			record = append(record, report.Result(ap.compiled, rr, report.ProcessAdmission, now))
+			recomputed = append(recomputed, ap.compiled.BackgroundEnabled())
 		}
 		if len(rrs) > 0 && ap.labelKey != "" {
 			labels[ap.labelKey] = ap.resourceVersion
@@ -341,6 +346,18 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	if b.opts.Sink != nil {
 		b.opts.Sink(Admitted{Request: req, Subject: subject, GVR: gvr, Hash: fmt.Sprintf("%x", hash), PolicyLabels: labels, Results: record})
 		return resp, nil
+	}
+	if b.opts.Scanned != nil && slices.Contains(recomputed, true) && b.opts.Scanned(ctx, gvr) {
+		kept := record[:0:0]
+		for i, r := range record {
+			if !recomputed[i] {
+				kept = append(kept, r)
+			}
+		}
+		b.metrics.leftToScan.Add(float64(len(record) - len(kept)))
+		if record = kept; len(record) == 0 {
+			return resp, nil
+		}
 	}
 	b.recorder.add(&entry{
 		uid: string(subject.UID), namespace: subject.Namespace,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -529,6 +530,38 @@ func TestReviewRecordsKyvernoEvents(t *testing.T) {
 			}
 			if fmt.Sprint(log.got) != fmt.Sprint(tc.want) {
 				t.Errorf("events:\n got %q\nwant %q", log.got, tc.want)
+			}
+		})
+	}
+}
+
+// Results a background scan recomputes (policies with background on, on a
+// kind the scanner reads) are left to it; what only admission can tell
+// (background off) is written. A kind the scanner cannot read keeps all.
+func TestResultsTheScanRecomputesAreNotWritten(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		scanned bool
+		want    map[string]string
+	}{
+		{"a kind the scanner reads", true, map[string]string{"uid-1 admission-only/require-team": "fail"}},
+		{"a kind it cannot read", false, map[string]string{"uid-1 admission-only/require-team": "fail", "uid-1 both/require-team": "fail"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBridge(t, policyYAML("both", "Audit", ""), policyYAML("admission-only", "Audit", "  background: false"))
+			var asked []string
+			b.opts.Scanned = func(_ context.Context, gvr schema.GroupVersionResource) bool {
+				asked = append(asked, gvr.Resource)
+				return tc.scanned
+			}
+			if _, err := b.Review(context.Background(), request(admissionv1.Create, pod(nil))); err != nil {
+				t.Fatal(err)
+			}
+			if got := pendingResults(b); !maps.Equal(got, tc.want) {
+				t.Errorf("recorded %v, want %v", got, tc.want)
+			}
+			if fmt.Sprint(asked) != "[pods]" {
+				t.Errorf("asked about %v, want [pods]", asked)
 			}
 		})
 	}

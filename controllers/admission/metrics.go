@@ -9,17 +9,17 @@ const (
 	metricRequests       = "tally_admission_requests_total"
 	metricLatency        = "tally_admission_request_duration_seconds"
 	metricReportWrites   = "tally_admission_report_writes_total"
-	metricIngested       = "tally_admission_ingested_reports_total"
 	metricPolicyErrors   = "tally_admission_policy_errors_total"
 	metricPendingReports = "tally_admission_pending_reports"
 	metricDropped        = "tally_admission_report_batches_dropped_total"
 	metricEvalPanics     = "tally_admission_evaluation_panics_total"
 	metricEvalRefused    = "tally_admission_evaluations_refused_total"
 	metricPruned         = "tally_admission_report_sections_pruned_total"
+	metricLeftToScan     = "tally_admission_results_left_to_scan_total"
 	labelReason          = "reason"
 	labelOperation       = "operation"
 	labelAllowed         = "allowed"
-	labelOp, labelKind   = "op", "kind"
+	labelOp              = "op"
 )
 
 // metrics are the webhook's.
@@ -31,13 +31,14 @@ type metrics struct {
 	// evalRefused the requests answered unevaluated because the evaluation
 	// pool was full (pool.go).
 	evalPanics, evalRefused prometheus.Counter
+	// leftToScan counts the admission results not written because the
+	// background scan recomputes them (coverage.go).
+	leftToScan prometheus.Counter
 }
 
-// recorderMetrics are the report writer's, shared by the webhook and the
-// ingestion of Kyverno's reports.
+// recorderMetrics are the report writer's.
 type recorderMetrics struct {
 	reportWrites *prometheus.CounterVec
-	ingested     *prometheus.CounterVec
 	dropped      *prometheus.CounterVec
 	// pruned counts the sections of admission results dropped from reports
 	// (sections.go), by reason.
@@ -49,17 +50,14 @@ func newRecorderMetrics(reg prometheus.Registerer, pending func() float64) *reco
 		reportWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricReportWrites, Help: "AdmissionReport writes by operation (create, update, conflict, error).",
 		}, []string{labelOp}),
-		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricIngested, Help: "Kyverno admission reports folded into tally's reports and deleted, by kind.",
-		}, []string{labelKind}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricDropped, Help: "Batches of admission results given up, by reason (namespace-gone, invalid, forbidden, kind-not-served, attempts, no-resource, overflow).",
+			Name: metricDropped, Help: "Batches of admission results given up, by reason (namespace-gone, invalid, forbidden, kind-not-served, attempts, panicked, overflow).",
 		}, []string{labelReason}),
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricPruned, Help: "Sections of admission results (the results of one content hash) dropped from AdmissionReports, by reason (content-gone: the resource no longer has that content; overflow: too many sections).",
 		}, []string{labelReason}),
 	}
-	reg.MustRegister(m.reportWrites, m.ingested, m.dropped, m.pruned,
+	reg.MustRegister(m.reportWrites, m.dropped, m.pruned,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: metricPendingReports, Help: "Resources whose admission results wait for the next report flush.",
 		}, pending))
@@ -84,7 +82,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		evalRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricEvalRefused, Help: "Admission requests answered unevaluated, per failurePolicy, because every evaluation slot was busy.",
 		}),
+		leftToScan: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricLeftToScan, Help: "Admission results not written to an AdmissionReport because the background scan recomputes them (policies with background on, kinds the scanner reads).",
+		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.policyErrors, m.evalPanics, m.evalRefused)
+	reg.MustRegister(m.requests, m.latency, m.policyErrors, m.evalPanics, m.evalRefused, m.leftToScan)
 	return m
 }

@@ -1,12 +1,10 @@
 package admission
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,9 +38,7 @@ func admissionReportGVR(namespace string) schema.GroupVersionResource {
 type entry struct {
 	uid, namespace string
 	owner          metav1.OwnerReference
-	// gvr and hash label the report; they describe the object as of at. The
-	// gvr of an ingested report may lack its resource (Kyverno labels a long
-	// GVR by group and version only).
+	// gvr and hash label the report; they describe the object as of at.
 	gvr  schema.GroupVersionResource
 	hash string
 	at   time.Time
@@ -50,9 +46,6 @@ type entry struct {
 	// the policy's resourceVersion.
 	policyLabels map[string]string
 	results      []wgv1alpha2.PolicyReportResult
-	// sources are ingested Kyverno reports, deleted once their results were
-	// written.
-	sources []sourceRef
 	// fresh: the resource was just created (a CREATE request), so its
 	// report most likely does not exist yet: the write tries a create first
 	// instead of a GET that would find nothing. A merged later request keeps
@@ -63,17 +56,6 @@ type entry struct {
 	attempts  int
 	notBefore time.Time
 }
-
-// sourceRef names an object to delete after a successful write.
-type sourceRef struct {
-	gvr             schema.GroupVersionResource
-	namespace, name string
-	uid             string
-}
-
-// ruleKey is a result's place in an admission report: one per rule of a
-// policy in each content hash's section (report.PropertyResourceHash).
-type ruleKey struct{ hash, policy, rule string }
 
 // newer reports whether a is strictly newer than b.
 func newer(a, b metav1.Timestamp) bool {
@@ -87,43 +69,9 @@ func stamp(t time.Time) metav1.Timestamp {
 	return metav1.Timestamp{Seconds: t.Unix(), Nanos: int32(t.Nanosecond())}
 }
 
-// mergeResults keeps the newest result per (content hash, policy, rule) of
-// both lists; on a tie the second list (the incoming one) wins. Results of
-// one content never replace those of another: a review of content the
-// resource does not have adds a section of its own. The output is sorted.
-func mergeResults(have, incoming []wgv1alpha2.PolicyReportResult) []wgv1alpha2.PolicyReportResult {
-	byKey := make(map[ruleKey]wgv1alpha2.PolicyReportResult, len(have)+len(incoming))
-	for _, r := range have {
-		k := ruleKey{report.HashOf(&r, ""), r.Policy, r.Rule}
-		if prev, ok := byKey[k]; !ok || newer(r.Timestamp, prev.Timestamp) {
-			byKey[k] = r
-		}
-	}
-	for _, r := range incoming {
-		k := ruleKey{report.HashOf(&r, ""), r.Policy, r.Rule}
-		if prev, ok := byKey[k]; !ok || !newer(prev.Timestamp, r.Timestamp) {
-			byKey[k] = r
-		}
-	}
-	out := make([]wgv1alpha2.PolicyReportResult, 0, len(byKey))
-	for _, r := range byKey {
-		out = append(out, r)
-	}
-	sortResults(out)
-	return out
-}
-
-// sortResults sorts admission results by policy, rule and content hash.
-func sortResults(results []wgv1alpha2.PolicyReportResult) {
-	slices.SortStableFunc(results, func(a, b wgv1alpha2.PolicyReportResult) int {
-		return cmp.Or(cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Rule, b.Rule),
-			cmp.Compare(report.HashOf(&a, ""), report.HashOf(&b, "")))
-	})
-}
-
 // merge folds a newer batch of the same resource into e.
 func (e *entry) merge(n *entry) {
-	e.results = mergeResults(e.results, n.results)
+	e.results = report.FoldAdmission(e.results, n.results)
 	if !n.at.Before(e.at) {
 		e.at, e.owner = n.at, n.owner
 		if n.hash != "" {
@@ -149,7 +97,6 @@ func (e *entry) merge(n *entry) {
 	if e.gvr.Version == "" {
 		e.gvr = n.gvr
 	}
-	e.sources = append(e.sources, n.sources...)
 	// A write that keeps failing keeps its backoff, whatever joins it.
 	e.attempts = max(e.attempts, n.attempts)
 	if n.notBefore.After(e.notBefore) {
@@ -182,7 +129,6 @@ type RecorderOptions struct {
 
 // Recorder aggregates admission results per resource UID and writes them in
 // batches: at most one AdmissionReport per resource, never one per request.
-// The admission bridge and the ingestion of Kyverno's reports both feed it.
 //
 // A write the API server refuses for good (the namespace is gone or
 // terminating, the report is invalid, the write is forbidden) is dropped at
@@ -294,7 +240,6 @@ const (
 	dropForbidden     = watch.RefusedForbidden
 	dropNotServed     = watch.RefusedNotServed
 	dropAttempts      = "attempts"
-	dropNoResource    = "no-resource"
 	dropPanicked      = "panicked"
 	dropOverflow      = "overflow" // MaxPending resources wait already
 )
@@ -363,7 +308,6 @@ func (r *Recorder) safeWrite(ctx context.Context, e *entry) (err error) {
 // settle acts on the outcome of one write.
 func (r *Recorder) settle(ctx context.Context, log logr.Logger, e *entry, err error) {
 	if err == nil {
-		r.deleteSources(ctx, e.sources, true)
 		return
 	}
 	if ctx.Err() != nil {
@@ -380,10 +324,6 @@ func (r *Recorder) settle(ctx context.Context, log logr.Logger, e *entry, err er
 	if reason != "" {
 		log.Error(err, "admission report write dropped", "uid", e.uid, "namespace", e.namespace, "reason", reason, "attempts", e.attempts+1)
 		r.metrics.dropped.WithLabelValues(reason).Inc()
-		if reason == dropNamespaceGone {
-			// The ingested reports went with their namespace, or will.
-			r.deleteSources(ctx, e.sources, false)
-		}
 		return
 	}
 	e.attempts++
@@ -423,7 +363,7 @@ func (r *Recorder) write(ctx context.Context, e *entry) error {
 		switch {
 		case apierrors.IsNotFound(err):
 			if len(e.results) == 0 {
-				return nil // nothing to report (an ingested report without results)
+				return nil // nothing to report
 			}
 			err := create()
 			if apierrors.IsAlreadyExists(err) {
@@ -434,7 +374,7 @@ func (r *Recorder) write(ctx context.Context, e *entry) error {
 			return fmt.Errorf("get %s %s/%s: %w", kindOf(e.namespace), e.namespace, e.uid, err)
 		}
 		have := stored(cur)
-		u, err := desired(cur, have, e, r.prune(ctx, e, mergeResults(have.Spec.Results, e.results)))
+		u, err := desired(cur, have, e, r.prune(ctx, e, report.FoldAdmission(have.Spec.Results, e.results)))
 		if err != nil {
 			return err
 		}
@@ -495,7 +435,7 @@ func desired(cur *unstructured.Unstructured, have kyvernov2.AdmissionReport, e *
 	}
 	owner := e.owner
 	if cur == nil || !newer(newestHave, stamp(e.at)) || labels[report.LabelResourceHash] == "" {
-		if e.hash != "" { // an ingested report may carry none
+		if e.hash != "" { // an older report may carry none
 			labels[report.LabelResourceHash] = e.hash
 		}
 		if e.gvr.Version != "" {

@@ -58,8 +58,8 @@ func readReport(t *testing.T, client *dynamicfake.FakeDynamicClient, ns, name st
 	return &r, u
 }
 
-func TestMergeResultsNewestWins(t *testing.T) {
-	got := mergeResults(
+func TestFoldAdmissionNewestWins(t *testing.T) {
+	got := report.FoldAdmission(
 		[]wgv1alpha2.PolicyReportResult{result("a", "r1", "fail", 10), result("a", "r2", "pass", 30)},
 		[]wgv1alpha2.PolicyReportResult{result("a", "r1", "pass", 20), result("a", "r2", "fail", 25), result("b", "r", "pass", 5)},
 	)
@@ -237,56 +237,6 @@ func TestRecorderWritesNothingWhenNothingIsNewer(t *testing.T) {
 	}
 }
 
-func TestIngestFoldsKyvernoReportsAndDeletesThem(t *testing.T) {
-	kyvernoReport := func(name string, sec int64, res wgv1alpha2.Result) *unstructured.Unstructured {
-		return &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "kyverno.io/v2", "kind": "AdmissionReport",
-			"metadata": map[string]any{"name": name, "namespace": "prod", "uid": "src-" + name,
-				"labels": map[string]any{report.LabelResourceUID: "uid-1", report.LabelResourceHash: "hk", "cpol.kyverno.io/a": "4"}},
-			"spec": map[string]any{
-				"owner":   map[string]any{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-1"},
-				"results": []any{map[string]any{"policy": "a", "rule": "r1", "result": string(res), "timestamp": map[string]any{"seconds": sec, "nanos": int64(0)}}},
-			},
-		}}
-	}
-	ephemeral := kyvernoReport("e1", 40, "pass")
-	ephemeral.SetAPIVersion("reports.kyverno.io/v1")
-	ephemeral.SetKind("EphemeralReport")
-	ephemeral.SetLabels(map[string]string{report.LabelResourceUID: "uid-1", report.LabelResourceHash: "hk", report.LabelSource: "admission"})
-	background := kyvernoReport("bg", 50, "fail")
-	background.SetAPIVersion("reports.kyverno.io/v1")
-	background.SetKind("EphemeralReport")
-	background.SetLabels(map[string]string{report.LabelResourceUID: "uid-1", report.LabelSource: "background-scan"})
-	ours := kyvernoReport("uid-1", 1, "fail")
-	ours.SetLabels(map[string]string{report.LabelResourceUID: "uid-1", "app.kubernetes.io/managed-by": "tally"})
-
-	k1, k2 := kyvernoReport("k1", 10, "fail"), kyvernoReport("k2", 30, "fail")
-	rec, client := fakeRecorder(k1, k2, ephemeral)
-	in := NewIngester(client, nil, rec)
-	in.Replace(context.Background(), apiresources.AdmissionReport, []*unstructured.Unstructured{k1, k2, ours})
-	in.Upsert(context.Background(), apiresources.EphemeralReport, ephemeral)
-	in.Upsert(context.Background(), apiresources.EphemeralReport, background)
-	if n := rec.pendingCount(); n != 1 {
-		t.Fatalf("pending = %d, want 1", n)
-	}
-	rec.flush(context.Background(), false)
-	r, u := readReport(t, client, "prod", "uid-1")
-	if got := summary(r); got != "a/r1=pass@hk" {
-		t.Errorf("results = %s (the ephemeral report's pass at 40 is the newest)", got)
-	}
-	if u.GetLabels()["cpol.kyverno.io/a"] != "4" || u.GetLabels()[report.LabelResourceHash] != "hk" {
-		t.Errorf("labels = %v", u.GetLabels())
-	}
-	for _, name := range []string{"k1", "k2"} {
-		if _, err := client.Resource(apiresources.AdmissionReport).Namespace("prod").Get(context.Background(), name, metav1.GetOptions{}); err == nil {
-			t.Errorf("source %s not deleted", name)
-		}
-	}
-	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("prod").Get(context.Background(), "e1", metav1.GetOptions{}); err == nil {
-		t.Error("ephemeral source not deleted")
-	}
-}
-
 func summary(r *kyvernov2.AdmissionReport) string {
 	s := ""
 	for i, res := range r.Spec.Results {
@@ -299,86 +249,6 @@ func summary(r *kyvernov2.AdmissionReport) string {
 		}
 	}
 	return s
-}
-
-// kyverno119Report is an EphemeralReport as Kyverno v1.19's admission
-// controller writes it (../shared/kyverno-1.19/ephemeralreport-admission.yaml):
-// empty spec.owner, no ownerReferences, the resource named only by labels
-// and annotations.
-func kyverno119Report(name, resourceName string) *unstructured.Unstructured {
-	annotations := map[string]any{report.AnnotationResourceNamespace: "prod"}
-	if resourceName != "" {
-		annotations[report.AnnotationResourceName] = resourceName
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "reports.kyverno.io/v1", "kind": "EphemeralReport",
-		"metadata": map[string]any{
-			"name": name, "namespace": "prod", "uid": "src-" + name, "generateName": "91175ac1-",
-			"annotations": annotations,
-			"labels": map[string]any{
-				"app.kubernetes.io/managed-by": "kyverno", report.LabelResourceGroup: "", report.LabelResourceGVR: "configmaps.v1",
-				report.LabelResourceKind: "ConfigMap", report.LabelResourceUID: "uid-cm", report.LabelResourceVersion: "v1",
-				report.LabelSource: "admission", "cpol.kyverno.io/smoke-require-team": "389",
-			},
-		},
-		"spec": map[string]any{
-			"owner": map[string]any{"apiVersion": "", "kind": "", "name": "", "uid": ""},
-			"results": []any{map[string]any{"policy": "smoke-require-team", "rule": "require-team", "result": "pass",
-				"message": "validation rule 'require-team' passed.", "scored": true, "source": "kyverno",
-				"properties": map[string]any{"process": "background scan"},
-				"timestamp":  map[string]any{"seconds": int64(1795460076), "nanos": int64(0)}}},
-			"summary": map[string]any{"pass": int64(1)},
-		},
-	}}
-}
-
-func TestIngestNamesTheResourceOfAKyverno119Report(t *testing.T) {
-	eph := kyverno119Report("e1", "passing")
-	rec, client := fakeRecorder(eph)
-	in := NewIngester(client, nil, rec)
-	in.Upsert(context.Background(), apiresources.EphemeralReport, eph)
-	rec.flush(context.Background(), false)
-	r, u := readReport(t, client, "prod", "uid-cm")
-	want := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "passing", UID: "uid-cm"}
-	if r.Spec.Owner != want {
-		t.Errorf("owner = %+v, want %+v", r.Spec.Owner, want)
-	}
-	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].UID != "uid-cm" || r.OwnerReferences[0].Name != "passing" {
-		t.Errorf("ownerReferences = %+v: the report must go with its ConfigMap", r.OwnerReferences)
-	}
-	if got := u.GetLabels()[report.LabelResourceGVR]; got != "configmaps.v1" {
-		t.Errorf("gvr label = %q", got)
-	}
-	if got := summary(r); got != "smoke-require-team/require-team=pass" {
-		t.Errorf("results = %s", got)
-	}
-	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("prod").Get(context.Background(), "e1", metav1.GetOptions{}); err == nil {
-		t.Error("the EphemeralReport was not deleted once folded")
-	}
-}
-
-func TestIngestDeletesAReportThatNamesNoResource(t *testing.T) {
-	eph := kyverno119Report("e2", "") // no resource.name annotation
-	rec, client := fakeRecorder(eph)
-	in := NewIngester(client, nil, rec)
-	in.Upsert(context.Background(), apiresources.EphemeralReport, eph)
-	if n := rec.pendingCount(); n != 0 {
-		t.Fatalf("pending = %d: a report naming no resource was queued", n)
-	}
-	rec.flush(context.Background(), false)
-	list, err := client.Resource(apiresources.AdmissionReport).Namespace("prod").List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Items) != 0 {
-		t.Errorf("%d AdmissionReports written for a report that names no resource", len(list.Items))
-	}
-	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("prod").Get(context.Background(), "e2", metav1.GetOptions{}); err == nil {
-		t.Error("the report was kept: it would pile up")
-	}
-	if got := testutil.ToFloat64(rec.metrics.dropped.WithLabelValues(dropNoResource)); got != 1 {
-		t.Errorf("dropped{no-resource} = %v, want 1", got)
-	}
 }
 
 func TestRecorderDropsWritesTheAPIServerRefuses(t *testing.T) {
@@ -484,15 +354,6 @@ func TestRecorderSurvivesAPanickingWrite(t *testing.T) {
 	}
 	if n := rec.pendingCount(); n != 0 {
 		t.Errorf("pending = %d: a batch that panicked is not retried", n)
-	}
-}
-
-func TestAReportDeletedUnfoldedIsNotCountedAsIngested(t *testing.T) {
-	eph := kyverno119Report("e3", "")
-	rec, client := fakeRecorder(eph)
-	NewIngester(client, nil, rec).Upsert(context.Background(), apiresources.EphemeralReport, eph)
-	if got := testutil.ToFloat64(rec.metrics.ingested.WithLabelValues("ephemeralreports")); got != 0 {
-		t.Errorf("ingested = %v, want 0: nothing of it was folded", got)
 	}
 }
 

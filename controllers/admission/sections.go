@@ -64,7 +64,7 @@ func sectionAges(results []wgv1alpha2.PolicyReportResult) []sectionAge {
 }
 
 // prune drops from results (sorted) the sections of content e's resource no
-// longer has; see above. Results without a hash (ingested from Kyverno) are
+// longer has; see above. Results without a hash (of older writers) are
 // never dropped.
 func (r *Recorder) prune(ctx context.Context, e *entry, results []wgv1alpha2.PolicyReportResult) []wgv1alpha2.PolicyReportResult {
 	ages := sectionAges(results)

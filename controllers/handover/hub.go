@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -45,16 +46,33 @@ const (
 
 type key struct{ namespace, name string }
 
-// object is a report as held: its encoded body and what selectors need.
+// object is a report as held: its encoded body, compressed, and what
+// selectors need.
 type object struct {
 	namespace, name string
 	labels          map[string]string
 	created         metav1.Time
 	rv              uint64
-	body            []byte
+	// packed is the JSON body, S2-compressed: a BackgroundScanReport's
+	// results repeat their rules' names and messages, and 10,000 of them
+	// would otherwise hold about 65 MiB (docs/benchmarks.md).
+	packed []byte
 	// added says the change created the report; deleted that it removed
-	// it (body is then its metadata only).
+	// it (the body is then its metadata only).
 	added, deleted bool
+}
+
+func newObject(namespace, name string, labels map[string]string, created metav1.Time, rv uint64, body []byte) *object {
+	return &object{namespace: namespace, name: name, labels: labels, created: created, rv: rv, packed: s2.Encode(nil, body)}
+}
+
+// body decodes the JSON body, into buf's storage when it is large enough.
+func (o *object) body(buf []byte) []byte {
+	out, err := s2.Decode(buf[:cap(buf)], o.packed)
+	if err != nil {
+		panic(fmt.Sprintf("handover: a body it compressed itself does not decode: %v", err))
+	}
+	return out
 }
 
 // event is one change, in resource-version order.
@@ -139,7 +157,8 @@ func (h *Hub) Put(r *Report) error {
 	if err != nil {
 		return fmt.Errorf("encode %s %s/%s: %w", r.Kind, k.namespace, k.name, err)
 	}
-	o := &object{namespace: k.namespace, name: k.name, labels: r.Metadata.Labels, created: created, rv: rv, body: body, added: prev == nil}
+	o := newObject(k.namespace, k.name, r.Metadata.Labels, created, rv, body)
+	o.added = prev == nil
 	h.objects[k] = o
 	h.metrics.puts.Inc()
 	h.appendLocked(o)
@@ -165,18 +184,20 @@ func (h *Hub) Delete(namespace, name string) {
 		panic(err) // strings and a map of strings always encode
 	}
 	h.metrics.deletes.Inc()
-	h.appendLocked(&object{namespace: namespace, name: name, labels: prev.labels, created: prev.created, rv: rv, body: body, deleted: true})
+	o := newObject(namespace, name, prev.labels, prev.created, rv, body)
+	o.deleted = true
+	h.appendLocked(o)
 }
 
 // appendLocked records a change and wakes the watchers. Callers hold h.mu.
 func (h *Hub) appendLocked(o *object) {
 	h.rv = o.rv
 	h.events = append(h.events, event{rv: o.rv, obj: o})
-	h.eventBytes += len(o.body)
+	h.eventBytes += len(o.packed)
 	if len(h.events) > 2*h.maxEvents || h.eventBytes > 2*h.maxBytes {
 		drop := 0
 		for drop < len(h.events)-1 && (len(h.events)-drop > h.maxEvents || h.eventBytes > h.maxBytes) {
-			h.eventBytes -= len(h.events[drop].obj.body)
+			h.eventBytes -= len(h.events[drop].obj.packed)
 			drop++
 		}
 		h.events = append([]event(nil), h.events[drop:]...)
@@ -191,7 +212,7 @@ func (h *Hub) Get(namespace, name string) ([]byte, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if o := h.objects[key{namespace, name}]; o != nil {
-		return o.body, true
+		return o.body(nil), true
 	}
 	return nil, false
 }

@@ -3,6 +3,7 @@ package handover
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -239,4 +241,59 @@ func TestReadyzNamesTheIncarnation(t *testing.T) {
 	if c1 != 200 || c2 != 200 || b1 == b2 || !strings.HasPrefix(b1, "ok ") {
 		t.Fatalf("readyz %d %q and %d %q: want ok and two incarnations", c1, b1, c2, b2)
 	}
+}
+
+// pssReport is a BackgroundScanReport as the scanner hands over one for a
+// Pod under the 17 Pod Security policies: packed results (one JSON string
+// annotation), labels naming the resource and the policies.
+func pssReport(i int) *Report {
+	var results strings.Builder
+	results.WriteString("[")
+	labels := map[string]string{
+		"audit.kyverno.io/resource.uid":  fmt.Sprintf("5f0c5c9e-0000-4000-8000-%012d", i),
+		"audit.kyverno.io/resource.hash": fmt.Sprintf("%032x", i*7919),
+		"audit.kyverno.io/resource.gvr":  "pods.v1", "app.kubernetes.io/managed-by": "tally",
+	}
+	for p := range 17 {
+		if p > 0 {
+			results.WriteString(",")
+		}
+		name := fmt.Sprintf("disallow-pss-control-%02d", p)
+		labels["cpol.kyverno.io/"+name] = "41"
+		fmt.Fprintf(&results, `{"policy":%q,"rule":"autogen-%s","result":"pass","message":"validation rule 'autogen-%s' passed.","source":"kyverno"}`, name, name, name)
+	}
+	results.WriteString("]")
+	return &Report{APIVersion: GroupVersion, Kind: "BackgroundScanReport", Metadata: Meta{
+		Namespace: "bench", Name: labels["audit.kyverno.io/resource.uid"], Labels: labels,
+		Annotations: map[string]string{"reports.tally.dev/results": results.String(), "reports.tally.dev/changed-at": "2026-11-26T21:00:00Z"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: fmt.Sprintf("pod-%d", i), UID: types.UID(labels["audit.kyverno.io/resource.uid"])}},
+	}, Spec: json.RawMessage(`{"owner":{"apiVersion":"v1","kind":"Pod","name":"pod","uid":"u"},"summary":{"pass":17}}`)}
+}
+
+// BenchmarkHubPut hands over Pod Security reports and says what the Hub
+// holds per report (its bodies are compressed).
+func BenchmarkHubPut(b *testing.B) {
+	h := New(Options{})
+	reports := make([]*Report, 1000)
+	for i := range reports {
+		reports[i] = pssReport(i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := h.Put(reports[i%len(reports)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	h.mu.Lock()
+	held, plain := 0, 0
+	for _, o := range h.objects {
+		held += len(o.packed)
+		plain += len(o.body(nil))
+	}
+	n := len(h.objects)
+	h.mu.Unlock()
+	b.ReportMetric(float64(held)/float64(n), "held-B/report")
+	b.ReportMetric(float64(plain)/float64(n), "json-B/report")
 }

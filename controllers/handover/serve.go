@@ -191,11 +191,13 @@ func (h *Hub) serveList(w http.ResponseWriter, r *http.Request, f filter) {
 	w.Header().Set("Content-Type", "application/json")
 	bw := bufio.NewWriterSize(w, 64<<10)
 	fmt.Fprintf(bw, `{"apiVersion":%q,"kind":"%sList","metadata":{"resourceVersion":"%d"},"items":[`, GroupVersion, f.kind(), rv)
+	var buf []byte
 	for i, o := range sorted(objs) {
 		if i > 0 {
 			_ = bw.WriteByte(',') // a write error is the client gone: Flush says so
 		}
-		_, _ = bw.Write(o.body)
+		buf = o.body(buf[:0])
+		_, _ = bw.Write(buf)
 	}
 	_, _ = bw.WriteString("]}\n")
 	_ = bw.Flush() // the client went away: nothing to tell it
@@ -253,8 +255,10 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request, f filter) {
 		}
 		return err == nil
 	}
+	var buf []byte
 	for _, o := range sorted(snapshot) {
-		writeEvent(bw, "ADDED", o.body)
+		buf = o.body(buf[:0])
+		writeEvent(bw, "ADDED", buf)
 	}
 	if initial {
 		writeBookmark(bw, f.kind(), cursor, true)
@@ -291,7 +295,8 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request, f filter) {
 				case e.obj.added:
 					typ = "ADDED"
 				}
-				writeEvent(bw, typ, e.obj.body)
+				buf = e.obj.body(buf[:0])
+				writeEvent(bw, typ, buf)
 			}
 		}
 		if len(evs) > 0 {

@@ -64,6 +64,12 @@ type Options struct {
 	// beside the merger (handover.Hub, on loopback). Nil reads them from the
 	// API server, as the client does everything else.
 	Background dynamic.Interface
+	// Ingest makes the merger read the admission reports of a Kyverno
+	// admission controller beside it (EphemeralReports, and kyverno.io
+	// AdmissionReports of Kyverno 1.10-1.12) and merge them, with tally's
+	// own, as each resource's admission results, deleting each once merged
+	// (fold.go).
+	Ingest bool
 }
 
 // Merger keeps every resource's final report equal to Merge of its
@@ -87,6 +93,9 @@ type Merger struct {
 	// seeds are the results of the final reports read at start-up, until
 	// every kind is listed (merged.go).
 	seeds map[string]seed
+	// folds are the admission reports folded by resource (Options.Ingest).
+	folds   map[string]*fold
+	foldSeq int64
 	// strings and metas hold the one copy of repeated values (state.go).
 	strings map[string]string
 	metas   map[string]*resultMeta
@@ -172,24 +181,28 @@ func (m *Merger) reset() {
 	m.policyKinds = map[string]schema.GroupVersionResource{}
 	m.written = map[string]writtenReport{}
 	m.seeds = nil
+	m.folds = map[string]*fold{}
 }
 
+// watched are the kinds always watched; the admission kinds and the CEL
+// policy kinds are watched where served (Run).
 var watched = []schema.GroupVersionResource{
 	apiresources.ClusterPolicy, apiresources.Policy,
-	apiresources.AdmissionReport, apiresources.ClusterAdmissionReport, apiresources.BackgroundScanReport, apiresources.ClusterBackgroundScanReport,
+	apiresources.BackgroundScanReport, apiresources.ClusterBackgroundScanReport,
 }
 
-// servedCELKinds returns the CEL policy kinds the API server serves and
-// the merger may read: a list answered NotFound (no CRD) or Forbidden (RBAC
-// without policies.kyverno.io) leaves the kind out, with a log line, so
-// that classic policies are merged all the same. A kind that cannot be
-// listed for another reason is watched: its watch retries with backoff.
-func (m *Merger) servedCELKinds(ctx context.Context) []schema.GroupVersionResource {
+// servedKinds returns those of gvrs the API server serves and the merger
+// may read: a list answered NotFound (no CRD) or Forbidden (RBAC without
+// the group) leaves the kind out, with a log line, so that the rest is
+// merged all the same (the CEL policy kinds; Kyverno's EphemeralReports
+// where Kyverno is older). A kind that cannot be listed for another reason
+// is watched: its watch retries with backoff.
+func (m *Merger) servedKinds(ctx context.Context, gvrs ...schema.GroupVersionResource) []schema.GroupVersionResource {
 	var out []schema.GroupVersionResource
-	for _, gvr := range []schema.GroupVersionResource{apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy, apiresources.ValidatingAdmissionPolicy} {
+	for _, gvr := range gvrs {
 		_, err := m.client.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-			logr.FromContextOrDiscard(ctx).Info("CEL policy kind not watched: its results are not merged", "resource", gvr.String(), "reason", err.Error())
+			logr.FromContextOrDiscard(ctx).Info("kind not watched: its results are not merged", "resource", gvr.String(), "reason", err.Error())
 			continue
 		}
 		out = append(out, gvr)
@@ -214,7 +227,13 @@ func (m *Merger) Run(ctx context.Context) error {
 	if err := m.seed(ctx); err != nil {
 		return fmt.Errorf("read existing policy reports: %w", err)
 	}
-	kinds := append(slices.Clone(watched), m.servedCELKinds(ctx)...)
+	// Beside Kyverno 1.13+ no AdmissionReport kind is served: tally writes
+	// none there, and Kyverno's EphemeralReports are read instead.
+	kinds := append(slices.Clone(watched), m.servedKinds(ctx, apiresources.AdmissionReport, apiresources.ClusterAdmissionReport,
+		apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy, apiresources.ValidatingAdmissionPolicy)...)
+	if m.opts.Ingest {
+		kinds = append(kinds, m.servedKinds(ctx, ephemeralKinds...)...)
+	}
 	m.mu.Lock()
 	m.kinds = kinds
 	for _, gvr := range kinds {

@@ -211,5 +211,6 @@ func fakeClient(objs ...runtime.Object) *dynfake.FakeDynamicClient {
 		apiresources.BackgroundScanReport: "BackgroundScanReportList", apiresources.ClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
 		apiresources.ValidatingPolicy: "ValidatingPolicyList", apiresources.NamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
 		apiresources.ValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList",
+		apiresources.EphemeralReport:           "EphemeralReportList", apiresources.ClusterEphemeralReport: "ClusterEphemeralReportList",
 	}, objs...)
 }

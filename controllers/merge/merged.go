@@ -42,12 +42,19 @@ func (m *Merger) deleteMerged(ctx context.Context, uid string, ref reportRef) er
 	}
 	st.admission.retained = true
 	m.mu.Unlock()
-	err := m.client.Resource(ref.gvr).Namespace(ref.namespace).Delete(ctx, ref.name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &ref.uid, ResourceVersion: &ref.resourceVersion},
-	})
+	var err error
+	if ref.folded {
+		err = m.deleteFolded(ctx, uid, ref.resourceVersion)
+	} else {
+		err = m.client.Resource(ref.gvr).Namespace(ref.namespace).Delete(ctx, ref.name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &ref.uid, ResourceVersion: &ref.resourceVersion},
+		})
+		if err == nil {
+			m.metrics.merged.WithLabelValues(ref.gvr.Resource).Inc()
+		}
+	}
 	switch {
 	case err == nil:
-		m.metrics.merged.WithLabelValues(ref.gvr.Resource).Inc()
 		return nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		// Gone already, or rewritten since it was read: its watch event

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/tally-dev/tally/api/apiresources"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -129,11 +130,20 @@ func TestMergedAdmissionReportsGoAndTheirResultsStay(t *testing.T) {
 	}
 
 	// A restarted merger: no AdmissionReport left, the result read back.
-	restarted := New(client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }})
+	checkRestartWritesNothing(t, client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }}, m.policies, want)
+}
+
+// checkRestartWritesNothing starts a merger afresh on client, as after a
+// restart once every kind is listed: the final report of u1 must read want,
+// and nothing be written.
+func checkRestartWritesNothing(t *testing.T, client dynamic.Interface, opts Options, policies map[string]PolicyInfo, want string) {
+	t.Helper()
+	ctx := context.Background()
+	restarted := New(client, opts)
 	if err := restarted.seed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	restarted.policies = m.policies
+	restarted.policies = policies
 	restarted.mu.Lock()
 	restarted.seedAdmission() // once every kind is listed
 	restarted.mu.Unlock()

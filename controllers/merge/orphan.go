@@ -150,6 +150,12 @@ func (m *Merger) checkOrphan(ctx context.Context, c orphanCandidate) error {
 	m.mu.Unlock()
 	m.queue.Add(c.uid) // its final report, if the garbage collector has not deleted it yet, goes
 	for _, r := range c.reports {
+		if r.folded {
+			if err := m.deleteFolded(ctx, c.uid, ""); err != nil {
+				return err
+			}
+			continue
+		}
 		err := m.client.Resource(r.gvr).Namespace(r.namespace).Delete(ctx, r.name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &r.uid, ResourceVersion: &r.resourceVersion},
 		})

@@ -67,6 +67,10 @@ func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u 
 		m.enqueuePolicy(name)
 		return
 	}
+	if m.folded(gvr) {
+		m.upsertFolded(ctx, gvr, u)
+		return
+	}
 	var r kyvernov2.AdmissionReport // every intermediate kind has the same shape
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "intermediate report could not be read; ignored", "name", u.GetNamespace()+"/"+u.GetName())
@@ -82,15 +86,13 @@ func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u 
 	if err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "intermediate report's results partly unreadable; the rest are used", "name", u.GetNamespace()+"/"+u.GetName())
 	}
-	r.Spec.Results = results
 	creation := u.GetCreationTimestamp()
 	created := metav1.Timestamp{Seconds: creation.Unix()}
-	for i := range r.Spec.Results {
-		if r.Spec.Results[i].Timestamp == (metav1.Timestamp{}) && !creation.IsZero() {
-			r.Spec.Results[i].Timestamp = created
+	for i := range results {
+		if results[i].Timestamp == (metav1.Timestamp{}) && !creation.IsZero() {
+			results[i].Timestamp = created
 		}
 	}
-	labels := u.GetLabels()
 	owner, namespace, named := report.ReportOwner(u, r.Spec.Owner)
 	if !named || namespace != u.GetNamespace() {
 		// A report that names no whole resource (an empty owner and no
@@ -100,12 +102,21 @@ func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u 
 		logr.FromContextOrDiscard(ctx).V(1).Info("intermediate report names no resource of its namespace; ignored", "kind", gvr.Resource, "namespace", u.GetNamespace(), "name", u.GetName())
 		return
 	}
+	m.mu.Lock()
+	m.recordLocked(ctx, gvr, u, owner, results)
+	m.mu.Unlock()
+	m.queue.Add(string(owner.UID))
+}
+
+// recordLocked makes an intermediate report the admission or background
+// part of its resource, owner. Callers hold m.mu and queue the resource.
+func (m *Merger) recordLocked(_ context.Context, gvr schema.GroupVersionResource, u metav1.Object, owner metav1.OwnerReference, results []wgv1alpha2.PolicyReportResult) {
+	labels := u.GetLabels()
 	uid := string(owner.UID)
 	owned := false
 	for _, o := range u.GetOwnerReferences() {
 		owned = owned || string(o.UID) == uid
 	}
-	m.mu.Lock()
 	st := m.states[uid]
 	if st == nil {
 		st = &resourceState{}
@@ -115,14 +126,14 @@ func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u 
 		Namespace: m.intern(u.GetNamespace()), Name: owner.Name, UID: owner.UID}
 	part := &st.background
 	var sections []section
-	if isAdmission(gvr) {
+	if isAdmissionPart(gvr) {
 		part = &st.admission
 		// An admission result says so (Kyverno's do; older writers' may
 		// not): the merger tells by it what a scan cannot recompute.
-		sections = m.sections(report.WithProcess(r.Spec.Results, report.ProcessAdmission), labels[report.LabelResourceHash])
+		sections = m.sections(report.WithProcess(results, report.ProcessAdmission), labels[report.LabelResourceHash])
 	} else {
 		// The scanner leaves out what every background result has.
-		r.Spec.Results = report.WithProcess(r.Spec.Results, report.ProcessBackground)
+		results = report.WithProcess(results, report.ProcessBackground)
 	}
 	prev := *part
 	*part = reportPart{
@@ -137,12 +148,12 @@ func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u 
 		// same sections need not be made again.
 		lastGood: prev.lastGood, lastGoodHash: prev.lastGoodHash,
 	}
-	if isAdmission(gvr) {
+	if isAdmissionPart(gvr) {
 		sections = carryRetained(&prev, sections)
 		part.sections = sections
 	}
 	if sections == nil {
-		part.results = m.compact(r.Spec.Results)
+		part.results = m.compact(results)
 	}
 	for _, sec := range sections {
 		part.results = append(part.results, sec.results...)
@@ -151,8 +162,6 @@ func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u 
 		part.checkedHash, part.contentHash, part.unverifiable = prev.checkedHash, prev.contentHash, prev.unverifiable
 	}
 	st.updated, st.checked = m.opts.Now(), time.Time{}
-	m.mu.Unlock()
-	m.queue.Add(uid)
 }
 
 // sections splits admission results by the content hash they are bound to
@@ -185,6 +194,15 @@ func (m *Merger) Remove(ctx context.Context, gvr schema.GroupVersionResource, u 
 	if isPolicy(gvr) {
 		key, _ := policyKeyOf(gvr, u)
 		m.removePolicy(key)
+		return
+	}
+	if m.folded(gvr) {
+		m.mu.Lock()
+		touched := m.removeFolded(gvr, u.GetNamespace(), u.GetName())
+		m.mu.Unlock()
+		for _, uid := range touched {
+			m.queue.Add(uid)
+		}
 		return
 	}
 	uid := u.GetLabels()[report.LabelResourceUID]
@@ -233,6 +251,15 @@ func (m *Merger) Replace(ctx context.Context, gvr schema.GroupVersionResource, o
 			m.Upsert(ctx, gvr, u)
 		}
 		present[u.GetNamespace()+"/"+u.GetName()] = true
+	}
+	if m.folded(gvr) {
+		m.mu.Lock()
+		touched := m.replaceFolded(gvr, present)
+		m.mu.Unlock()
+		for _, uid := range touched {
+			m.queue.Add(uid)
+		}
+		return
 	}
 	if !isPolicy(gvr) {
 		// Reports deleted while the watch was down.

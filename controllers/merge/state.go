@@ -67,6 +67,9 @@ type reportRef struct {
 	resourceVersion string
 	gvrLabel        string // audit.kyverno.io/resource.gvr
 	owned           bool   // has an ownerReference to its resource
+	// folded: the fold of the resource's admission reports (fold.go),
+	// named by the resource's UID; resourceVersion counts its changes.
+	folded bool
 }
 
 // internSlack is how far the intern tables may grow past twice what was

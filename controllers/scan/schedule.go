@@ -172,6 +172,10 @@ func (sc *scheduler) complete(ctx context.Context, policy string, at time.Time) 
 	if err := sc.store.Write(func(w *memstore.WriteTxn) error { return w.SetLastScan(policy, at) }); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "recording the scan time failed", "policy", policy)
 	}
+	// A scan that ended later may have recorded a later time: that one stays.
+	if last, err := sc.store.Read().LastScan(policy); err == nil && last.After(at) {
+		at = last
+	}
 	if err := sc.state.save(ctx, policy, at); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "persisting the scan time failed", "policy", policy)
 	}

@@ -99,7 +99,7 @@ func TestRenderOverlays(t *testing.T) {
 	}{
 		{"standalone", standalone, "ghcr.io/tally-dev/tally:0.1.0"},
 		{"kind", standalone, Image},
-		{"beside-kyverno", with(map[string]int{"CustomResourceDefinition": 2, "Role": 1, "RoleBinding": 1, "Service": 2}), "ghcr.io/tally-dev/tally:0.1.0"},
+		{"beside-kyverno", with(map[string]int{"Role": 1, "RoleBinding": 1, "Service": 2}), "ghcr.io/tally-dev/tally:0.1.0"},
 	} {
 		t.Run(tc.overlay, func(t *testing.T) {
 			objs := render(t, tc.overlay)
@@ -134,31 +134,22 @@ func TestRenderOverlays(t *testing.T) {
 				if !slices.Contains(merger, "--managed-by=kyverno") || !slices.Contains(scanner, "--managed-by=kyverno") {
 					t.Errorf("merger args %v or scanner args %v lack --managed-by=kyverno (the scanner reads its results back from the final reports)", merger, scanner)
 				}
-				for _, want := range []string{"--webhook-listen=", "--ingest-kyverno-reports"} {
-					if !slices.Contains(scanner, want) {
-						t.Errorf("scanner args %v lack %s", scanner, want)
-					}
+				if !slices.Contains(scanner, "--webhook-listen=") {
+					t.Errorf("scanner args %v lack --webhook-listen=", scanner)
 				}
-				// Kyverno 1.13+ has no kind to hold tally's intermediate
-				// reports: the overlay installs exactly those two CRDs, and
-				// none that Kyverno ships.
-				intermediate := map[string]bool{
-					"admissionreports.kyverno.io": true, "clusteradmissionreports.kyverno.io": true,
+				if !slices.Contains(merger, "--ingest-kyverno-reports") {
+					t.Errorf("merger args %v lack --ingest-kyverno-reports: it reads Kyverno's EphemeralReports", merger)
 				}
+				// tally writes no intermediate report beside Kyverno: the
+				// overlay installs no CRD, and nothing Kyverno ships.
 				for _, o := range objs {
 					if o.GetKind() == "CustomResourceDefinition" {
-						if !intermediate[o.GetName()] {
-							t.Errorf("beside Kyverno, %s must not be installed (Kyverno ships it)", Describe(o))
-						}
-						delete(intermediate, o.GetName())
+						t.Errorf("beside Kyverno, %s must not be installed (tally writes no report of that kind there)", Describe(o))
 						continue
 					}
 					if g := o.GroupVersionKind().Group; strings.Contains(g, "kyverno.io") || g == "wgpolicyk8s.io" {
 						t.Errorf("beside Kyverno, %s must not be installed (Kyverno ships it)", Describe(o))
 					}
-				}
-				for name := range intermediate {
-					t.Errorf("beside Kyverno, the CRD %s of tally's intermediate reports is missing: Kyverno 1.13+ does not install it", name)
 				}
 				if find(objs, "ClusterRole", "tally-scanner-webhook") != nil {
 					t.Error("beside Kyverno, the scanner needs no rights on the webhook configuration")
@@ -270,38 +261,6 @@ func sameObjects(kubectl, pinned []*unstructured.Unstructured) []string {
 		diffs = append(diffs, fmt.Sprintf("objects rendered twice: kubectl %d (%d distinct), pinned %d (%d distinct)", len(kubectl), len(got), len(pinned), len(want)))
 	}
 	return diffs
-}
-
-// TestBesideKyvernoCRDsAreCopies: the overlay lists its two CRDs from
-// crd/ (kustomize loads no file outside the overlay's folder); each must be
-// the generated file of config/crd/bases, byte for byte.
-func TestBesideKyvernoCRDsAreCopies(t *testing.T) {
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "config", "overlays", "beside-kyverno", "crd")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 2 {
-		t.Errorf("%s holds %d files, want the 2 AdmissionReport CRDs", dir, len(entries))
-	}
-	for _, e := range entries {
-		copied, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		generated, err := os.ReadFile(filepath.Join(root, "config", "crd", "bases", e.Name()))
-		if err != nil {
-			t.Errorf("%s is not a copy of a generated CRD: %v", e.Name(), err)
-			continue
-		}
-		if !bytes.Equal(copied, generated) {
-			t.Errorf("config/overlays/beside-kyverno/crd/%s differs from config/crd/bases/%[1]s: copy it again (cp config/crd/bases/%[1]s config/overlays/beside-kyverno/crd/)", e.Name())
-		}
-	}
 }
 
 func checkWebhook(t *testing.T, objs []*unstructured.Unstructured) {

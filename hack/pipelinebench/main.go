@@ -70,7 +70,7 @@ func main() {
 	flag.StringVar(&o.scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
 	flag.StringVar(&o.mergerBin, "merger-bin", "", "a prebuilt tally-merger (default: build ./cmd/tally-merger)")
 	flag.BoolVar(&o.baseline, "baseline", false, "create the Pods with nothing reporting")
-	flag.BoolVar(&o.throughWebhook, "through-webhook", false, "send the Pods' creation through tally-scanner's admission webhook (a ValidatingWebhookConfiguration calling it on 127.0.0.1, failurePolicy Ignore), so each Pod also gets an AdmissionReport")
+	flag.BoolVar(&o.throughWebhook, "through-webhook", false, "send the Pods' creation through tally-scanner's admission webhook (a ValidatingWebhookConfiguration calling it on 127.0.0.1, failurePolicy Ignore), so admission is part of the bill (an AdmissionReport for what no scan recomputes)")
 	flag.BoolVar(&o.floor, "floor", false, "instead of tally, a writer in this process creates exactly the PolicyReports (Kyverno's fields, one create each) and violation Events tally writes for the Pods, and nothing else: what the reports cost the API server at the least")
 	flag.StringVar(&o.qps, "kube-api-qps", "100", "tally's --kube-api-qps (default: tally's own default)")
 	flag.StringVar(&o.burst, "kube-api-burst", "200", "tally's --kube-api-burst (default: tally's own default)")

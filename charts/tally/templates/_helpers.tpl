@@ -68,11 +68,10 @@ client-side dry runs see no cluster: they render every CRD of the mode.
 {{- $install := list }}
 {{- $foreign := list }}
 {{- if .Values.crds.install }}
-{{- $intermediate := list "kyverno.io_admissionreports.yaml" "kyverno.io_clusteradmissionreports.yaml" }}
 {{- range $path, $_ := .Files.Glob "files/crd/*.yaml" }}
 {{- $base := base $path }}
 {{- /* BackgroundScanReports never reach the API server: no CRD for them. */}}
-{{- if and (not (hasPrefix "reports.kyverno.io_" $base)) (not (hasSuffix "backgroundscanreports.yaml" $base)) (or (not $beside) (has $base $intermediate)) }}
+{{- if and (not (hasPrefix "reports.kyverno.io_" $base)) (not (hasSuffix "backgroundscanreports.yaml" $base)) (not $beside) }}
 {{- /* controller-gen names the file <group>_<plural>.yaml; the CRD is <plural>.<group>. */}}
 {{- $parts := splitn "_" 2 (trimSuffix ".yaml" $base) }}
 {{- $name := printf "%s.%s" $parts._1 $parts._0 }}

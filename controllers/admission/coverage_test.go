@@ -1,0 +1,50 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// Coverage asks once per kind and TTL whether list and watch are allowed,
+// and says no (results written) when it cannot tell.
+func TestCoverageAsksOncePerKindAndSaysNoWhenUnsure(t *testing.T) {
+	kube := fake.NewSimpleClientset()
+	asked, fail := 0, false
+	kube.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		asked++
+		if fail {
+			return true, nil, errors.New("authorization API unreachable")
+		}
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+		r.Status.Allowed = r.Spec.ResourceAttributes.Resource != "secrets"
+		return true, r, nil
+	})
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	c := NewCoverage(kube.AuthorizationV1().SelfSubjectAccessReviews(), time.Minute)
+	c.clock = clk
+	ctx := context.Background()
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	if !c.Scanned(ctx, pods) || !c.Scanned(ctx, pods) {
+		t.Fatal("pods: want scanned")
+	}
+	if asked != 2 {
+		t.Errorf("%d reviews for one kind, want 2 (list, watch) once", asked)
+	}
+	if c.Scanned(ctx, schema.GroupVersionResource{Version: "v1", Resource: "secrets"}) {
+		t.Error("secrets: want not scanned (not readable)")
+	}
+	fail = true
+	clk.Step(2 * time.Minute)
+	if c.Scanned(ctx, pods) {
+		t.Error("a kind whose review failed counts as scanned: its results would be lost")
+	}
+}

@@ -1,0 +1,182 @@
+package merge
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/tally-dev/tally/api/apiresources"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/report"
+)
+
+// kyvernoEphemeral is an EphemeralReport as Kyverno 1.19's admission
+// controller writes one for a request on the ConfigMap ns/app (u1): a
+// random name, an empty owner, the resource named by labels and
+// annotations (../shared/kyverno-1.19/ephemeralreport-admission.yaml).
+func kyvernoEphemeral(name, hash, rule string, result wgv1alpha2.Result, sec int64) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "reports.kyverno.io/v1", "kind": "EphemeralReport",
+		"metadata": map[string]any{
+			"name": name, "namespace": "ns", "uid": "eph-" + name, "resourceVersion": "7",
+			"labels": map[string]any{
+				report.LabelManagedBy: "kyverno", report.LabelSource: "admission", report.LabelResourceUID: "u1",
+				report.LabelResourceGVR: "configmaps.v1", report.LabelResourceKind: "ConfigMap", report.LabelResourceVersion: "v1",
+				report.LabelResourceGroup: "", report.LabelResourceHash: hash,
+			},
+			"annotations": map[string]any{report.AnnotationResourceName: "app", report.AnnotationResourceNamespace: "ns"},
+		},
+		"spec": map[string]any{
+			"owner": map[string]any{"apiVersion": "", "kind": "", "name": "", "uid": ""},
+			"results": []any{map[string]any{"policy": "p", "rule": rule, "result": string(result), "source": "kyverno",
+				"properties": map[string]any{"process": "admission review"}, "timestamp": map[string]any{"seconds": sec, "nanos": int64(0)}}},
+		},
+	}}
+}
+
+func ephemeralLeft(t *testing.T, m *Merger) int {
+	t.Helper()
+	list, err := m.client.Resource(apiresources.EphemeralReport).Namespace("ns").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+// R20 beside Kyverno: the merger reads Kyverno's EphemeralReports itself,
+// folds those of one resource (newest result per rule), writes the final
+// report, and deletes them; their results stay through later merges until a
+// later request's report stands for them. A report naming no resource
+// is deleted unmerged. A restarted merger writes nothing.
+func TestKyvernoEphemeralReportsAreFoldedMergedAndDeleted(t *testing.T) {
+	stored := podObject("a")
+	current := hashOf(t, stored)
+	e1 := kyvernoEphemeral("e1", current, "r", wgv1alpha2.ResultFail, 10)
+	e2 := kyvernoEphemeral("e2", current, "r2", wgv1alpha2.ResultPass, 20)
+	nameless := kyvernoEphemeral("e0", current, "r", wgv1alpha2.ResultPass, 5)
+	delete(nameless.Object["metadata"].(map[string]any)["annotations"].(map[string]any), report.AnnotationResourceName)
+	client := fakeClient(stored.DeepCopy(), e1.DeepCopy(), e2.DeepCopy(), nameless.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
+	// Admission only (background off): no scan recomputes them, so they must
+	// stay once their reports are gone.
+	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r", "r2")}
+	ctx := context.Background()
+	m.Replace(ctx, apiresources.EphemeralReport, []*unstructured.Unstructured{e1, e2, nameless})
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	const want = "p/r=fail admission review;p/r2=pass admission review;"
+	if got := finalResults(t, m); got != want {
+		t.Fatalf("final %q, want %q", got, want)
+	}
+	if n := ephemeralLeft(t, m); n != 0 {
+		t.Errorf("%d EphemeralReports left after the merge, want 0 (the one naming no resource included)", n)
+	}
+	if got := testutil.ToFloat64(m.metrics.merged.WithLabelValues("ephemeralreports")); got != 2 {
+		t.Errorf("merged{ephemeralreports} = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.metrics.unusable); got != 1 {
+		t.Errorf("unusable = %v, want 1", got)
+	}
+	// The watch tells the deletes: the results stay, nothing is written.
+	m.Remove(ctx, apiresources.EphemeralReport, e1)
+	m.Remove(ctx, apiresources.EphemeralReport, e2)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, m); got != want {
+		t.Fatalf("after the deletes: final %q, want %q", got, want)
+	}
+	// A later request's report: a request evaluates every rule that still
+	// matches, so it stands for the content's admission results (r2 no
+	// longer matches), as a new AdmissionReport of tally's would.
+	e3 := kyvernoEphemeral("e3", current, "r", wgv1alpha2.ResultPass, 30)
+	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("ns").Create(ctx, e3, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.Upsert(ctx, apiresources.EphemeralReport, e3)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	const want3 = "p/r=pass admission review;"
+	if got := finalResults(t, m); got != want3 {
+		t.Fatalf("after a later request: final %q, want %q", got, want3)
+	}
+	if n := ephemeralLeft(t, m); n != 0 {
+		t.Errorf("%d EphemeralReports left, want 0", n)
+	}
+	writes := testutil.ToFloat64(m.metrics.writes.WithLabelValues("create")) + testutil.ToFloat64(m.metrics.writes.WithLabelValues("update"))
+	if writes != 2 {
+		t.Errorf("%v final report writes, want 2", writes)
+	}
+
+	checkRestartWritesNothing(t, client, Options{Registry: prometheus.NewRegistry(), Ingest: true}, m.policies, want3)
+}
+
+// An EphemeralReport deleted by someone else before it was merged takes
+// its results with it, as an AdmissionReport's deletion does.
+func TestFoldedReportsDeletedOrChangedBeforeTheirMerge(t *testing.T) {
+	stored := podObject("a")
+	current := hashOf(t, stored)
+	e1 := kyvernoEphemeral("e1", current, "r", wgv1alpha2.ResultFail, 10)
+	client := fakeClient(stored.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
+	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+	ctx := context.Background()
+	m.Upsert(ctx, apiresources.EphemeralReport, e1)
+	m.Remove(ctx, apiresources.EphemeralReport, e1)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, m); got != "" {
+		t.Fatalf("final %q, want none", got)
+	}
+}
+
+// With ingestion on, every admission report of a resource is folded into
+// one part, whoever wrote it: tally's own AdmissionReport, a Kyverno
+// 1.10-1.12 kyverno.io AdmissionReport, a Kyverno 1.13+ EphemeralReport;
+// the newest result per rule counts, and all of them go once merged. A
+// background scan's EphemeralReport is not admission output: left alone.
+func TestEveryAdmissionReportOfAResourceIsFolded(t *testing.T) {
+	stored := podObject("a")
+	current := hashOf(t, stored)
+	ours := storedAdmission(intermediate("AdmissionReport", current, wgv1alpha2.ResultFail, 10), "1", "5")
+	legacy := storedAdmission(intermediate("AdmissionReport", current, wgv1alpha2.ResultFail, 20), "2", "6")
+	legacy.SetName("kyverno-abc")
+	eph := kyvernoEphemeral("e1", current, "r", wgv1alpha2.ResultPass, 30)
+	bg := kyvernoEphemeral("bg", current, "r", wgv1alpha2.ResultFail, 40)
+	labels := bg.GetLabels()
+	labels[report.LabelSource] = "background-scan"
+	bg.SetLabels(labels)
+	client := fakeClient(stored.DeepCopy(), ours.DeepCopy(), legacy.DeepCopy(), eph.DeepCopy(), bg.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
+	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+	ctx := context.Background()
+	m.Replace(ctx, apiresources.AdmissionReport, []*unstructured.Unstructured{ours, legacy})
+	m.Replace(ctx, apiresources.EphemeralReport, []*unstructured.Unstructured{eph, bg})
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := finalResults(t, m), "p/r=pass admission review;"; got != want {
+		t.Fatalf("final %q, want %q (the EphemeralReport's is the newest)", got, want)
+	}
+	list, err := client.Resource(apiresources.AdmissionReport).Namespace("ns").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("%d AdmissionReports left after the merge, want 0", len(list.Items))
+	}
+	left, err := client.Resource(apiresources.EphemeralReport).Namespace("ns").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Items) != 1 || left.Items[0].GetName() != "bg" {
+		t.Errorf("EphemeralReports left: %d, want only the background scan's", len(left.Items))
+	}
+}
