@@ -265,7 +265,7 @@ func pssReport(i int) *Report {
 	results.WriteString("]")
 	return &Report{APIVersion: GroupVersion, Kind: "BackgroundScanReport", Metadata: Meta{
 		Namespace: "bench", Name: labels["audit.kyverno.io/resource.uid"], Labels: labels,
-		Annotations: map[string]string{"reports.tally.dev/results": results.String(), "reports.tally.dev/changed-at": "2026-11-26T21:00:00Z"},
+		Annotations:     map[string]string{"reports.tally.dev/results": results.String(), "reports.tally.dev/changed-at": "2026-11-26T21:00:00Z"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: fmt.Sprintf("pod-%d", i), UID: types.UID(labels["audit.kyverno.io/resource.uid"])}},
 	}, Spec: json.RawMessage(`{"owner":{"apiVersion":"v1","kind":"Pod","name":"pod","uid":"u"},"summary":{"pass":17}}`)}
 }
