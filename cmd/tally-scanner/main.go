@@ -47,18 +47,20 @@ import (
 
 type options struct {
 	process.Options
-	workers        int
-	interval       time.Duration
-	evalTimeout    time.Duration
-	stateConfigMap string
-	rescanEndpoint bool
-	policyStatus   bool
-	successEvents  bool
-	omitEvents     map[string]bool
-	webhook        webhookOptions
-	handover       handoverOptions
-	http           data.HTTPOptions
-	images         data.RegistryOptions
+	workers         int
+	interval        time.Duration
+	evalTimeout     time.Duration
+	stateConfigMap  string
+	rescanEndpoint  bool
+	maxQueuedEvents int
+	eventsQPS       float64
+	policyStatus    bool
+	successEvents   bool
+	omitEvents      map[string]bool
+	webhook         webhookOptions
+	handover        handoverOptions
+	http            data.HTTPOptions
+	images          data.RegistryOptions
 }
 
 type webhookOptions struct {
@@ -108,6 +110,8 @@ func main() {
 	flag.StringVar(&o.handover.listen, "handover-listen", "127.0.0.1:8095", "loopback address where the merger beside the scanner reads the BackgroundScanReports (kyverno.io/v2 list and watch; kubectl --server http://<address> get bgscanr -A shows them)")
 	flag.StringVar(&o.handover.reportAPI, "report-api", string(report.APIWGPolicy), "the API of the final reports the merger writes (wgpolicyk8s or openreports): the scanner reads its results back from them after a restart")
 	flag.StringVar(&o.handover.managedBy, "managed-by", report.ManagedBy, "the app.kubernetes.io/managed-by label of the final reports the merger writes (the merger's --managed-by)")
+	flag.IntVar(&o.maxQueuedEvents, "max-queued-events", policyevents.DefaultMaxQueuedEvents, "result Events that may wait to be sent; past it new ones are dropped (tally_events_dropped_total), as Kyverno's --maxQueuedEvents")
+	flag.Float64Var(&o.eventsQPS, "events-qps", policyevents.DefaultEventsQPS, "result Events sent a second at most (below --kube-api-qps, the rate limit of their client)")
 	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
 	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
@@ -174,10 +178,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer resultEvents.Shutdown()
-	emitter := func(controller string) *policyevents.Emitter {
-		return &policyevents.Emitter{Recorder: resultEvents.NewRecorder(scheme, controller), Success: o.successEvents, Omit: o.omitEvents}
-	}
 	reg := prometheus.NewRegistry()
+	// Result Events wait in a queue of tally's, sent at a pace the
+	// client's rate limit allows (queue.go).
+	eventQueue := policyevents.NewQueue(o.maxQueuedEvents, o.eventsQPS, reg)
+	emitter := func(controller string) *policyevents.Emitter {
+		return &policyevents.Emitter{Recorder: eventQueue.Recorder(resultEvents.NewRecorder(scheme, controller)), Success: o.successEvents, Omit: o.omitEvents}
+	}
 	api, err := report.ParseAPI(o.handover.reportAPI)
 	if err != nil {
 		return fmt.Errorf("--report-api: %w", err)
@@ -236,6 +243,7 @@ func run(ctx context.Context, o options) error {
 	defer cancel()
 	var parts []func(context.Context) error
 	parts = append(parts, func(ctx context.Context) error { recorder.Run(ctx); return nil }, loader.Run,
+		func(ctx context.Context) error { eventQueue.Run(ctx); return nil },
 		func(ctx context.Context) error { return hub.Serve(ctx, handoverListener) })
 	if o.webhook.listen != "" {
 		var dnsNames []string

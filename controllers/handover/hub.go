@@ -1,6 +1,7 @@
 package handover
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -63,7 +64,9 @@ type object struct {
 }
 
 func newObject(namespace, name string, labels map[string]string, created metav1.Time, rv uint64, body []byte) *object {
-	return &object{namespace: namespace, name: name, labels: labels, created: created, rv: rv, packed: s2.Encode(nil, body)}
+	// Encode returns a slice of a buffer of the largest encoded length:
+	// what is kept is a copy of the size it needs.
+	return &object{namespace: namespace, name: name, labels: labels, created: created, rv: rv, packed: bytes.Clone(s2.Encode(nil, body))}
 }
 
 // body decodes the JSON body, into buf's storage when it is large enough.

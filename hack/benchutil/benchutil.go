@@ -229,6 +229,12 @@ type Process struct {
 // benches run it: no leader election, metrics and pprof on a free loopback
 // address, a generous client rate limit, its output in a temporary log.
 func StartProcess(bin, name, kubeconfig string, extra ...string) (*Process, error) {
+	return StartProcessEnv(bin, name, kubeconfig, nil, extra...)
+}
+
+// StartProcessEnv is StartProcess with env added to the process's
+// environment (GOMEMLIMIT, as the chart sets it), and to its alone.
+func StartProcessEnv(bin, name, kubeconfig string, env []string, extra ...string) (*Process, error) {
 	addr, err := FreeAddr()
 	if err != nil {
 		return nil, err
@@ -241,6 +247,9 @@ func StartProcess(bin, name, kubeconfig string, extra ...string) (*Process, erro
 		"--listen", addr, "--profiling", "--kube-api-qps", "500", "--kube-api-burst", "1000"}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	p := &Process{Daemon: Daemon{Base: "http://" + addr}, Cmd: cmd, Log: logf.Name(), Started: time.Now()}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
