@@ -41,12 +41,10 @@ generate:
 	cp config/webhook/rbac.yaml charts/tally/files/rbac/webhook.yaml
 	cp config/rbac/ingest-kyverno-reports/cluster_role.yaml charts/tally/files/rbac/ingest_kyverno_reports.yaml
 	cp config/crd/bases/*.yaml charts/tally/files/crd/
-	@# The beside-kyverno overlay lists its four intermediate CRDs as copies (kustomize loads no file outside an overlay's folder).
-	cp config/crd/bases/kyverno.io_admissionreports.yaml config/crd/bases/kyverno.io_clusteradmissionreports.yaml config/overlays/beside-kyverno/crd/
 
 ## verify-generate: fail if the generated files are stale
 verify-generate: generate
-	@git diff --exit-code -- api config/crd config/overlays/beside-kyverno/crd charts/tally/files || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
+	@git diff --exit-code -- api config/crd charts/tally/files || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
 	@test -z "$$(git status --porcelain -- api config/crd charts/tally/files)" || { echo "untracked generated files: run 'make generate' and commit" >&2; git status --porcelain -- api config/crd charts/tally/files >&2; exit 1; }
 
 ## image: the container image, tagged $(IMAGE):$(VERSION) (needs Docker)
