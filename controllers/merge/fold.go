@@ -111,7 +111,7 @@ func (m *Merger) upsertFolded(ctx context.Context, gvr schema.GroupVersionResour
 		log.Info("admission report names no resource of its namespace; deleted without merging it", "kind", gvr.Resource, "namespace", u.GetNamespace(), "name", u.GetName())
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if _, err := m.deleteSource(ctx, sourceKey{gvr, u.GetNamespace(), u.GetName()}, foldSource{uid: u.GetUID(), resourceVersion: u.GetResourceVersion()}); err != nil {
+		if _, err := m.deleteReport(ctx, sourceKey{gvr, u.GetNamespace(), u.GetName()}, foldSource{uid: u.GetUID(), resourceVersion: u.GetResourceVersion()}); err != nil {
 			log.Error(err, "deleting an unusable admission report failed; tried again at its next event")
 		}
 		return
@@ -229,7 +229,7 @@ func (m *Merger) deleteFolded(ctx context.Context, uid, seq string) error {
 	m.mu.Unlock()
 	var errs []error
 	for k, s := range sources {
-		deleted, err := m.deleteSource(ctx, k, s)
+		deleted, err := m.deleteReport(ctx, k, s)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -249,10 +249,10 @@ func (m *Merger) deleteFolded(ctx context.Context, uid, seq string) error {
 	return nil
 }
 
-// deleteSource deletes one admission report unless it changed since it was
-// read (its newer content is folded in its turn): deleted says whether it
+// deleteReport deletes one admission report unless it changed since it was
+// read (its newer content is merged in its turn): deleted says whether it
 // was this call that deleted it. Gone already is no error.
-func (m *Merger) deleteSource(ctx context.Context, k sourceKey, s foldSource) (deleted bool, err error) {
+func (m *Merger) deleteReport(ctx context.Context, k sourceKey, s foldSource) (deleted bool, err error) {
 	opts := metav1.DeleteOptions{}
 	if s.uid != "" {
 		opts.Preconditions = &metav1.Preconditions{UID: &s.uid}

@@ -119,7 +119,7 @@ func TestKyvernoEphemeralReportsAreFoldedMergedAndDeleted(t *testing.T) {
 
 // An EphemeralReport deleted by someone else before it was merged takes
 // its results with it, as an AdmissionReport's deletion does.
-func TestFoldedReportsDeletedOrChangedBeforeTheirMerge(t *testing.T) {
+func TestFoldedReportsDeletedBeforeTheirMerge(t *testing.T) {
 	stored := podObject("a")
 	current := hashOf(t, stored)
 	e1 := kyvernoEphemeral("e1", current, "r", wgv1alpha2.ResultFail, 10)

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tally-dev/tally/api/apiresources"
@@ -46,28 +45,24 @@ func (m *Merger) deleteMerged(ctx context.Context, uid string, ref reportRef) er
 	if ref.folded {
 		err = m.deleteFolded(ctx, uid, ref.resourceVersion)
 	} else {
-		err = m.client.Resource(ref.gvr).Namespace(ref.namespace).Delete(ctx, ref.name, metav1.DeleteOptions{
-			Preconditions: &metav1.Preconditions{UID: &ref.uid, ResourceVersion: &ref.resourceVersion},
-		})
-		if err == nil {
+		// Gone already, or rewritten since it was read, is no error: its
+		// watch event brings the newer content, merged and deleted in its
+		// turn.
+		var deleted bool
+		deleted, err = m.deleteReport(ctx, sourceKey{ref.gvr, ref.namespace, ref.name}, foldSource{uid: ref.uid, resourceVersion: ref.resourceVersion})
+		if deleted {
 			m.metrics.merged.WithLabelValues(ref.gvr.Resource).Inc()
 		}
 	}
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		// Gone already, or rewritten since it was read: its watch event
-		// brings the newer content, merged and deleted in its turn.
-		return nil
-	default:
-		m.mu.Lock()
-		if st := m.states[uid]; st != nil && st.admission.ref.resourceVersion == ref.resourceVersion {
-			st.admission.retained = false // tried again with the next merge
-		}
-		m.mu.Unlock()
-		return fmt.Errorf("delete merged %s %s/%s: %w", ref.gvr.Resource, ref.namespace, ref.name, err)
 	}
+	m.mu.Lock()
+	if st := m.states[uid]; st != nil && st.admission.ref.resourceVersion == ref.resourceVersion {
+		st.admission.retained = false // tried again with the next merge
+	}
+	m.mu.Unlock()
+	return fmt.Errorf("delete merged %s %s/%s: %w", ref.gvr.Resource, ref.namespace, ref.name, err)
 }
 
 // carryRetained returns the sections of a retained admission part that a
