@@ -36,6 +36,7 @@ import (
 
 	"github.com/tally-dev/tally/api"
 	"github.com/tally-dev/tally/controllers/admission"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/data"
 	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/controllers/policyevents"
@@ -205,7 +206,10 @@ func run(ctx context.Context, o options) error {
 	loader := data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg, HTTP: o.http, Images: o.images,
 		OnChange:    func(policies []string) { scanner.RescanPolicies(policies) },
 		OnForbidden: func(policy string, err error) { scanner.DataForbidden(policy, err) }})
+	// The scan and the admission bridge compile each policy version once.
+	policies := catalog.New()
 	scanner = scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
+		Catalog: policies,
 		Workers: o.workers, Interval: o.interval, EvalTimeout: o.evalTimeout, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
 		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
 		NoPolicyStatus: !o.policyStatus,
@@ -258,7 +262,8 @@ func run(ctx context.Context, o options) error {
 			scanned = admission.NewCoverage(kube.AuthorizationV1().SelfSubjectAccessReviews(), 0).Scanned
 		}
 		bridge = admission.New(dyn, kube, memory.NewMemCacheClient(disc), admission.Options{
-			Listen: o.webhook.listen, CertDir: o.webhook.certDir,
+			Catalog: policies,
+			Listen:  o.webhook.listen, CertDir: o.webhook.certDir,
 			SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
 			WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
 			ManageRules: o.webhook.manageRules, Leading: daemon.leading.Load, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
@@ -39,6 +40,9 @@ import (
 
 // Options configure a Bridge.
 type Options struct {
+	// Catalog compiles the policies, shared with the scanner so that each
+	// version is compiled once (nil: compiled here, unshared).
+	Catalog *catalog.Catalog
 	// Listen is the HTTPS address of /validate (":9443"; "127.0.0.1:0" picks a port).
 	Listen string
 	// CertDir holds a supplied tls.crt/tls.key (and optionally ca.crt); empty:
@@ -189,6 +193,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 	}
 	b.metrics = newMetrics(opts.Registry)
 	b.policies = newPolicySet(b.metrics.policyErrors.Inc)
+	b.policies.catalog = opts.Catalog
 	b.policies.onPolicy = opts.OnPolicy
 	b.policies.onChange = func() {
 		select { // the webhook rules follow the policies

@@ -20,7 +20,7 @@ import (
 	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
-	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/cel"
@@ -69,6 +69,8 @@ type policySet struct {
 	onPolicy func(schema.GroupVersionResource, *unstructured.Unstructured, error)
 	// onChange is called after every new snapshot (nil: nothing).
 	onChange func()
+	// catalog compiles the policies (nil: unshared).
+	catalog *catalog.Catalog
 
 	mu         sync.Mutex
 	policies   map[string]*admissionPolicy // by report name
@@ -138,93 +140,62 @@ func (ps *policySet) publish() {
 	}
 }
 
-// compileCELPolicy converts and compiles a ValidatingPolicy or
-// NamespacedValidatingPolicy; nil without error when its admission is off.
-func compileCELPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*admissionPolicy, error) {
-	vp, err := policiesv1.FromObject(u.Object)
-	if err != nil {
-		return nil, err
-	}
-	compiled, err := engine.CompileValidatingPolicy(vp)
-	if err != nil {
-		return nil, err
-	}
-	if !compiled.AdmissionEnabled() {
-		return nil, nil
-	}
-	ap := &admissionPolicy{
-		compiled:        compiled,
-		gvr:             gvr,
-		resourceVersion: u.GetResourceVersion(),
+// admissionOf is what answering and recording need of a compiled
+// policy; nil without error when its admission is off.
+func admissionOf(p *catalog.Policy, u *unstructured.Unstructured) (*admissionPolicy, error) {
+	compiled := p.Compiled
+	ap := &admissionPolicy{compiled: compiled, gvr: p.GVR, resourceVersion: u.GetResourceVersion()}
+	prefix := "cpol.kyverno.io/"
+	switch {
+	case p.CEL != nil:
+		if !compiled.AdmissionEnabled() {
+			return nil, nil
+		}
 		// failurePolicy decides what a request whose evaluation did not
 		// finish gets; Ignore lets it through.
-		failClosed:  vp.Spec.FailurePolicy == nil || *vp.Spec.FailurePolicy != admissionregistrationv1.Ignore,
-		emitWarning: compiled.Warns(),
-	}
-	if key := "vpol.kyverno.io/" + u.GetName(); len(validation.IsQualifiedName(key)) == 0 {
-		ap.labelKey = key
-	}
-	return ap, nil
-}
-
-// compilePolicy converts and compiles a policy object; a nil policy with a
-// nil error means the policy has admission off.
-func compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*admissionPolicy, error) {
-	if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
-		return compileCELPolicy(gvr, u)
-	}
-	var compiled *engine.Policy
-	var spec *kyvernov1.Spec
-	var err error
-	prefix := "cpol.kyverno.io/"
-	if gvr == apiresources.Policy {
-		var p kyvernov1.Policy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+		ap.failClosed = p.CEL.Spec.FailurePolicy == nil || *p.CEL.Spec.FailurePolicy != admissionregistrationv1.Ignore
+		ap.emitWarning = compiled.Warns()
+		prefix = "vpol.kyverno.io/"
+	default:
+		spec := p.Spec
+		if err := engine.Malformed(compiled); err != nil {
 			return nil, err
 		}
-		spec = &p.Spec
-		compiled, err = engine.CompilePolicy(&p)
-		prefix = "pol.kyverno.io/"
-	} else {
-		var p kyvernov1.ClusterPolicy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+		// The scanner rejects such a policy as a whole (R06); the bridge
+		// does the same so that both agree on which policies exist.
+		if err := engine.ValidateBackground(spec); err != nil {
 			return nil, err
 		}
-		spec = &p.Spec
-		compiled, err = engine.CompileClusterPolicy(&p)
-	}
-	if err == nil {
-		err = engine.Malformed(compiled)
-	}
-	if err != nil {
-		return nil, err
-	}
-	// The scanner rejects such a policy as a whole (R06); the bridge does the
-	// same so that both agree on which policies exist.
-	if err := engine.ValidateBackground(spec); err != nil {
-		return nil, err
-	}
-	if !spec.AdmissionEnabled() {
-		return nil, nil
-	}
-	ap := &admissionPolicy{
-		compiled:        compiled,
-		gvr:             gvr,
-		resourceVersion: u.GetResourceVersion(),
-		failClosed:      spec.FailurePolicy == nil || *spec.FailurePolicy != kyvernov1.Ignore,
-		emitWarning:     spec.EmitWarning != nil && *spec.EmitWarning,
-	}
-	if wc := spec.WebhookConfiguration; wc != nil && len(wc.MatchConditions) > 0 {
-		prog, err := cel.Compile(cel.Spec{Mode: cel.ModeKyverno, MatchConditions: wc.MatchConditions})
-		if err != nil {
-			return nil, fmt.Errorf("spec.webhookConfiguration.matchConditions: %w", err)
+		if !spec.AdmissionEnabled() {
+			return nil, nil
 		}
-		ap.matchConditions = prog
+		ap.failClosed = spec.FailurePolicy == nil || *spec.FailurePolicy != kyvernov1.Ignore
+		ap.emitWarning = spec.EmitWarning != nil && *spec.EmitWarning
+		if wc := spec.WebhookConfiguration; wc != nil && len(wc.MatchConditions) > 0 {
+			prog, err := cel.Compile(cel.Spec{Mode: cel.ModeKyverno, MatchConditions: wc.MatchConditions})
+			if err != nil {
+				return nil, fmt.Errorf("spec.webhookConfiguration.matchConditions: %w", err)
+			}
+			ap.matchConditions = prog
+		}
+		if p.GVR == apiresources.Policy {
+			prefix = "pol.kyverno.io/"
+		}
 	}
 	if key := prefix + u.GetName(); len(validation.IsQualifiedName(key)) == 0 {
 		ap.labelKey = key
 	}
 	return ap, nil
+}
+
+// compilePolicy reads a policy object through the catalog; a nil policy
+// with a nil error means the policy has admission off.
+func (ps *policySet) compilePolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*admissionPolicy, error) {
+	p, err := ps.catalog.Read(gvr, u)
+	if err != nil {
+		return nil, err
+	}
+	return admissionOf(p, u)
 }
 
 func (ps *policySet) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
@@ -254,7 +225,7 @@ func (ps *policySet) Upsert(ctx context.Context, gvr schema.GroupVersionResource
 		ps.publish()
 	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
 		name := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())
-		ap, err := compilePolicy(gvr, u)
+		ap, err := ps.compilePolicy(gvr, u)
 		if ps.onPolicy != nil {
 			ps.onPolicy(gvr, u, err)
 		}
@@ -286,6 +257,7 @@ func (ps *policySet) Remove(ctx context.Context, gvr schema.GroupVersionResource
 		ps.publish()
 		ps.mu.Unlock()
 	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
+		ps.catalog.Forget(gvr, u.GetNamespace(), u.GetName())
 		ps.mu.Lock()
 		delete(ps.policies, apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName()))
 		ps.publish()
@@ -325,6 +297,7 @@ func (ps *policySet) Replace(ctx context.Context, gvr schema.GroupVersionResourc
 			}
 		}
 	} else {
+		ps.catalog.Retain(gvr, objs)
 		for name, ap := range ps.policies {
 			if ap.gvr == gvr && !present[name] {
 				delete(ps.policies, name)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/controllers/catalog"
 )
 
 // A policy is checked when it is created or updated, as Kyverno's policy
@@ -30,7 +31,7 @@ func isPolicyWrite(req *admissionv1.AdmissionRequest) bool {
 }
 
 // checkPolicy says why a policy cannot be evaluated (nil when it can): the
-// reasons the webhook's own policy set refuses it for (compilePolicy: it
+// reasons the webhook's own policy set refuses it for (admissionOf: it
 // does not decode into the policy types, a rule does not compile, a
 // background policy reads admission-only data, R06), or admission and
 // background both off.
@@ -44,7 +45,13 @@ func checkPolicy(raw []byte, namespaced bool) error {
 	if namespaced {
 		gvr = apiresources.Policy
 	}
-	if _, err := compilePolicy(gvr, u); err != nil {
+	// Read without the shared catalog: a policy refused here is never
+	// created, and one admitted is read again from its watch.
+	p, err := catalog.Read(gvr, u)
+	if err == nil {
+		_, err = admissionOf(p, u)
+	}
+	if err != nil {
 		return err
 	}
 	if !enabled(u, "admission") && !enabled(u, "background") {

@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/tally-dev/tally/api/apiresources"
-	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
@@ -463,29 +463,12 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 			Severity:        u.GetAnnotations()[engine.AnnotationSeverity],
 		}, nil
 	}
-	var compiled *engine.Policy
-	var spec *kyvernov1.Spec
-	if gvr == apiresources.Policy {
-		var p kyvernov1.Policy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-			return "", PolicyInfo{}, err
-		}
-		c, err := engine.CompilePolicy(&p)
-		if err != nil {
-			return "", PolicyInfo{}, err
-		}
-		compiled, spec = c, &p.Spec
-	} else {
-		var p kyvernov1.ClusterPolicy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-			return "", PolicyInfo{}, err
-		}
-		c, err := engine.CompileClusterPolicy(&p)
-		if err != nil {
-			return "", PolicyInfo{}, err
-		}
-		compiled, spec = c, &p.Spec
+	// Compiled for its rules' names, autogen rules included.
+	p, err := catalog.Read(gvr, u)
+	if err != nil {
+		return "", PolicyInfo{}, err
 	}
+	compiled, spec := p.Compiled, p.Spec
 	info := PolicyInfo{
 		Background:      spec.BackgroundEnabled(),
 		Admission:       spec.AdmissionEnabled(),

@@ -112,7 +112,6 @@ func rescanBench(b *testing.B, pods int) (*Scanner, context.Context) {
 	s := New(client, nil, store, Options{Workers: 1, Registry: prometheus.NewRegistry()})
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	s.kinds.ctx = ctx
 	for _, gvr := range []schema.GroupVersionResource{apiresources.ClusterPolicy, apiresources.Policy, apiresources.PolicyException, apiresources.Namespace} {
 		s.kinds.synced[gvr] = true
 	}
@@ -125,7 +124,7 @@ func rescanBench(b *testing.B, pods int) (*Scanner, context.Context) {
 		s.policies.put(tp)
 	}
 	for i := range pods {
-		s.upsertResource(gvrPods, benchPod(b, i))
+		s.upsertResource(context.Background(), gvrPods, benchPod(b, i))
 	}
 	if err := s.RescanAll(ctx); err != nil { // the first scan writes the reports (to the fake client)
 		b.Fatal(err)

@@ -1,6 +1,9 @@
 package scan
 
 import (
+	"context"
+	"github.com/go-logr/logr"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,22 +20,11 @@ func isCELPolicy(gvr schema.GroupVersionResource) bool {
 	return gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy
 }
 
-// readCELPolicy converts and compiles a ValidatingPolicy or
-// NamespacedValidatingPolicy.
-func readCELPolicy(u *unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
-	p, err := policiesv1.FromObject(u.Object)
-	if err != nil {
-		return nil, nil, err
-	}
-	compiled, err := engine.CompileValidatingPolicy(p)
-	return p, compiled, err
-}
-
 // celExceptionKey keeps CEL PolicyExceptions apart from kyverno.io ones in
 // the store.
 func celExceptionKey(namespace, name string) string { return "cel:" + namespace + "/" + name }
 
-func (s *Scanner) upsertCELException(u *unstructured.Unstructured) {
+func (s *Scanner) upsertCELException(ctx context.Context, u *unstructured.Unstructured) error {
 	name := celExceptionKey(u.GetNamespace(), u.GetName())
 	var pe policiesv1.PolicyException
 	err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe)
@@ -41,11 +33,11 @@ func (s *Scanner) upsertCELException(u *unstructured.Unstructured) {
 		ex, err = engine.CompileCELException(&pe)
 	}
 	if err != nil {
-		s.log().Error(err, "PolicyException could not be read; ignored", "name", name)
-		s.removeException(name) // its previous version no longer applies either
-		return
+		// An invalid exception is final until it is edited: nothing to retry.
+		logr.FromContextOrDiscard(ctx).Error(err, "PolicyException could not be read; ignored", "name", name)
+		return s.removeException(name) // its previous version no longer applies either
 	}
-	s.storeException(name, s.celPoliciesReferred(pe.Spec.PolicyRefs), ex)
+	return s.storeException(name, s.celPoliciesReferred(pe.Spec.PolicyRefs), ex)
 }
 
 // celPoliciesReferred are the policies an exception names, as keys: a

@@ -66,7 +66,7 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 		fake.ClearActions() // the fake API server logs every call: not the scanner's memory
 	}
 	for i := range resources {
-		s.upsertResource(gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		s.upsertResource(context.Background(), gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 			"metadata": map[string]any{"name": fmt.Sprintf("cm-%03d", i), "namespace": "churn", "uid": fmt.Sprintf("uid-%03d", i), "resourceVersion": "1"}}})
 	}
 	minute := 0
@@ -79,6 +79,7 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 		if minute >= live {
 			s.Remove(context.Background(), apiresources.ClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute-live), ""))
 		}
+		settle(t, s)
 		work()
 		clk.Step(time.Minute)
 		minute++

@@ -9,24 +9,26 @@
 // background-enabled validate rule matches, started and stopped as policies
 // come and go.
 //
-// Queue key: resource UID. A resource change (content hash without status
-// and metadata noise) enqueues that resource; a policy change enqueues only
-// the resources its changed rules can match (rule-level hashes, so a
-// status-only update does nothing); an exception change enqueues the
-// resources of the policies it names; a namespace-label change enqueues the
-// resources of that namespace.
+// Queues: policy, exception and binding changes are applied from a control
+// queue of their own, one worker, in the order they came (control.go): a
+// change that cannot be stored is retried, a complete list applies after the
+// events ahead of it. Resources are queued by UID. A resource change (content
+// hash without status and metadata noise) enqueues that resource; a policy
+// change enqueues only the resources its changed rules can match (rule-level
+// hashes, so a status-only update does nothing); an exception change
+// enqueues the resources of the policies it names; a namespace-label change
+// enqueues the resources of that namespace. Policies are compiled through
+// the catalog the admission bridge shares (controllers/catalog).
 //
-// Writes: one BackgroundScanReport / ClusterBackgroundScanReport per resource
-// (name = UID, owned by the resource), created then replaced by a JSON patch
-// (cheaper for the API server than server-side apply), only when its content
-// (spec and resource-hash label) changed; deleted when the resource goes.
+// Reports: one BackgroundScanReport / ClusterBackgroundScanReport per
+// resource (name = UID), handed to the merger beside the scanner over
+// loopback (controllers/handover), never written to the API server, and only
+// when its content (results and resource hash) changed; removed when the
+// resource goes. After a restart the results are read back from the final
+// reports, so that nothing unchanged is handed over anew.
 // Malformed policies (bad pattern, rule that does not compile, bad schedule
 // annotation, background rules needing admission data) are skipped with a
-// log line, a metric and an Event. A report write the API server refuses for
-// good (namespace gone or terminating, invalid, forbidden, kind not served)
-// is dropped with one log line and a metric, and the same content is not
-// written again before the next periodic scan; other API errors are retried
-// with the queue's exponential backoff.
+// log line, a metric and an Event.
 //
 // Events: a result that becomes a violation gives the policy and the
 // resource a Warning PolicyViolation Event, as Kyverno's background scans

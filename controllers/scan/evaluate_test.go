@@ -98,7 +98,6 @@ func testScanner(t *testing.T, opts Options, policies ...*engine.Policy) *Scanne
 		opts.Registry = prometheus.NewRegistry()
 	}
 	s := New(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), nil, store, opts)
-	s.kinds.ctx = context.Background()
 	for _, gvr := range []schema.GroupVersionResource{apiresources.ClusterPolicy, apiresources.Policy, apiresources.PolicyException, apiresources.Namespace} {
 		s.kinds.synced[gvr] = true
 	}
@@ -126,7 +125,7 @@ spec:
 `)
 	s := testScanner(t, Options{EvalTimeout: time.Nanosecond}, p)
 	pod := benchPod(t, 1)
-	s.upsertResource(gvrPods, pod)
+	s.upsertResource(context.Background(), gvrPods, pod)
 	if err := s.reconcile(context.Background(), string(pod.GetUID())); err != nil {
 		t.Fatal(err)
 	}

@@ -32,11 +32,7 @@ type kindWatch struct {
 	disc   discovery.DiscoveryInterface
 	sink   watch.Sink
 
-	mu sync.Mutex
-	// ctx is Run's, under which every watch runs: a kind's watch starts
-	// when a policy first needs it, from whichever event brought the
-	// policy, and must outlive that event. Set by start, nil before.
-	ctx     context.Context
+	mu      sync.Mutex
 	sources map[schema.GroupVersionResource]*watch.Source
 	synced  map[schema.GroupVersionResource]bool
 	users   map[schema.GroupVersionResource]map[string]bool // policies that need a kind
@@ -61,30 +57,11 @@ func newKindWatch(client dynamic.Interface, disc discovery.DiscoveryInterface, s
 	}
 }
 
-// context is the context the watches run under (Background before start).
-func (k *kindWatch) context() context.Context {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.ctx == nil {
-		return context.Background()
-	}
-	return k.ctx
-}
-
-// running returns the context the watches run under, and false before
-// they were started (tests drive the scanner without Run).
-func (k *kindWatch) running() (context.Context, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.ctx, k.ctx != nil
-}
-
 // start watches the policy kinds; until each listed once, no resource is
 // evaluated (policiesListed).
 func (k *kindWatch) start(ctx context.Context, policySources []schema.GroupVersionResource) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.ctx = ctx
 	k.policySources = policySources
 	for _, gvr := range policySources {
 		k.sources[gvr] = watch.Start(ctx, k.client, gvr, k.sink)
@@ -265,7 +242,7 @@ func hasVerbs(r metav1.APIResource, verbs ...string) bool {
 // first user are started, unless the service account may not list them
 // (refused, with the reason); kinds that lose their last are stopped and
 // returned, for their stored objects to be forgotten.
-func (k *kindWatch) need(policy string, gvrs []schema.GroupVersionResource) (refused map[schema.GroupVersionResource]error, stopped []schema.GroupVersionResource) {
+func (k *kindWatch) need(ctx context.Context, policy string, gvrs []schema.GroupVersionResource) (refused map[schema.GroupVersionResource]error, stopped []schema.GroupVersionResource) {
 	want := map[schema.GroupVersionResource]bool{}
 	for _, g := range gvrs {
 		want[g] = true
@@ -290,11 +267,7 @@ func (k *kindWatch) need(policy string, gvrs []schema.GroupVersionResource) (ref
 		}
 		users[policy] = true
 	}
-	ctx := k.ctx
 	k.mu.Unlock()
-	if ctx == nil { // before start: tests drive the scanner without Run
-		ctx = context.Background()
-	}
 
 	for _, g := range start {
 		if g != apiresources.Namespace {

@@ -28,7 +28,7 @@ spec:
 	s.kinds.sources[apiresources.Namespace] = &watch.Source{} // listed: Synced holds once the queue is idle
 	for i := range 3 {
 		pod := benchPod(t, i)
-		s.upsertResource(gvrPods, pod)
+		s.upsertResource(context.Background(), gvrPods, pod)
 		if err := s.reconcile(context.Background(), string(pod.GetUID())); err != nil {
 			t.Fatal(err)
 		}
@@ -47,6 +47,7 @@ spec:
 	}
 
 	s.Remove(context.Background(), apiresources.ClusterPolicy, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}}})
+	settle(t, s)
 	drain(s)
 	s.sched.runDue(context.Background())
 	if n := testutil.CollectAndCount(s.metrics.results); n != 0 {

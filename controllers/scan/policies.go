@@ -1,6 +1,9 @@
 package scan
 
 import (
+	"context"
+	"github.com/go-logr/logr"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,33 +38,19 @@ type trackedPolicy struct {
 	background bool
 }
 
-// readPolicy converts and compiles a policy object; spec is nil for CEL
-// policies.
+// readPolicy converts and compiles a policy object (through the catalog
+// the admission bridge shares; a ValidatingAdmissionPolicy with its
+// bindings); spec is nil for CEL policies.
 func (s *Scanner) readPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
 	if gvr == apiresources.ValidatingAdmissionPolicy {
 		obj, compiled, err := s.vaps.read(u)
 		return obj, compiled, nil, err
 	}
-	if isCELPolicy(gvr) {
-		obj, compiled, err := readCELPolicy(u)
-		return obj, compiled, nil, err
-	}
-	if gvr == apiresources.Policy {
-		var p kyvernov1.Policy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-			return nil, nil, nil, err
-		}
-		p.APIVersion, p.Kind = kyvernov1.GroupVersion.String(), "Policy"
-		compiled, err := engine.CompilePolicy(&p)
-		return &p, compiled, &p.Spec, err
-	}
-	var p kyvernov1.ClusterPolicy
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+	p, err := s.opts.Catalog.Read(gvr, u)
+	if p == nil {
 		return nil, nil, nil, err
 	}
-	p.APIVersion, p.Kind = kyvernov1.GroupVersion.String(), "ClusterPolicy"
-	compiled, err := engine.CompileClusterPolicy(&p)
-	return &p, compiled, &p.Spec, err
+	return p.Object, p.Compiled, p.Spec, err
 }
 
 // ruleHashes hashes each validate rule together with the policy-level
@@ -80,9 +69,15 @@ func ruleHashes(p *engine.Policy, units []engine.Unit) map[string]uint64 {
 	return out
 }
 
-func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+// upsertPolicy applies a created or changed policy: compiled, stored, its
+// kinds watched and the resources its changed rules can match queued. A
+// policy that cannot be scanned is rejected (reported on it, its results
+// dropped): that is final until it is edited, not an error. The error is a
+// store write that failed; the control queue retries it, and nothing of the
+// policy's new version was kept before it.
+func (s *Scanner) upsertPolicy(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error {
 	name := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())
-	log := s.log().WithValues("policy", name)
+	log := logr.FromContextOrDiscard(ctx).WithValues("policy", name)
 	obj, compiled, spec, err := s.readPolicy(gvr, u)
 	if err == nil && spec != nil {
 		err = engine.Malformed(compiled)
@@ -100,22 +95,32 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 		if s.opts.Recorder != nil && obj != nil {
 			s.opts.Recorder.Eventf(obj, corev1.EventTypeWarning, "PolicyRejected", "tally cannot scan this policy: %v", err)
 		}
-		s.removePolicy(name)
-		s.setPolicyStatus(gvr, u, err, false)
-		return
+		if rerr := s.removePolicy(ctx, name); rerr != nil {
+			return rerr
+		}
+		s.setPolicyStatus(ctx, gvr, u, err, false)
+		return nil
 	}
 	var scanned []schema.GroupVersionResource // the kinds the policy is scanned on
+	applied := false
 	defer func() {
+		if !applied {
+			return // retried: the status is written once it is applied
+		}
 		var more []Condition
 		if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
 			more = CELConditions(compiled.AdmissionEnabled(), s.kinds.forbiddenOf(scanned))
 		}
-		s.setPolicyStatus(gvr, u, nil, compiled.AdmissionEnabled(), more...)
+		s.setPolicyStatus(ctx, gvr, u, nil, compiled.AdmissionEnabled(), more...)
 	}()
 	if !compiled.BackgroundEnabled() {
-		s.removePolicy(name) // R19: background entries go when background is turned off
+		// R19: background entries go when background is turned off.
+		if err := s.removePolicy(ctx, name); err != nil {
+			return err
+		}
 		s.policies.put(&trackedPolicy{name: name, gvr: gvr, ref: refOf(u), compiled: compiled})
-		return
+		applied = true
+		return nil
 	}
 	tp := newTracked(name, gvr, compiled)
 	tp.ref, tp.schedule = refOf(u), sched
@@ -143,7 +148,7 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 		}
 	}
 
-	prev := s.policies.put(tp)
+	prev := s.policies.get(name)
 	if prev != nil && !prev.background {
 		prev = nil // it was not scanned: every rule is new to the scan
 	}
@@ -168,12 +173,14 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 			Namespace: compiled.Namespace, ResourceVersion: u.GetResourceVersion(),
 			Background: true})
 	}); err != nil {
-		log.Error(err, "storing the policy failed")
+		return fmt.Errorf("storing policy %s: %w", name, err)
 	}
+	s.policies.put(tp)
+	applied = true
 	scanned = tp.kinds()
-	s.ensureKinds(name, scanned)
+	s.ensureKinds(ctx, name, scanned)
 	if len(changed) == 0 && len(removedRules) == 0 {
-		return // a status-only or cosmetic update
+		return nil // a status-only or cosmetic update
 	}
 	// Resources a changed rule can match now, and those it had results for.
 	// Collected first, enqueued once: a resource added while a worker
@@ -187,15 +194,16 @@ func (s *Scanner) upsertPolicy(gvr schema.GroupVersionResource, u *unstructured.
 	for uid := range todo {
 		s.queue.Add(uid)
 	}
+	return nil
 }
 
 // ensureKinds records that a policy needs exactly gvrs (kindWatch.need):
 // a kind it may not list is reported on the policy; the stored objects of a
 // kind no longer watched are forgotten.
-func (s *Scanner) ensureKinds(policy string, gvrs []schema.GroupVersionResource) {
-	refused, stopped := s.kinds.need(policy, gvrs)
+func (s *Scanner) ensureKinds(ctx context.Context, policy string, gvrs []schema.GroupVersionResource) {
+	refused, stopped := s.kinds.need(ctx, policy, gvrs)
 	for g, err := range refused {
-		s.log().Error(err, "a kind the policies need cannot be read", "gvr", g.String())
+		logr.FromContextOrDiscard(ctx).Error(err, "a kind the policies need cannot be read", "gvr", g.String())
 		s.metrics.kindErrors.WithLabelValues(g.String()).Inc()
 		if tp := s.policies.get(policy); tp != nil && tp.ref != nil && s.opts.Recorder != nil {
 			s.opts.Recorder.Eventf(tp.ref, corev1.EventTypeWarning, "KindForbidden", "tally cannot list %s: %v", g.String(), err)
@@ -205,7 +213,7 @@ func (s *Scanner) ensureKinds(policy string, gvrs []schema.GroupVersionResource)
 		group, kind := s.kinds.groupKind(g)
 		stale, _ := s.store.Read().ResourcesOfKind(group, kind, "")
 		for _, r := range stale {
-			s.forgetResource(r.UID)
+			s.forgetResource(ctx, r.UID)
 		}
 	}
 }
@@ -238,26 +246,27 @@ func (tp *trackedPolicy) kinds() []schema.GroupVersionResource {
 
 // removePolicy forgets a policy: its results go, and the reports of the
 // resources it had results for are rewritten.
-func (s *Scanner) removePolicy(name string) {
-	tracked := s.policies.remove(name)
+func (s *Scanner) removePolicy(ctx context.Context, name string) error {
+	tracked := s.policies.get(name) != nil
 	affected, _ := s.store.Read().ResultsOfPolicy(name)
 	if !tracked && len(affected) == 0 {
-		return
+		return nil
 	}
 	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeletePolicy(name) }); err != nil {
-		s.log().Error(err, "forgetting a policy failed", "policy", name)
-	} else {
-		for _, r := range affected {
-			s.countResults([]memstore.Result{r.Result}, -1)
-		}
+		return fmt.Errorf("forgetting policy %s: %w", name, err)
 	}
+	s.policies.remove(name)
 	for _, r := range affected {
+		s.countResults([]memstore.Result{r.Result}, -1)
 		s.queue.Add(r.UID)
 	}
-	s.ensureKinds(name, nil)
+	s.ensureKinds(ctx, name, nil)
+	return nil
 }
 
-func (s *Scanner) dropMissingPolicies(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+// dropMissingPolicies forgets the policies or exceptions of a kind that a
+// complete list of it does not hold.
+func (s *Scanner) dropMissingPolicies(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) error {
 	present := map[string]bool{}
 	for _, u := range objs {
 		switch gvr {
@@ -269,24 +278,26 @@ func (s *Scanner) dropMissingPolicies(gvr schema.GroupVersionResource, objs []*u
 			present[apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())] = true
 		}
 	}
+	var errs []error
 	if gvr == apiresources.PolicyException || gvr == apiresources.CELPolicyException {
 		all, _ := s.store.Read().Exceptions()
 		for _, e := range all {
 			if strings.HasPrefix(e.Name, "cel:") == (gvr == apiresources.CELPolicyException) && !present[e.Name] {
-				s.removeException(e.Name)
+				errs = append(errs, s.removeException(e.Name))
 			}
 		}
-		return
+		return errors.Join(errs...)
 	}
 	for _, name := range s.policies.keysOf(gvr) {
 		switch {
 		case present[name]:
 		case gvr == apiresources.ValidatingAdmissionPolicy:
-			s.removeVAP(strings.TrimPrefix(name, apiresources.VAPKeyPrefix))
+			errs = append(errs, s.removeVAP(ctx, strings.TrimPrefix(name, apiresources.VAPKeyPrefix)))
 		default:
-			s.removePolicy(name)
+			errs = append(errs, s.removePolicy(ctx, name))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // resultsOfRules adds to todo the resources with results of some rules of a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/tally-dev/tally/api/apiresources"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/watch"
@@ -58,6 +60,9 @@ type Options struct {
 	// Loader loads the cluster data context entries read (nil: none, they
 	// are errors).
 	Loader engine.ContextLoader
+	// Catalog compiles the policies, shared with the admission bridge so
+	// that each version is compiled once (nil: compiled here, unshared).
+	Catalog *catalog.Catalog
 	// Data serves the cluster reads of CEL policies (nil: none, they are
 	// errors).
 	Data cel.ClusterData
@@ -87,10 +92,15 @@ func (s *Scanner) SetWebhookConfigured(f func(policy string, generation int64) b
 // the periodic scans (sched) and the report writer (reports); the store
 // holds resources and results.
 type Scanner struct {
-	opts     Options
-	client   dynamic.Interface
-	store    *memstore.Store
+	opts   Options
+	client dynamic.Interface
+	store  *memstore.Store
+	// queue holds the UIDs of resources to evaluate; control the changes
+	// of policies, exceptions and bindings to apply (control.go), pending
+	// what its keys stand for.
 	queue    *watch.Queue
+	control  *watch.Queue
+	pending  *pendingControl
 	reports  *reportWriter
 	metrics  *metrics
 	policies *policySet
@@ -99,8 +109,10 @@ type Scanner struct {
 	vaps     *vapSet
 	params   *paramCache
 	locks    keyedMutex
-	// statusWrites counts the goroutines writing policy status (status.go).
+	// statusWrites counts the goroutines writing policy status (status.go);
+	// running says Run is on (status is written only then).
 	statusWrites sync.WaitGroup
+	running      atomic.Bool
 }
 
 // New builds a Scanner; it starts nothing (Run does).
@@ -125,6 +137,8 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		client:   client,
 		store:    store,
 		queue:    watch.NewQueue("tally-scan"),
+		control:  newControlQueue(),
+		pending:  newPendingControl(),
 		policies: newPolicySet(),
 		vaps:     newVAPSet(),
 	}
@@ -133,7 +147,7 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 	s.metrics = newMetrics(opts.Registry, func() float64 { return float64(s.queue.Len()) }, func() float64 {
 		n, _ := store.Read().CountResources()
 		return float64(n)
-	}, func() float64 { return float64(s.queue.Panics() + watch.SinkPanics()) })
+	}, func() float64 { return float64(s.queue.Panics() + s.control.Panics() + watch.SinkPanics()) })
 	if s.opts.Handover == nil {
 		s.opts.Handover = handover.New(handover.Options{})
 	}
@@ -149,6 +163,9 @@ func (s *Scanner) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("scan")
 	ctx = logr.NewContext(ctx, log)
 	defer s.queue.ShutDown()
+	defer s.control.ShutDown()
+	s.running.Store(true)
+	defer s.running.Store(false)
 	// Existing reports and the scan state are read before anything else;
 	// an unreachable API server is waited for (with backoff), not fatal.
 	var seeded map[string][]wgv1alpha2.PolicyReportResult
@@ -178,6 +195,11 @@ func (s *Scanner) Run(ctx context.Context) error {
 	s.kinds.start(ctx, append(slices.Clone(classicPolicySources), s.kinds.servedCELKinds(ctx)...))
 
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.runControl(ctx)
+	}()
 	for range s.opts.Workers {
 		wg.Add(1)
 		go func() {
@@ -198,6 +220,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	}()
 	<-ctx.Done()
 	s.queue.ShutDown()
+	s.control.ShutDown()
 	s.kinds.stop()
 	wg.Wait()
 	s.statusWrites.Wait()
@@ -243,9 +266,11 @@ func (s *Scanner) readyWhenSynced(ctx context.Context) {
 func (s *Scanner) Handover() *handover.Hub { return s.opts.Handover }
 
 // Synced reports whether the policies and every kind they need were listed
-// once, and the queue is empty: the reports reflect the cluster.
+// once and applied, and the queues are empty: the reports reflect the
+// cluster. The control queue is asked first: what it applies may need
+// kinds not listed yet.
 func (s *Scanner) Synced() bool {
-	return s.kinds.listedAll() && s.queue.Idle()
+	return s.control.Idle() && s.kinds.listedAll() && s.queue.Idle()
 }
 
 func (s *Scanner) processNext(ctx context.Context) bool {

@@ -62,7 +62,6 @@ func scheduledScanner(t *testing.T, now time.Time, schedules map[string]map[stri
 		t.Fatal(err)
 	}
 	s := New(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), nil, store, Options{Clock: clk, Interval: time.Hour, Registry: prometheus.NewRegistry()})
-	s.kinds.ctx = context.Background()
 	for name, annotations := range schedules {
 		sched, err := scheduleOf(annotations, s.opts.Interval)
 		if err != nil {
@@ -174,7 +173,8 @@ func TestAPolicyScanEvaluatesThatPolicyOnly(t *testing.T) {
 	}
 	s.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy("a", "team required (a)"))
 	s.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy("b", "team required (b)"))
-	s.upsertResource(gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+	settle(t, s)
+	s.upsertResource(context.Background(), gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "cm", "namespace": "ns", "uid": "uid-cm", "resourceVersion": "1"}}})
 	work()
 	messages := func() map[string]string {

@@ -2,11 +2,11 @@ package scan
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,67 +25,41 @@ var _ watch.StreamingSink = (*Scanner)(nil)
 // held whole in memory while it is listed.
 func (s *Scanner) StreamsLists() {}
 
-func (s *Scanner) log() logr.Logger {
-	return logr.FromContextOrDiscard(s.kinds.context())
-}
-
+// Upsert records a changed object: a control event is queued (control.go);
+// a resource or namespace is stored and its UID queued.
 func (s *Scanner) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
-	switch gvr {
-	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
-		s.upsertPolicy(gvr, u)
+	if isControlKind(gvr) {
+		s.queueEvent(gvr, u, false)
 		return
-	case apiresources.PolicyException:
-		s.upsertException(u)
-		return
-	case apiresources.CELPolicyException:
-		s.upsertCELException(u)
-		return
-	case apiresources.ValidatingAdmissionPolicy:
-		s.upsertVAP(u)
-		return
-	case apiresources.ValidatingAdmissionPolicyBinding:
-		s.upsertBinding(u.GetName(), u)
-		return
-	case apiresources.Namespace:
-		s.upsertNamespace(u)
+	}
+	if gvr == apiresources.Namespace {
+		s.upsertNamespace(ctx, u)
 		if !s.kinds.needed(gvr) {
 			return
 		}
 	}
-	s.upsertResource(gvr, u)
+	s.upsertResource(ctx, gvr, u)
 }
 
+// Remove records a deleted object, as Upsert does.
 func (s *Scanner) Remove(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
-	switch gvr {
-	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
-		name := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())
-		s.removePolicy(name)
-		// A deleted policy keeps no series (its results' go with them).
-		s.metrics.policyErrors.DeletePartialMatch(prometheus.Labels{labelPolicy: name})
+	if isControlKind(gvr) {
+		s.queueEvent(gvr, u, true)
 		return
-	case apiresources.PolicyException:
-		s.removeException(u.GetNamespace() + "/" + u.GetName())
-		return
-	case apiresources.CELPolicyException:
-		s.removeException(celExceptionKey(u.GetNamespace(), u.GetName()))
-		return
-	case apiresources.ValidatingAdmissionPolicy:
-		s.removeVAP(u.GetName())
-		return
-	case apiresources.ValidatingAdmissionPolicyBinding:
-		s.upsertBinding(u.GetName(), nil)
-		return
-	case apiresources.Namespace:
+	}
+	if gvr == apiresources.Namespace {
 		if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteNamespace(u.GetName()) }); err != nil {
-			s.log().Error(err, "forgetting a deleted namespace failed", "namespace", u.GetName())
+			// Only the labels of a namespace no resource is in any more
+			// stay behind: nothing is evaluated against them.
+			logr.FromContextOrDiscard(ctx).Error(err, "forgetting a deleted namespace failed", "namespace", u.GetName())
 		}
 	}
-	s.forgetResource(string(u.GetUID()))
+	s.forgetResource(ctx, string(u.GetUID()))
 }
 
 // forgetResource drops a resource and its results from the store; its
 // reconcile then deletes its report.
-func (s *Scanner) forgetResource(uid string) {
+func (s *Scanner) forgetResource(ctx context.Context, uid string) {
 	var gone []memstore.Result
 	if err := s.store.Write(func(w *memstore.WriteTxn) (err error) {
 		if gone, err = w.Results(uid); err != nil {
@@ -93,7 +67,7 @@ func (s *Scanner) forgetResource(uid string) {
 		}
 		return w.DeleteResource(uid)
 	}); err != nil {
-		s.log().Error(err, "forgetting a deleted resource failed", "uid", uid)
+		logr.FromContextOrDiscard(ctx).Error(err, "forgetting a deleted resource failed", "uid", uid)
 	} else {
 		s.countResults(gone, -1)
 	}
@@ -103,17 +77,13 @@ func (s *Scanner) forgetResource(uid string) {
 // Replace removes what is not in a complete list; the objects themselves
 // were delivered through Upsert already (objs are stubs).
 func (s *Scanner) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	if isControlKind(gvr) {
+		s.queueReplace(gvr, objs)
+		return
+	}
 	present := make(map[string]bool, len(objs))
 	for _, u := range objs {
 		present[string(u.GetUID())] = true
-	}
-	switch gvr {
-	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.PolicyException, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy, apiresources.CELPolicyException, apiresources.ValidatingAdmissionPolicy:
-		s.dropMissingPolicies(gvr, objs)
-		return
-	case apiresources.ValidatingAdmissionPolicyBinding:
-		s.dropMissingBindings(objs)
-		return
 	}
 	group, kind := s.kinds.groupKind(gvr)
 	if kind == "" {
@@ -127,7 +97,19 @@ func (s *Scanner) Replace(ctx context.Context, gvr schema.GroupVersionResource, 
 	}
 }
 
+// Listed records the end of a kind's first list; for a control kind, once
+// the list is applied (control.go).
 func (s *Scanner) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
+	if isControlKind(gvr) {
+		s.control.Add(keyListed + gvr.String())
+		return
+	}
+	s.listed(gvr)
+}
+
+// listed marks a kind listed; once every kind is, the reports of resources
+// not seen go.
+func (s *Scanner) listed(gvr schema.GroupVersionResource) {
 	if s.kinds.listed(gvr) {
 		s.sweepOrphans()
 	}
@@ -144,10 +126,10 @@ func (s *Scanner) sweepOrphans() {
 	}
 }
 
-func (s *Scanner) upsertResource(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (s *Scanner) upsertResource(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	res, err := compact(u)
 	if err != nil {
-		s.log().Error(err, "a resource could not be read; skipped", "gvr", gvr.String(), "uid", u.GetUID())
+		logr.FromContextOrDiscard(ctx).Error(err, "a resource could not be read; skipped", "gvr", gvr.String(), "uid", u.GetUID())
 		return
 	}
 	s.kinds.remember(gvr, res.Group, res.Kind)
@@ -161,7 +143,7 @@ func (s *Scanner) upsertResource(gvr schema.GroupVersionResource, u *unstructure
 		return w.PutResource(res)
 	})
 	if err != nil {
-		s.log().Error(err, "storing a resource failed", "uid", res.UID)
+		logr.FromContextOrDiscard(ctx).Error(err, "storing a resource failed", "uid", res.UID)
 		return
 	}
 	if changed {
@@ -169,7 +151,7 @@ func (s *Scanner) upsertResource(gvr schema.GroupVersionResource, u *unstructure
 	}
 }
 
-func (s *Scanner) upsertNamespace(u *unstructured.Unstructured) {
+func (s *Scanner) upsertNamespace(ctx context.Context, u *unstructured.Unstructured) {
 	name := u.GetName()
 	labels := u.GetLabels()
 	changed := false
@@ -181,7 +163,7 @@ func (s *Scanner) upsertNamespace(u *unstructured.Unstructured) {
 		changed = prev != nil && !maps.Equal(prev.Labels, labels)
 		return w.PutNamespace(&memstore.Namespace{Name: name, Labels: labels})
 	}); err != nil {
-		s.log().Error(err, "storing a namespace failed", "namespace", name)
+		logr.FromContextOrDiscard(ctx).Error(err, "storing a namespace failed", "namespace", name)
 		return
 	}
 	if !changed {
@@ -194,39 +176,38 @@ func (s *Scanner) upsertNamespace(u *unstructured.Unstructured) {
 	}
 }
 
-func (s *Scanner) upsertException(u *unstructured.Unstructured) {
+func (s *Scanner) upsertException(ctx context.Context, u *unstructured.Unstructured) error {
 	name := u.GetNamespace() + "/" + u.GetName()
 	var pe kyvernov2.PolicyException
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe); err != nil {
-		s.log().Error(err, "PolicyException could not be read; ignored", "name", name)
-		s.removeException(name) // its previous version no longer applies either
-		return
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe)
+	var ex *engine.Exception
+	if err == nil {
+		ex, err = engine.CompileException(&pe)
 	}
-	ex, err := engine.CompileException(&pe)
 	if err != nil {
-		s.log().Error(err, "PolicyException is invalid; ignored", "name", name)
-		s.removeException(name)
-		return
+		// An invalid exception is final until it is edited: nothing to retry.
+		logr.FromContextOrDiscard(ctx).Error(err, "PolicyException is invalid; ignored", "name", name)
+		return s.removeException(name) // its previous version no longer applies either
 	}
 	policies := make([]string, 0, len(pe.Spec.Exceptions))
 	for _, e := range pe.Spec.Exceptions {
 		policies = append(policies, e.PolicyName)
 	}
-	s.storeException(name, policies, ex)
+	return s.storeException(name, policies, ex)
 }
 
 // storeException stores a compiled PolicyException (kyverno.io or CEL) and
 // rescans the policies of its previous version too: the resources it no
 // longer exempts must lose their skip.
-func (s *Scanner) storeException(name string, policies []string, compiled any) {
+func (s *Scanner) storeException(name string, policies []string, compiled any) error {
 	before, _ := s.exceptionPolicies(name)
 	if err := s.store.Write(func(w *memstore.WriteTxn) error {
 		return w.PutException(&memstore.Exception{Name: name, Policies: policies, Compiled: compiled})
 	}); err != nil {
-		s.log().Error(err, "storing a PolicyException failed", "name", name)
-		return
+		return fmt.Errorf("storing PolicyException %s: %w", name, err)
 	}
 	s.enqueuePolicies(union(before, policies))
+	return nil
 }
 
 // exceptionPolicies returns the policies a stored PolicyException names;
@@ -257,14 +238,14 @@ func union(a, b []string) []string {
 	return out
 }
 
-func (s *Scanner) removeException(name string) {
+func (s *Scanner) removeException(name string) error {
 	policies, stored := s.exceptionPolicies(name)
 	if !stored {
-		return // nothing it exempted
+		return nil // nothing it exempted
 	}
 	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteException(name) }); err != nil {
-		s.log().Error(err, "forgetting a PolicyException failed", "name", name)
-		return
+		return fmt.Errorf("forgetting PolicyException %s: %w", name, err)
 	}
 	s.enqueuePolicies(policies)
+	return nil
 }

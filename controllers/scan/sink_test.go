@@ -56,10 +56,10 @@ spec:
 	tp.ruleKinds["r"] = []schema.GroupVersionResource{gvrConfigMaps}
 	s.policies.put(tp)
 	pod := benchPod(t, 1)
-	s.upsertResource(gvrPods, pod)
+	s.upsertResource(context.Background(), gvrPods, pod)
 	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "cm", "namespace": "ns", "uid": "cm-uid", "resourceVersion": "1"}}}
-	s.upsertResource(gvrConfigMaps, cm)
+	s.upsertResource(context.Background(), gvrConfigMaps, cm)
 	drain(s)
 
 	podUID, cmUID := string(pod.GetUID()), "cm-uid"
@@ -80,6 +80,7 @@ spec:
 	}
 	for _, step := range steps {
 		step.do()
+		settle(t, s)
 		got := drain(s)
 		if len(got) != len(step.want) {
 			t.Errorf("%s: rescanned %v, want %v", step.name, got, step.want)
@@ -93,5 +94,15 @@ spec:
 	}
 	if xs := s.Exceptions(); len(xs) != 0 {
 		t.Errorf("%d exceptions left after the delete", len(xs))
+	}
+}
+
+// settle applies the queued control events, as Run's control worker does.
+func settle(t *testing.T, s *Scanner) {
+	t.Helper()
+	for s.control.Len() > 0 {
+		if !s.control.ProcessNext(context.Background(), "applying a policy change", s.applyControl) {
+			t.Fatal("control queue shut down")
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/go-logr/logr"
 	"strings"
 	"time"
 
@@ -73,10 +74,11 @@ const webhookWait = 2 * time.Minute
 // configuration sends the policy's requests to tally; if it does not within
 // webhookWait, Ready (or, for a CEL policy, WebhookConfigured) is False
 // saying so.
-func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error, admission bool, more ...Condition) {
-	parent, running := s.kinds.running()
-	// A ValidatingAdmissionPolicy's status is the API server's.
-	if s.opts.NoPolicyStatus || !running || gvr == apiresources.ValidatingAdmissionPolicy {
+func (s *Scanner) setPolicyStatus(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error, admission bool, more ...Condition) {
+	parent := ctx
+	// A ValidatingAdmissionPolicy's status is the API server's; tests that
+	// drive the scanner without Run write none.
+	if s.opts.NoPolicyStatus || !s.running.Load() || gvr == apiresources.ValidatingAdmissionPolicy {
 		return
 	}
 	await := rejected == nil && admission && s.opts.WebhookConfigured != nil
@@ -95,7 +97,7 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 			}
 			if err != nil {
 				const why = "the admission webhook's configuration does not send this policy's requests to tally yet"
-				s.log().Info("policy not marked Ready: "+why, "policy", name, "waited", webhookWait)
+				logr.FromContextOrDiscard(ctx).Info("policy not marked Ready: "+why, "policy", name, "waited", webhookWait)
 				if isCELPolicy(gvr) {
 					more = webhookNotConfigured(more, why)
 				} else {
@@ -106,7 +108,7 @@ func (s *Scanner) setPolicyStatus(gvr schema.GroupVersionResource, u *unstructur
 		ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 		defer cancel()
 		if err := WriteReady(ctx, s.client, gvr, u, rejected, "the policy is evaluated by tally", fieldManager, more...); err != nil && ctx.Err() == nil {
-			s.log().Error(err, "recording the policy's Ready condition failed", "policy", u.GetNamespace()+"/"+u.GetName())
+			logr.FromContextOrDiscard(ctx).Error(err, "recording the policy's Ready condition failed", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()
 }

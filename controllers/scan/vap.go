@@ -2,7 +2,9 @@ package scan
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/go-logr/logr"
 	"sync"
 	"time"
 
@@ -145,54 +147,56 @@ func (vs *vapSet) dropMissingBindings(objs []*unstructured.Unstructured) []*admi
 
 // upsertVAP scans a labelled ValidatingAdmissionPolicy; an unlabelled one
 // (or one whose label went) has no results.
-func (s *Scanner) upsertVAP(u *unstructured.Unstructured) {
+func (s *Scanner) upsertVAP(ctx context.Context, u *unstructured.Unstructured) error {
 	s.vaps.serial.Lock()
 	defer s.vaps.serial.Unlock()
 	if !reported(u) {
 		s.vaps.forget(u.GetName())
-		s.removePolicy(apiresources.PolicyKey(apiresources.ValidatingAdmissionPolicy, "", u.GetName()))
-		return
+		return s.removePolicy(ctx, apiresources.PolicyKey(apiresources.ValidatingAdmissionPolicy, "", u.GetName()))
 	}
-	s.upsertPolicy(apiresources.ValidatingAdmissionPolicy, u)
+	return s.upsertPolicy(ctx, apiresources.ValidatingAdmissionPolicy, u)
 }
 
 // upsertBinding records a binding (nil: deleted) and rescans the policy it
 // binds.
-func (s *Scanner) upsertBinding(name string, u *unstructured.Unstructured) {
+func (s *Scanner) upsertBinding(ctx context.Context, name string, u *unstructured.Unstructured) error {
 	s.vaps.serial.Lock()
 	defer s.vaps.serial.Unlock()
 	affected, err := s.vaps.setBinding(name, u)
 	if err != nil {
-		s.log().Error(err, "ValidatingAdmissionPolicyBinding could not be read; it binds nothing", "name", name)
+		// An unreadable binding is final until it is edited: nothing to retry.
+		logr.FromContextOrDiscard(ctx).Error(err, "ValidatingAdmissionPolicyBinding could not be read; it binds nothing", "name", name)
 	}
-	s.recompileVAPs(affected)
+	return s.recompileVAPs(ctx, affected)
 }
 
 // removeVAP forgets a deleted policy and its results.
-func (s *Scanner) removeVAP(name string) {
+func (s *Scanner) removeVAP(ctx context.Context, name string) error {
 	s.vaps.serial.Lock()
 	defer s.vaps.serial.Unlock()
 	s.vaps.forget(name)
-	s.removePolicy(apiresources.PolicyKey(apiresources.ValidatingAdmissionPolicy, "", name))
+	return s.removePolicy(ctx, apiresources.PolicyKey(apiresources.ValidatingAdmissionPolicy, "", name))
 }
 
 // dropMissingBindings forgets the bindings not in a complete list.
-func (s *Scanner) dropMissingBindings(objs []*unstructured.Unstructured) {
+func (s *Scanner) dropMissingBindings(ctx context.Context, objs []*unstructured.Unstructured) error {
 	s.vaps.serial.Lock()
 	defer s.vaps.serial.Unlock()
-	s.recompileVAPs(s.vaps.dropMissingBindings(objs))
+	return s.recompileVAPs(ctx, s.vaps.dropMissingBindings(objs))
 }
 
 // recompileVAPs compiles scanned policies again (their bindings changed).
 // The caller holds s.vaps.serial.
-func (s *Scanner) recompileVAPs(policies []*admissionregistrationv1.ValidatingAdmissionPolicy) {
+func (s *Scanner) recompileVAPs(ctx context.Context, policies []*admissionregistrationv1.ValidatingAdmissionPolicy) error {
+	var errs []error
 	for _, p := range policies {
 		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
 		if err != nil {
 			continue // it was converted from unstructured: cannot fail
 		}
-		s.upsertPolicy(apiresources.ValidatingAdmissionPolicy, &unstructured.Unstructured{Object: obj})
+		errs = append(errs, s.upsertPolicy(ctx, apiresources.ValidatingAdmissionPolicy, &unstructured.Unstructured{Object: obj}))
 	}
+	return errors.Join(errs...)
 }
 
 // paramCache serves the params of ValidatingAdmissionPolicy bindings from

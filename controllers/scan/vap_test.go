@@ -40,7 +40,7 @@ func TestValidatingAdmissionPolicyFollowsItsBindingsAndLabel(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"good", "bad"} {
-		s.upsertResource(gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		s.upsertResource(context.Background(), gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 			"metadata": map[string]any{"name": name, "namespace": "ns", "uid": "uid-" + name, "resourceVersion": "1"}}})
 	}
 	policy := `
@@ -100,6 +100,7 @@ spec:
 	}
 	for _, step := range steps {
 		step.do()
+		settle(t, s)
 		work()
 		if got := results(); got != step.want {
 			t.Errorf("%s: results %q, want %q", step.name, got, step.want)

@@ -1,0 +1,175 @@
+// Package catalog reads the cluster's policy objects (ClusterPolicy,
+// Policy, ValidatingPolicy, NamespacedValidatingPolicy) into compiled
+// policies: the one place every controller converts and compiles them. In
+// tally-scanner the scan and the admission bridge share one Catalog, so
+// that each version of a policy is compiled once for both.
+package catalog
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tally-dev/tally/api/apiresources"
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/engine"
+)
+
+// Policy is a policy object as the controllers read it. It is shared:
+// nothing of it may be changed.
+type Policy struct {
+	// Key is the policy's key (apiresources.PolicyKey).
+	Key string
+	GVR schema.GroupVersionResource
+	// Object is the typed policy (*kyvernov1.ClusterPolicy,
+	// *kyvernov1.Policy or *policiesv1.ValidatingPolicy), for Events.
+	Object   runtime.Object
+	Compiled *engine.Policy
+	// Spec is a ClusterPolicy's or Policy's spec (nil for a CEL policy),
+	// CEL a ValidatingPolicy or NamespacedValidatingPolicy (nil for a
+	// classic one).
+	Spec *kyvernov1.Spec
+	CEL  *policiesv1.ValidatingPolicy
+}
+
+// IsPolicyKind reports whether a Catalog reads objects of gvr.
+func IsPolicyKind(gvr schema.GroupVersionResource) bool {
+	switch gvr {
+	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
+		return true
+	}
+	return false
+}
+
+// Read converts and compiles a policy object, without a Catalog. A policy
+// that does not compile is returned with the error when it could be
+// converted (its Object names it in Events).
+func Read(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*Policy, error) {
+	p := &Policy{Key: apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName()), GVR: gvr}
+	var err error
+	switch gvr {
+	case apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
+		var vp *policiesv1.ValidatingPolicy
+		if vp, err = policiesv1.FromObject(u.Object); err != nil {
+			return nil, err
+		}
+		p.Object, p.CEL = vp, vp
+		p.Compiled, err = engine.CompileValidatingPolicy(vp)
+	case apiresources.Policy:
+		var pol kyvernov1.Policy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pol); err != nil {
+			return nil, err
+		}
+		pol.APIVersion, pol.Kind = kyvernov1.GroupVersion.String(), "Policy"
+		p.Object, p.Spec = &pol, &pol.Spec
+		p.Compiled, err = engine.CompilePolicy(&pol)
+	case apiresources.ClusterPolicy:
+		var pol kyvernov1.ClusterPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pol); err != nil {
+			return nil, err
+		}
+		pol.APIVersion, pol.Kind = kyvernov1.GroupVersion.String(), "ClusterPolicy"
+		p.Object, p.Spec = &pol, &pol.Spec
+		p.Compiled, err = engine.CompileClusterPolicy(&pol)
+	default:
+		return nil, fmt.Errorf("%s is not a policy kind", gvr.String())
+	}
+	return p, err
+}
+
+// Catalog remembers the newest version of each policy it read, so that the
+// readers of one process compile a version once. Its methods are safe for
+// concurrent use; a nil Catalog remembers nothing.
+type Catalog struct {
+	mu    sync.Mutex
+	byKey map[string]entry
+	// compiles counts the versions compiled (for tests and diagnostics).
+	compiles atomic.Int64
+}
+
+type entry struct {
+	gvr             schema.GroupVersionResource
+	resourceVersion string
+	policy          *Policy
+	err             error
+}
+
+// New makes an empty Catalog.
+func New() *Catalog { return &Catalog{byKey: map[string]entry{}} }
+
+// Read returns the compiled policy of an object: remembered when this
+// version (its resourceVersion) was read before, by any reader, else read
+// and remembered. An object without a resourceVersion is read every time.
+func (c *Catalog) Read(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*Policy, error) {
+	rv := u.GetResourceVersion()
+	if c == nil || rv == "" {
+		return Read(gvr, u)
+	}
+	key := gvr.String() + "|" + u.GetNamespace() + "/" + u.GetName()
+	c.mu.Lock()
+	e, ok := c.byKey[key]
+	c.mu.Unlock()
+	if ok && e.resourceVersion == rv {
+		return e.policy, e.err
+	}
+	// Compiled unlocked: two readers of a new version may both compile it
+	// (the last one is kept); neither waits for the other's compilation.
+	p, err := Read(gvr, u)
+	c.compiles.Add(1)
+	c.mu.Lock()
+	c.byKey[key] = entry{gvr: gvr, resourceVersion: rv, policy: p, err: err}
+	c.mu.Unlock()
+	return p, err
+}
+
+// Forget drops a deleted policy.
+func (c *Catalog) Forget(gvr schema.GroupVersionResource, namespace, name string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	delete(c.byKey, gvr.String()+"|"+namespace+"/"+name)
+	c.mu.Unlock()
+}
+
+// Retain drops the policies of a kind that a complete list of it does not
+// hold.
+func (c *Catalog) Retain(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	if c == nil {
+		return
+	}
+	present := make(map[string]bool, len(objs))
+	for _, u := range objs {
+		present[gvr.String()+"|"+u.GetNamespace()+"/"+u.GetName()] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, e := range c.byKey {
+		if e.gvr == gvr && !present[key] {
+			delete(c.byKey, key)
+		}
+	}
+}
+
+// Len is the number of policies remembered.
+func (c *Catalog) Len() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byKey)
+}
+
+// Compiles is the number of policy versions compiled.
+func (c *Catalog) Compiles() int64 {
+	if c == nil {
+		return 0
+	}
+	return c.compiles.Load()
+}

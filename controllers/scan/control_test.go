@@ -1,0 +1,96 @@
+package scan
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/tally-dev/tally/api/apiresources"
+)
+
+// controlScanner is a scanner whose policies match ConfigMaps, served by
+// a discovery of that kind only; no watch is started.
+func controlScanner(t *testing.T) *Scanner {
+	s := testScanner(t, Options{NoPolicyStatus: true})
+	s.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
+		{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: metav1.Verbs{"list", "watch"}}}}}}
+	s.kinds.remember(gvrConfigMaps, "", "ConfigMap")
+	s.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true}
+	return s
+}
+
+func policyKeys(s *Scanner) []string {
+	keys := s.policies.keysOf(apiresources.ClusterPolicy)
+	slices.Sort(keys)
+	return keys
+}
+
+func stub(name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": name}}}
+}
+
+func TestPolicyHandlersOnlyQueueAndTheWorkerApplies(t *testing.T) {
+	s := controlScanner(t)
+	ctx := context.Background()
+	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("a", "first"))
+	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("a", "second"))
+	if got := policyKeys(s); len(got) != 0 {
+		t.Fatalf("policies known before the worker ran: %v", got)
+	}
+	if n := s.control.Len(); n != 1 {
+		t.Errorf("control queue holds %d keys, want 1 (one object, its newest event)", n)
+	}
+	settle(t, s)
+	if got := policyKeys(s); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("policies = %v, want [a]", got)
+	}
+	if msg := s.policies.get("a").compiled.Rules[0].Raw.Validate.Message; msg != "second" {
+		t.Errorf("applied version says %q, want the newest (second)", msg)
+	}
+	s.Remove(ctx, apiresources.ClusterPolicy, stub("a"))
+	if got := policyKeys(s); len(got) != 1 {
+		t.Errorf("policy forgotten before the worker ran: %v", got)
+	}
+	settle(t, s)
+	if got := policyKeys(s); len(got) != 0 {
+		t.Errorf("policies after the delete = %v, want none", got)
+	}
+}
+
+// A complete list applies after the events ahead of it, and an object
+// upserted after the list is not taken for one the list lacks.
+func TestAPolicyListAppliesAfterItsEventsAndBeforeNewerOnes(t *testing.T) {
+	s := controlScanner(t)
+	ctx := context.Background()
+	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("kept", "m"))
+	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("gone", "m"))
+	settle(t, s)
+	// A relist: "gone" was changed, then deleted while the watch was away;
+	// its change is still queued when the list without it comes.
+	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("gone", "changed"))
+	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("kept", "m"))
+	s.Replace(ctx, apiresources.ClusterPolicy, []*unstructured.Unstructured{stub("kept")})
+	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("new", "m")) // after the list
+	delete(s.kinds.synced, apiresources.ClusterPolicy)
+	s.Listed(ctx, apiresources.ClusterPolicy)
+	if s.kinds.synced[apiresources.ClusterPolicy] {
+		t.Fatal("listed before the list was applied")
+	}
+	// The list and its end wait for the events queued after them (they
+	// are queued again 10 ms later): the worker takes keys until the
+	// ClusterPolicies' end of list is applied.
+	for !s.kinds.synced[apiresources.ClusterPolicy] {
+		if !s.control.ProcessNext(ctx, "applying a policy change", s.applyControl) {
+			t.Fatal("control queue shut down")
+		}
+	}
+	if got := policyKeys(s); !slices.Equal(got, []string{"kept", "new"}) {
+		t.Errorf("policies = %v, want [kept new]", got)
+	}
+	if !s.kinds.synced[apiresources.ClusterPolicy] {
+		t.Error("ClusterPolicies not listed once the list was applied")
+	}
+}
