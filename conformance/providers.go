@@ -48,17 +48,18 @@ type Deployed struct {
 // Found says which cluster and reporting implementation the provider found.
 func (d *Deployed) Found() string { return d.found }
 
-// NewDeployed connects to the cluster of a kubeconfig file.
-func NewDeployed(name, kubeconfig string) (*Deployed, error) {
+// NewDeployed connects to the cluster of a kubeconfig file; ctx bounds
+// the first calls that find what it runs.
+func NewDeployed(ctx context.Context, name, kubeconfig string) (*Deployed, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
-	return NewDeployedFromConfig(name, cfg)
+	return NewDeployedFromConfig(ctx, name, cfg)
 }
 
 // NewDeployedFromConfig connects to a cluster.
-func NewDeployedFromConfig(name string, cfg *rest.Config) (*Deployed, error) {
+func NewDeployedFromConfig(ctx context.Context, name string, cfg *rest.Config) (*Deployed, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 100, 200
 	kube, err := kubernetes.NewForConfig(cfg)
@@ -73,11 +74,11 @@ func NewDeployedFromConfig(name string, cfg *rest.Config) (*Deployed, error) {
 	if err != nil {
 		return nil, err
 	}
-	version, err := pk.Discovery().ServerVersion()
+	version, err := pk.Discovery().ServerVersion() // bounded by probe.Timeout
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the cluster at %s: %v", cfg.Host, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err = pk.AppsV1().Deployments(localNamespace).Get(ctx, "tally-scanner", metav1.GetOptions{})
 	d.tally = err == nil

@@ -54,7 +54,7 @@ Exit codes: 0 every case passed or was skipped, 2 some failed, 1 could not run.`
 			if err != nil {
 				return exitError{code: exitCouldNotRun, msg: err.Error()}
 			}
-			p, err := conformance.NewDeployed("kubeconfig", kubeconfig)
+			p, err := conformance.NewDeployed(cmd.Context(), "kubeconfig", kubeconfig)
 			if err != nil {
 				return exitError{code: exitCouldNotRun, msg: err.Error()}
 			}

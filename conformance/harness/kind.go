@@ -37,7 +37,7 @@ func startKind(ctx context.Context) (conformance.Provider, func() error, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := conformance.NewDeployed("kind", kubeconfig)
+	d, err := conformance.NewDeployed(ctx, "kind", kubeconfig)
 	if err != nil {
 		_ = stop() // best effort: the setup error is the one to report
 		return nil, nil, err

@@ -39,7 +39,7 @@ func ProviderFromEnv(ctx context.Context, name string) (conformance.Provider, fu
 		if path == "" {
 			return nil, nil, fmt.Errorf("provider kubeconfig needs TALLY_CONFORMANCE_KUBECONFIG")
 		}
-		p, err := conformance.NewDeployed("kubeconfig", path)
+		p, err := conformance.NewDeployed(ctx, "kubeconfig", path)
 		return p, func() error { return nil }, err
 	case "kind":
 		return startKind(ctx)

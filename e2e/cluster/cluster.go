@@ -111,7 +111,7 @@ func startLocal(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 	}
 	defer func() {
 		if retErr != nil {
-			_ = c.Stop()
+			_ = c.Stop() // the start's error is the one to report; Stop cleans up what it can
 		}
 	}()
 
@@ -226,11 +226,11 @@ func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		var errs []error
 		if c.kcm != nil && c.kcm.Process != nil {
-			_ = c.kcm.Process.Signal(syscall.SIGTERM)
+			_ = c.kcm.Process.Signal(syscall.SIGTERM) // an exited process is what we want; kcmDone says when
 			select {
 			case <-c.kcmDone:
 			case <-time.After(10 * time.Second):
-				_ = c.kcm.Process.Kill()
+				_ = c.kcm.Process.Kill() // as above: the wait below is the check
 				<-c.kcmDone
 			}
 		}
@@ -310,7 +310,7 @@ func killByArgument(arg string) error {
 			continue
 		}
 		pids = append(pids, pid)
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL) // gone already is fine: the loop below waits for each
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, pid := range pids {
