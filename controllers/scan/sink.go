@@ -67,6 +67,10 @@ func (s *Scanner) forgetResource(ctx context.Context, uid string) {
 		}
 		return w.DeleteResource(uid)
 	}); err != nil {
+		// The store is the scanner's cache of the cluster: its writes fail
+		// only on a schema bug (memstore's golden test pins the schema). The
+		// reconcile queued below finds the resource still stored and
+		// evaluates it; the next list forgets it again.
 		logr.FromContextOrDiscard(ctx).Error(err, "forgetting a deleted resource failed", "uid", uid)
 	} else {
 		s.countResults(gone, -1)
@@ -129,6 +133,7 @@ func (s *Scanner) sweepOrphans() {
 func (s *Scanner) upsertResource(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	res, err := compact(u)
 	if err != nil {
+		// A resource that cannot be read is final until it changes.
 		logr.FromContextOrDiscard(ctx).Error(err, "a resource could not be read; skipped", "gvr", gvr.String(), "uid", u.GetUID())
 		return
 	}
@@ -143,6 +148,8 @@ func (s *Scanner) upsertResource(ctx context.Context, gvr schema.GroupVersionRes
 		return w.PutResource(res)
 	})
 	if err != nil {
+		// Only on a schema bug (see forgetResource); the resource's next
+		// event, or the next list, stores it again.
 		logr.FromContextOrDiscard(ctx).Error(err, "storing a resource failed", "uid", res.UID)
 		return
 	}
@@ -163,6 +170,7 @@ func (s *Scanner) upsertNamespace(ctx context.Context, u *unstructured.Unstructu
 		changed = prev != nil && !maps.Equal(prev.Labels, labels)
 		return w.PutNamespace(&memstore.Namespace{Name: name, Labels: labels})
 	}); err != nil {
+		// Only on a schema bug (see forgetResource); its next event stores it.
 		logr.FromContextOrDiscard(ctx).Error(err, "storing a namespace failed", "namespace", name)
 		return
 	}
