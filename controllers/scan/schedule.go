@@ -98,6 +98,31 @@ type scheduler struct {
 	scan func(ctx context.Context, tp *trackedPolicy) error
 	// protect runs fn, recovering a panic (the queue's guard).
 	protect func(ctx context.Context, what string, fn func())
+
+	// evaluated is when this process last evaluated each policy on every
+	// resource it can match: a scan, or the evaluations done by the time
+	// the scheduler first saw the policy ready (the first sync, or the
+	// policy's arrival). The since-last-scan gauge reads the later of it and
+	// the stored time, which for a policy never scanned before is back-dated
+	// by its jitter: a base for the schedule, not a scan.
+	mu        sync.Mutex
+	evaluated map[string]time.Time
+}
+
+// markEvaluated records that a policy was evaluated on everything at at
+// (first: only if nothing is recorded yet); it returns the time recorded.
+func (sc *scheduler) markEvaluated(policy string, at time.Time, first bool) time.Time {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.evaluated == nil {
+		sc.evaluated = map[string]time.Time{}
+	}
+	prev, ok := sc.evaluated[policy]
+	if (first && ok) || prev.After(at) {
+		return prev
+	}
+	sc.evaluated[policy] = at
+	return at
 }
 
 // run runs the periodic scans until ctx ends.
@@ -135,17 +160,29 @@ func (sc *scheduler) runDue(ctx context.Context) {
 			delete(sc.metrics.sinceSeries, name)
 		}
 	}
+	sc.mu.Lock()
+	for name := range sc.evaluated {
+		if !scanned[name] {
+			delete(sc.evaluated, name)
+		}
+	}
+	sc.mu.Unlock()
 	for _, tp := range active {
 		last, err := sc.store.Read().LastScan(tp.name)
 		if err != nil {
 			continue
 		}
+		evaluated := sc.markEvaluated(tp.name, now, true)
 		if last.IsZero() {
 			start := now.Add(-jitter(tp.name, tp.schedule.period(now)))
 			sc.complete(ctx, tp.name, start)
 			continue
 		}
-		sc.metrics.sinceLastScan.WithLabelValues(tp.name).Set(now.Sub(last).Seconds())
+		since := now.Sub(last)
+		if evaluated.After(last) {
+			since = now.Sub(evaluated)
+		}
+		sc.metrics.sinceLastScan.WithLabelValues(tp.name).Set(since.Seconds())
 		sc.metrics.sinceSeries[tp.name] = true
 		if tp.schedule.next(last).After(now) {
 			continue
@@ -169,6 +206,7 @@ func (sc *scheduler) scanNow(ctx context.Context, tp *trackedPolicy) error {
 // complete records a policy's last complete scan, in the store and in the
 // persisted scan state.
 func (sc *scheduler) complete(ctx context.Context, policy string, at time.Time) {
+	sc.markEvaluated(policy, at, false)
 	if err := sc.store.Write(func(w *memstore.WriteTxn) error { return w.SetLastScan(policy, at) }); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "recording the scan time failed", "policy", policy)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -210,5 +211,22 @@ func TestAPolicyScanEvaluatesThatPolicyOnly(t *testing.T) {
 	}
 	if got := messages(); got["b"] == "stale b" {
 		t.Errorf("after a full rescan: %v; want b's result recomputed", got)
+	}
+}
+
+// The since-last-scan gauge of a policy just evaluated says so, though its
+// stored scan time, the base of its schedule, is back-dated by its jitter.
+func TestANewPolicysSinceLastScanIsItsFirstEvaluation(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	s, clk, store := scheduledScanner(t, t0, map[string]map[string]string{"hourly": nil})
+	ctx := context.Background()
+	s.sched.runDue(ctx)
+	if base := lastScan(t, store, "hourly"); !base.Equal(t0.Add(-jitter("hourly", time.Hour))) {
+		t.Fatalf("schedule base %s, want back-dated by the jitter", base)
+	}
+	clk.Step(5 * time.Second)
+	s.sched.runDue(ctx)
+	if got := testutil.ToFloat64(s.metrics.sinceLastScan.WithLabelValues("hourly")); got != 5 {
+		t.Errorf("seconds since the last complete scan = %v, want 5 (not the jitter, %v)", got, jitter("hourly", time.Hour).Seconds())
 	}
 }
