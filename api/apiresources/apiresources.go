@@ -26,6 +26,9 @@ var (
 	ValidatingAdmissionPolicyBinding = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicybindings")
 	ValidatingWebhookConfiguration   = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingwebhookconfigurations")
 	Namespace                        = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	// ConfigMap is what configMap context entries read, and where the
+	// scanner keeps its scan state.
+	ConfigMap = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 )
 
 // Reports: intermediate (kyverno.io, reports.kyverno.io) and final.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/controllers/data"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/match"
@@ -65,7 +66,7 @@ func (o clusterOptions) connect(ctx context.Context) (*liveCluster, error) {
 		return nil, fmt.Errorf("--cluster: %w", err)
 	}
 	c := &liveCluster{dyn: dyn, disc: cs.Discovery(), nsLabels: map[string]map[string]string{}}
-	nss, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).List(ctx, metav1.ListOptions{})
+	nss, err := dyn.Resource(apiresources.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("--cluster: listing namespaces: %w", err)
 	}

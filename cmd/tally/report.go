@@ -20,15 +20,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/report"
 	"github.com/tally-dev/tally/tester"
-)
-
-// Report kinds read by tally report.
-var (
-	gvrPolicyReport        = wgv1alpha2.GroupVersion.WithResource("policyreports")
-	gvrClusterPolicyReport = wgv1alpha2.GroupVersion.WithResource("clusterpolicyreports")
 )
 
 // newDynamicClient builds the client of a live cluster (replaced in tests).
@@ -262,7 +257,7 @@ func listReports(ctx context.Context, kubeconfig, namespace string) ([]map[strin
 	if err != nil {
 		return nil, err
 	}
-	kinds := []schema.GroupVersionResource{gvrPolicyReport, gvrClusterPolicyReport}
+	kinds := []schema.GroupVersionResource{apiresources.PolicyReport, apiresources.ClusterPolicyReport}
 	if namespace != "" {
 		kinds = kinds[:1]
 	}
@@ -270,7 +265,7 @@ func listReports(ctx context.Context, kubeconfig, namespace string) ([]map[strin
 	for _, gvr := range kinds {
 		opts := metav1.ListOptions{Limit: 500}
 		ns := namespace
-		if gvr == gvrClusterPolicyReport {
+		if gvr == apiresources.ClusterPolicyReport {
 			ns = ""
 		}
 		for {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	dynfake "k8s.io/client-go/dynamic/fake"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/report"
 )
@@ -53,7 +54,7 @@ func fakeCluster(t *testing.T) dynamic.Interface {
 		objs = append(objs, &unstructured.Unstructured{Object: m})
 	}
 	return dynfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{
-		gvrPolicyReport: "PolicyReportList", gvrClusterPolicyReport: "ClusterPolicyReportList",
+		apiresources.PolicyReport: "PolicyReportList", apiresources.ClusterPolicyReport: "ClusterPolicyReportList",
 	}, objs...)
 }
 

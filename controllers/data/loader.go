@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
@@ -77,8 +78,6 @@ type Options struct {
 	Clock      clock.PassiveClock
 	Registry   prometheus.Registerer
 }
-
-var gvrConfigMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 
 // Loader implements engine.ContextLoader against the API server.
 type Loader struct {
@@ -256,7 +255,7 @@ func (l *Loader) watchConfigMaps(policy, key string) (<-chan struct{}, error) {
 	l.readers[key][policy] = true
 	if l.source == nil {
 		l.requests.WithLabelValues("list-configmaps").Inc()
-		l.source = watch.Start(l.ctx, l.client, gvrConfigMaps, l)
+		l.source = watch.Start(l.ctx, l.client, apiresources.ConfigMap, l)
 	}
 	return l.listed, nil
 }

@@ -23,6 +23,8 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/controllers/watch"
 )
@@ -37,7 +39,7 @@ func configMap(namespace, name string, data map[string]any) *unstructured.Unstru
 func running(t *testing.T, onChange func([]string), objs ...runtime.Object) (*Loader, *atomic.Int64, *clocktesting.FakeClock) {
 	t.Helper()
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{gvrConfigMaps: "ConfigMapList"}, objs...)
+		map[schema.GroupVersionResource]string{apiresources.ConfigMap: "ConfigMapList"}, objs...)
 	var calls atomic.Int64
 	raw := &restfake.RESTClient{
 		NegotiatedSerializer: scheme.Codecs.WithoutConversion(),
@@ -57,11 +59,11 @@ func running(t *testing.T, onChange func([]string), objs ...runtime.Object) (*Lo
 	// to the sink as the watch delivers them).
 	stopped, stop := context.WithCancel(context.Background())
 	stop()
-	l.source = watch.Start(stopped, client, gvrConfigMaps, l)
+	l.source = watch.Start(stopped, client, apiresources.ConfigMap, l)
 	for _, o := range objs {
-		l.Upsert(context.Background(), gvrConfigMaps, o.(*unstructured.Unstructured))
+		l.Upsert(context.Background(), apiresources.ConfigMap, o.(*unstructured.Unstructured))
 	}
-	l.Listed(context.Background(), gvrConfigMaps)
+	l.Listed(context.Background(), apiresources.ConfigMap)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()
@@ -106,12 +108,12 @@ func TestConfigMapEntries(t *testing.T) {
 	}
 
 	// A change of what a policy read tells it; the same content again does not.
-	l.Upsert(context.Background(), gvrConfigMaps, configMap("ns", "settings", map[string]any{"team": "b"}))
+	l.Upsert(context.Background(), apiresources.ConfigMap, configMap("ns", "settings", map[string]any{"team": "b"}))
 	if got := <-changed; len(got) != 1 || got[0] != "pol" {
 		t.Errorf("changed %v, want [pol]", got)
 	}
-	l.Upsert(context.Background(), gvrConfigMaps, configMap("ns", "settings", map[string]any{"team": "b"}))
-	l.Upsert(context.Background(), gvrConfigMaps, configMap("ns", "absent", nil)) // created: its reader is told
+	l.Upsert(context.Background(), apiresources.ConfigMap, configMap("ns", "settings", map[string]any{"team": "b"}))
+	l.Upsert(context.Background(), apiresources.ConfigMap, configMap("ns", "absent", nil)) // created: its reader is told
 	if got := <-changed; len(got) != 1 || got[0] != "other" {
 		t.Errorf("changed %v, want [other]", got)
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/variables"
@@ -87,7 +88,7 @@ func (o *Offline) Load(ctx context.Context, _ string, entry kyvernov1.ContextEnt
 		if err != nil {
 			return nil, err
 		}
-		cm, err := o.get(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, namespace, name)
+		cm, err := o.get(apiresources.ConfigMap, namespace, name)
 		if err != nil {
 			return nil, fmt.Errorf("configmap %s/%s not found in the context", namespace, name)
 		}

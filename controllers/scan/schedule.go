@@ -13,10 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/memstore"
 )
 
@@ -315,8 +315,6 @@ type scanState struct {
 	namespace, name string
 }
 
-var gvrConfigMap = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-
 func newScanState(client dynamic.Interface, namespace, name string) *scanState {
 	return &scanState{client: client, namespace: namespace, name: name}
 }
@@ -329,7 +327,7 @@ func (st *scanState) load(ctx context.Context, store *memstore.Store) error {
 	if st.namespace == "" {
 		return nil
 	}
-	cm, err := st.client.Resource(gvrConfigMap).Namespace(st.namespace).Get(ctx, st.name, metav1.GetOptions{})
+	cm, err := st.client.Resource(apiresources.ConfigMap).Namespace(st.namespace).Get(ctx, st.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -360,6 +358,6 @@ func (st *scanState) save(ctx context.Context, policy string, at time.Time) erro
 		"metadata": map[string]any{"name": st.name, "namespace": st.namespace},
 		"data":     map[string]any{stateKey(policy): at.UTC().Format(time.RFC3339Nano)},
 	}}
-	_, err := st.client.Resource(gvrConfigMap).Namespace(st.namespace).Apply(ctx, st.name, cm, metav1.ApplyOptions{FieldManager: fieldManager + "-" + stateKey(policy), Force: true})
+	_, err := st.client.Resource(apiresources.ConfigMap).Namespace(st.namespace).Apply(ctx, st.name, cm, metav1.ApplyOptions{FieldManager: fieldManager + "-" + stateKey(policy), Force: true})
 	return err
 }
