@@ -196,26 +196,22 @@ func (s *Scanner) applyEvent(ctx context.Context, ev *controlEvent) error {
 	u := ev.obj
 	if !ev.removed {
 		switch ev.gvr {
-		case apiresources.PolicyException:
-			return s.upsertException(ctx, u)
-		case apiresources.CELPolicyException:
-			return s.upsertCELException(ctx, u)
+		case apiresources.PolicyException, apiresources.CELPolicyException:
+			return s.exceptions.upsert(ctx, ev.gvr, u)
 		case apiresources.ValidatingAdmissionPolicy:
-			return s.upsertVAP(ctx, u)
+			return s.vaps.upsert(ctx, u)
 		case apiresources.ValidatingAdmissionPolicyBinding:
-			return s.upsertBinding(ctx, u.GetName(), u)
+			return s.vaps.upsertBinding(ctx, u.GetName(), u)
 		}
 		return s.upsertPolicy(ctx, ev.gvr, u)
 	}
 	switch ev.gvr {
-	case apiresources.PolicyException:
-		return s.removeException(u.GetNamespace() + "/" + u.GetName())
-	case apiresources.CELPolicyException:
-		return s.removeException(celExceptionKey(u.GetNamespace(), u.GetName()))
+	case apiresources.PolicyException, apiresources.CELPolicyException:
+		return s.exceptions.remove(exceptionKey(ev.gvr, u.GetNamespace(), u.GetName()))
 	case apiresources.ValidatingAdmissionPolicy:
-		return s.removeVAP(ctx, u.GetName())
+		return s.vaps.remove(ctx, u.GetName())
 	case apiresources.ValidatingAdmissionPolicyBinding:
-		return s.upsertBinding(ctx, u.GetName(), nil)
+		return s.vaps.upsertBinding(ctx, u.GetName(), nil)
 	}
 	s.opts.Catalog.Forget(ev.gvr, u.GetNamespace(), u.GetName())
 	name := apiresources.PolicyKey(ev.gvr, u.GetNamespace(), u.GetName())
@@ -231,7 +227,10 @@ func (s *Scanner) applyEvent(ctx context.Context, ev *controlEvent) error {
 // it is forgotten.
 func (s *Scanner) dropMissing(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) error {
 	if gvr == apiresources.ValidatingAdmissionPolicyBinding {
-		return s.dropMissingBindings(ctx, objs)
+		return s.vaps.applyBindingList(ctx, objs)
+	}
+	if gvr == apiresources.PolicyException || gvr == apiresources.CELPolicyException {
+		return s.exceptions.dropMissing(gvr, objs)
 	}
 	if catalog.IsPolicyKind(gvr) {
 		s.opts.Catalog.Retain(gvr, objs)

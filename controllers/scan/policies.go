@@ -2,6 +2,7 @@ package scan
 
 import (
 	"context"
+
 	"github.com/go-logr/logr"
 
 	"encoding/json"
@@ -264,35 +265,19 @@ func (s *Scanner) removePolicy(ctx context.Context, name string) error {
 	return nil
 }
 
-// dropMissingPolicies forgets the policies or exceptions of a kind that a
-// complete list of it does not hold.
+// dropMissingPolicies forgets the policies of a kind that a complete list
+// of it does not hold.
 func (s *Scanner) dropMissingPolicies(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) error {
 	present := map[string]bool{}
 	for _, u := range objs {
-		switch gvr {
-		case apiresources.PolicyException:
-			present[u.GetNamespace()+"/"+u.GetName()] = true
-		case apiresources.CELPolicyException:
-			present[celExceptionKey(u.GetNamespace(), u.GetName())] = true
-		default:
-			present[apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())] = true
-		}
+		present[apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())] = true
 	}
 	var errs []error
-	if gvr == apiresources.PolicyException || gvr == apiresources.CELPolicyException {
-		all, _ := s.store.Read().Exceptions()
-		for _, e := range all {
-			if strings.HasPrefix(e.Name, "cel:") == (gvr == apiresources.CELPolicyException) && !present[e.Name] {
-				errs = append(errs, s.removeException(e.Name))
-			}
-		}
-		return errors.Join(errs...)
-	}
 	for _, name := range s.policies.keysOf(gvr) {
 		switch {
 		case present[name]:
 		case gvr == apiresources.ValidatingAdmissionPolicy:
-			errs = append(errs, s.removeVAP(ctx, strings.TrimPrefix(name, apiresources.VAPKeyPrefix)))
+			errs = append(errs, s.vaps.remove(ctx, strings.TrimPrefix(name, apiresources.VAPKeyPrefix)))
 		default:
 			errs = append(errs, s.removePolicy(ctx, name))
 		}

@@ -107,8 +107,10 @@ type Scanner struct {
 	kinds    *kindWatch
 	sched    *scheduler
 	vaps     *vapSet
-	params   *paramCache
-	locks    keyedMutex
+	// exceptions applies the PolicyExceptions' changes.
+	exceptions *exceptionSet
+	params     *paramCache
+	locks      keyedMutex
 	// statusWrites counts the goroutines writing policy status (status.go);
 	// running says Run is on (status is written only then).
 	statusWrites sync.WaitGroup
@@ -140,8 +142,9 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		control:  newControlQueue(),
 		pending:  newPendingControl(),
 		policies: newPolicySet(),
-		vaps:     newVAPSet(),
 	}
+	s.exceptions = &exceptionSet{store: store, rescan: s.enqueuePolicies}
+	s.vaps = newVAPSet(s.upsertPolicy, s.removePolicy)
 	s.kinds = newKindWatch(client, disc, s)
 	s.params = newParamCache(client, s.kinds, opts.Clock)
 	s.metrics = newMetrics(opts.Registry, func() float64 { return float64(s.queue.Len()) }, func() float64 {
@@ -309,19 +312,6 @@ func (s *Scanner) RescanPolicies(keys []string) { s.enqueuePolicies(keys) }
 // the admission recorder hands over the resources whose results it could
 // not keep (admission.RecorderOptions.OnOverflow).
 func (s *Scanner) Rescan(uid string) { s.queue.Add(uid) }
-
-// Exceptions returns the compiled PolicyExceptions.
-func (s *Scanner) Exceptions() []*engine.Exception {
-	all, err := s.store.Read().Exceptions()
-	if err != nil {
-		return nil
-	}
-	out := make([]*engine.Exception, 0, len(all))
-	for _, e := range all {
-		out = append(out, e.Compiled.(*engine.Exception))
-	}
-	return out
-}
 
 // PolicyResourceVersion is the resourceVersion of a policy as the scanner
 // last saw it ("" if unknown): for diagnostics and tests.

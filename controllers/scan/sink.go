@@ -2,19 +2,14 @@ package scan
 
 import (
 	"context"
-	"fmt"
 	"maps"
-	"slices"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tally-dev/tally/api/apiresources"
-	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	"github.com/tally-dev/tally/controllers/watch"
-	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
 )
 
@@ -182,78 +177,4 @@ func (s *Scanner) upsertNamespace(ctx context.Context, u *unstructured.Unstructu
 	for _, r := range resources {
 		s.queue.Add(r.UID)
 	}
-}
-
-func (s *Scanner) upsertException(ctx context.Context, u *unstructured.Unstructured) error {
-	name := u.GetNamespace() + "/" + u.GetName()
-	var pe kyvernov2.PolicyException
-	err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe)
-	var ex *engine.Exception
-	if err == nil {
-		ex, err = engine.CompileException(&pe)
-	}
-	if err != nil {
-		// An invalid exception is final until it is edited: nothing to retry.
-		logr.FromContextOrDiscard(ctx).Error(err, "PolicyException is invalid; ignored", "name", name)
-		return s.removeException(name) // its previous version no longer applies either
-	}
-	policies := make([]string, 0, len(pe.Spec.Exceptions))
-	for _, e := range pe.Spec.Exceptions {
-		policies = append(policies, e.PolicyName)
-	}
-	return s.storeException(name, policies, ex)
-}
-
-// storeException stores a compiled PolicyException (kyverno.io or CEL) and
-// rescans the policies of its previous version too: the resources it no
-// longer exempts must lose their skip.
-func (s *Scanner) storeException(name string, policies []string, compiled any) error {
-	before, _ := s.exceptionPolicies(name)
-	if err := s.store.Write(func(w *memstore.WriteTxn) error {
-		return w.PutException(&memstore.Exception{Name: name, Policies: policies, Compiled: compiled})
-	}); err != nil {
-		return fmt.Errorf("storing PolicyException %s: %w", name, err)
-	}
-	s.enqueuePolicies(union(before, policies))
-	return nil
-}
-
-// exceptionPolicies returns the policies a stored PolicyException names;
-// stored is false when it is not stored.
-func (s *Scanner) exceptionPolicies(name string) (policies []string, stored bool) {
-	all, err := s.store.Read().Exceptions()
-	if err != nil {
-		return nil, false // a read of the in-memory store fails only on a schema bug
-	}
-	for _, e := range all {
-		if e.Name == name {
-			return e.Policies, true
-		}
-	}
-	return nil, false
-}
-
-// union returns the names of a and b, once each.
-func union(a, b []string) []string {
-	seen := make(map[string]bool, len(a)+len(b))
-	var out []string
-	for _, n := range append(slices.Clip(a), b...) {
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-func (s *Scanner) removeException(name string) error {
-	policies, stored := s.exceptionPolicies(name)
-	if !stored {
-		return nil // nothing it exempted
-	}
-	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteException(name) }); err != nil {
-		return fmt.Errorf("forgetting PolicyException %s: %w", name, err)
-	}
-	s.enqueuePolicies(policies)
-	return nil
 }

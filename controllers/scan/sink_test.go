@@ -92,7 +92,7 @@ spec:
 			}
 		}
 	}
-	if xs := s.Exceptions(); len(xs) != 0 {
+	if xs := s.exceptions.compiled(); len(xs) != 0 {
 		t.Errorf("%d exceptions left after the delete", len(xs))
 	}
 }

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/go-logr/logr"
 	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,20 +34,22 @@ const (
 )
 
 // vapSet is what the scanner keeps of the ValidatingAdmissionPolicies it
-// scans and of every binding: a policy is compiled with its bindings, so a
+// scans and of every binding, and applies their changes (from the control
+// queue, one at a time): a policy is compiled with its bindings, so a
 // binding's change recompiles the policy it names.
 type vapSet struct {
-	// serial orders the scanner's updates of these policies: a policy's
-	// own watch and its bindings' watch run apart, and a policy compiled
-	// before a binding arrived must not be stored after it.
-	serial   sync.Mutex
+	// apply scans a policy as any other (Scanner.upsertPolicy);
+	// forgetPolicy drops one and its results (Scanner.removePolicy).
+	apply        func(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error
+	forgetPolicy func(ctx context.Context, key string) error
+
 	mu       sync.Mutex
 	policies map[string]*admissionregistrationv1.ValidatingAdmissionPolicy
 	bindings map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
-func newVAPSet() *vapSet {
-	return &vapSet{policies: map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{},
+func newVAPSet(apply func(context.Context, schema.GroupVersionResource, *unstructured.Unstructured) error, forget func(context.Context, string) error) *vapSet {
+	return &vapSet{apply: apply, forgetPolicy: forget, policies: map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{},
 		bindings: map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{}}
 }
 
@@ -145,56 +148,46 @@ func (vs *vapSet) dropMissingBindings(objs []*unstructured.Unstructured) []*admi
 	return out
 }
 
-// upsertVAP scans a labelled ValidatingAdmissionPolicy; an unlabelled one
-// (or one whose label went) has no results.
-func (s *Scanner) upsertVAP(ctx context.Context, u *unstructured.Unstructured) error {
-	s.vaps.serial.Lock()
-	defer s.vaps.serial.Unlock()
+// upsert applies a ValidatingAdmissionPolicy's change: a labelled one is
+// scanned; an unlabelled one (or one whose label went) has no results.
+func (vs *vapSet) upsert(ctx context.Context, u *unstructured.Unstructured) error {
 	if !reported(u) {
-		s.vaps.forget(u.GetName())
-		return s.removePolicy(ctx, apiresources.PolicyKey(apiresources.ValidatingAdmissionPolicy, "", u.GetName()))
+		return vs.remove(ctx, u.GetName())
 	}
-	return s.upsertPolicy(ctx, apiresources.ValidatingAdmissionPolicy, u)
+	return vs.apply(ctx, apiresources.ValidatingAdmissionPolicy, u)
 }
 
-// upsertBinding records a binding (nil: deleted) and rescans the policy it
-// binds.
-func (s *Scanner) upsertBinding(ctx context.Context, name string, u *unstructured.Unstructured) error {
-	s.vaps.serial.Lock()
-	defer s.vaps.serial.Unlock()
-	affected, err := s.vaps.setBinding(name, u)
+// remove forgets a policy and its results.
+func (vs *vapSet) remove(ctx context.Context, name string) error {
+	vs.forget(name)
+	return vs.forgetPolicy(ctx, apiresources.PolicyKey(apiresources.ValidatingAdmissionPolicy, "", name))
+}
+
+// upsertBinding applies a binding's change (nil: deleted): the policy it
+// binds, or bound, is compiled again.
+func (vs *vapSet) upsertBinding(ctx context.Context, name string, u *unstructured.Unstructured) error {
+	affected, err := vs.setBinding(name, u)
 	if err != nil {
 		// An unreadable binding is final until it is edited: nothing to retry.
 		logr.FromContextOrDiscard(ctx).Error(err, "ValidatingAdmissionPolicyBinding could not be read; it binds nothing", "name", name)
 	}
-	return s.recompileVAPs(ctx, affected)
+	return vs.recompile(ctx, affected)
 }
 
-// removeVAP forgets a deleted policy and its results.
-func (s *Scanner) removeVAP(ctx context.Context, name string) error {
-	s.vaps.serial.Lock()
-	defer s.vaps.serial.Unlock()
-	s.vaps.forget(name)
-	return s.removePolicy(ctx, apiresources.PolicyKey(apiresources.ValidatingAdmissionPolicy, "", name))
+// applyBindingList forgets the bindings not in a complete list.
+func (vs *vapSet) applyBindingList(ctx context.Context, objs []*unstructured.Unstructured) error {
+	return vs.recompile(ctx, vs.dropMissingBindings(objs))
 }
 
-// dropMissingBindings forgets the bindings not in a complete list.
-func (s *Scanner) dropMissingBindings(ctx context.Context, objs []*unstructured.Unstructured) error {
-	s.vaps.serial.Lock()
-	defer s.vaps.serial.Unlock()
-	return s.recompileVAPs(ctx, s.vaps.dropMissingBindings(objs))
-}
-
-// recompileVAPs compiles scanned policies again (their bindings changed).
-// The caller holds s.vaps.serial.
-func (s *Scanner) recompileVAPs(ctx context.Context, policies []*admissionregistrationv1.ValidatingAdmissionPolicy) error {
+// recompile compiles scanned policies again (their bindings changed).
+func (vs *vapSet) recompile(ctx context.Context, policies []*admissionregistrationv1.ValidatingAdmissionPolicy) error {
 	var errs []error
 	for _, p := range policies {
 		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
 		if err != nil {
 			continue // it was converted from unstructured: cannot fail
 		}
-		errs = append(errs, s.upsertPolicy(ctx, apiresources.ValidatingAdmissionPolicy, &unstructured.Unstructured{Object: obj}))
+		errs = append(errs, vs.apply(ctx, apiresources.ValidatingAdmissionPolicy, &unstructured.Unstructured{Object: obj}))
 	}
 	return errors.Join(errs...)
 }
