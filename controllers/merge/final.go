@@ -14,8 +14,8 @@ import (
 	"github.com/tally-dev/tally/report"
 )
 
-// applyReport is the server-side apply body of a final report: the fields of
-// report.Final's object, marshalled straight from Go values (no unstructured
+// applyReport is the body of a final report as the merger creates it (and
+// the values its JSON patches set): the fields of report.Final's object, marshalled straight from Go values (no unstructured
 // round trip) and without the empty creationTimestamp a metav1.ObjectMeta
 // would add.
 type applyReport struct {
