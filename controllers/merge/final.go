@@ -15,9 +15,9 @@ import (
 )
 
 // applyReport is the body of a final report as the merger creates it (and
-// the values its JSON patches set): the fields of report.Final's object, marshalled straight from Go values (no unstructured
-// round trip) and without the empty creationTimestamp a metav1.ObjectMeta
-// would add.
+// the values its JSON patches set): the fields of report.Final's object,
+// marshalled straight from Go values (no unstructured round trip) and
+// without the empty creationTimestamp a metav1.ObjectMeta would add.
 type applyReport struct {
 	APIVersion string                          `json:"apiVersion"`
 	Kind       string                          `json:"kind"`
