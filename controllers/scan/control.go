@@ -20,9 +20,9 @@ import (
 // policies of every kind, PolicyExceptions, ValidatingAdmissionPolicies and
 // their bindings. Their watch handlers only record the newest event of each
 // object and queue its key; one worker applies them from the control queue,
-// in the order they came, through applyControl, which returns an error to
-// retry (a store write that failed is tried again with the queue's backoff,
-// not logged and dropped). A complete list's Replace and Listed are queued
+// in the order they came, through the scanner's applyEvent, which returns
+// an error to retry (a store write that failed is tried again with the
+// queue's backoff, not logged and dropped). A complete list's Replace and Listed are queued
 // behind the events of the list, so that "listed" means "applied": no
 // resource is evaluated, and no report swept, before the policies of the
 // list are in place.
@@ -61,137 +61,149 @@ func eventKey(gvr schema.GroupVersionResource, namespace, name string) string {
 	return keyEvent + gvr.String() + "|" + namespace + "/" + name
 }
 
-// pendingControl holds what the control queue's keys stand for until the
-// worker has applied it.
-type pendingControl struct {
-	mu     sync.Mutex
+// controlQueue orders the control events and hands them, one at a time,
+// to the functions that apply them (the scanner's): the newest event of
+// each object, a kind's complete list once the events ahead of it are
+// applied, and the end of a kind's first list once the list is.
+type controlQueue struct {
+	queue      *watch.Queue
+	applyEvent func(context.Context, *controlEvent) error
+	applyList  func(context.Context, schema.GroupVersionResource, []*unstructured.Unstructured) error
+	listed     func(schema.GroupVersionResource)
+
+	mu sync.Mutex
+	// events are the newest event of each object, by key, until applied.
 	events map[string]*controlEvent
 	// lists are the complete lists waiting to be applied, by kind: the
 	// names they hold, and those of the objects upserted since (a newer
 	// event than the list).
 	lists map[schema.GroupVersionResource][]*unstructured.Unstructured
-	// kinds counts the events waiting, by kind.
-	kinds map[schema.GroupVersionResource]int
+	// waitingEvents counts the events waiting, by kind.
+	waitingEvents map[schema.GroupVersionResource]int
+	// kinds are the kinds named by the keys of lists and list ends.
+	kinds map[string]schema.GroupVersionResource
 }
 
-func newPendingControl() *pendingControl {
-	return &pendingControl{events: map[string]*controlEvent{}, lists: map[schema.GroupVersionResource][]*unstructured.Unstructured{},
-		kinds: map[schema.GroupVersionResource]int{}}
+func newControlQueue(applyEvent func(context.Context, *controlEvent) error,
+	applyList func(context.Context, schema.GroupVersionResource, []*unstructured.Unstructured) error,
+	listed func(schema.GroupVersionResource)) *controlQueue {
+	return &controlQueue{queue: watch.NewQueue("tally-scan-control"), applyEvent: applyEvent, applyList: applyList, listed: listed,
+		events: map[string]*controlEvent{}, lists: map[schema.GroupVersionResource][]*unstructured.Unstructured{},
+		waitingEvents: map[schema.GroupVersionResource]int{}, kinds: map[string]schema.GroupVersionResource{}}
 }
 
-// put records an object's newest event.
-func (p *pendingControl) put(key string, ev *controlEvent) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.events[key]; !ok {
-		p.kinds[ev.gvr]++
+// event queues an object's change (removed: its deletion), replacing the
+// one of the same object still waiting.
+func (c *controlQueue) event(gvr schema.GroupVersionResource, u *unstructured.Unstructured, removed bool) {
+	key := eventKey(gvr, u.GetNamespace(), u.GetName())
+	ev := &controlEvent{gvr: gvr, obj: u, removed: removed}
+	c.mu.Lock()
+	if _, ok := c.events[key]; !ok {
+		c.waitingEvents[gvr]++
 	}
-	p.events[key] = ev
-	if list, ok := p.lists[ev.gvr]; ok && !ev.removed {
-		p.lists[ev.gvr] = append(list, ev.obj)
+	c.events[key] = ev
+	if list, ok := c.lists[gvr]; ok && !removed {
+		c.lists[gvr] = append(list, u)
 	}
+	c.mu.Unlock()
+	c.queue.Add(key)
 }
 
-func (p *pendingControl) get(key string) *controlEvent {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.events[key]
+// list queues a kind's complete list.
+func (c *controlQueue) list(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	c.mu.Lock()
+	c.lists[gvr] = objs
+	c.kinds[gvr.String()] = gvr
+	c.mu.Unlock()
+	c.queue.Add(keyReplace + gvr.String())
 }
 
-// done forgets an applied event, unless a newer one replaced it meanwhile
-// (its key is queued again: the queue marks a key added while it is
-// processed).
-func (p *pendingControl) done(key string, ev *controlEvent) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.events[key] == ev {
-		delete(p.events, key)
-		if p.kinds[ev.gvr]--; p.kinds[ev.gvr] == 0 {
-			delete(p.kinds, ev.gvr)
-		}
-	}
+// endOfList queues the end of a kind's first list.
+func (c *controlQueue) endOfList(gvr schema.GroupVersionResource) {
+	c.mu.Lock()
+	c.kinds[gvr.String()] = gvr
+	c.mu.Unlock()
+	c.queue.Add(keyListed + gvr.String())
 }
 
 // waiting reports whether events of a kind, or its list, wait to be
 // applied.
-func (p *pendingControl) waiting(gvr schema.GroupVersionResource, orList bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, list := p.lists[gvr]
-	return p.kinds[gvr] > 0 || (orList && list)
+func (c *controlQueue) waiting(gvr schema.GroupVersionResource, orList bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, list := c.lists[gvr]
+	return c.waitingEvents[gvr] > 0 || (orList && list)
 }
 
-// Control-queue handlers (watch.Sink, for the control kinds).
-
-func (s *Scanner) queueEvent(gvr schema.GroupVersionResource, u *unstructured.Unstructured, removed bool) {
-	key := eventKey(gvr, u.GetNamespace(), u.GetName())
-	s.pending.put(key, &controlEvent{gvr: gvr, obj: u, removed: removed})
-	s.control.Add(key)
-}
-
-func (s *Scanner) queueReplace(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
-	s.pending.mu.Lock()
-	s.pending.lists[gvr] = objs
-	s.pending.mu.Unlock()
-	s.control.Add(keyReplace + gvr.String())
-}
-
-// applyControl applies what a control key stands for; an error retries
-// the key. A list waits for the events ahead of it, and the end of a
-// first list for them and the list.
-func (s *Scanner) applyControl(ctx context.Context, key string) error {
+// apply applies what a key stands for; an error retries the key. A list
+// waits for the events ahead of it, the end of a first list for them and
+// the list: each is queued again 10 ms later.
+func (c *controlQueue) apply(ctx context.Context, key string) error {
 	switch {
 	case strings.HasPrefix(key, keyEvent):
-		ev := s.pending.get(key)
+		c.mu.Lock()
+		ev := c.events[key]
+		c.mu.Unlock()
 		if ev == nil {
 			return nil // applied already
 		}
-		if err := s.applyEvent(ctx, ev); err != nil {
+		if err := c.applyEvent(ctx, ev); err != nil {
 			return err
 		}
-		s.pending.done(key, ev)
+		c.mu.Lock()
+		if c.events[key] == ev { // else a newer event came meanwhile: its key is queued again
+			delete(c.events, key)
+			if c.waitingEvents[ev.gvr]--; c.waitingEvents[ev.gvr] == 0 {
+				delete(c.waitingEvents, ev.gvr)
+			}
+		}
+		c.mu.Unlock()
 		return nil
 	case strings.HasPrefix(key, keyReplace):
-		gvr := s.controlKind(strings.TrimPrefix(key, keyReplace))
-		if s.pending.waiting(gvr, false) {
-			s.control.AddAfter(key, 10*time.Millisecond)
+		c.mu.Lock()
+		gvr := c.kinds[strings.TrimPrefix(key, keyReplace)]
+		c.mu.Unlock()
+		if c.waiting(gvr, false) {
+			c.queue.AddAfter(key, 10*time.Millisecond)
 			return nil
 		}
-		s.pending.mu.Lock()
-		objs := s.pending.lists[gvr]
-		s.pending.mu.Unlock()
-		if err := s.dropMissing(ctx, gvr, objs); err != nil {
+		c.mu.Lock()
+		objs := c.lists[gvr]
+		c.mu.Unlock()
+		if err := c.applyList(ctx, gvr, objs); err != nil {
 			return err
 		}
-		s.pending.mu.Lock()
-		delete(s.pending.lists, gvr)
-		s.pending.mu.Unlock()
+		c.mu.Lock()
+		delete(c.lists, gvr)
+		c.mu.Unlock()
 		return nil
 	case strings.HasPrefix(key, keyListed):
-		gvr := s.controlKind(strings.TrimPrefix(key, keyListed))
-		if s.pending.waiting(gvr, true) {
-			s.control.AddAfter(key, 10*time.Millisecond)
+		c.mu.Lock()
+		gvr := c.kinds[strings.TrimPrefix(key, keyListed)]
+		c.mu.Unlock()
+		if c.waiting(gvr, true) {
+			c.queue.AddAfter(key, 10*time.Millisecond)
 			return nil
 		}
-		s.listed(gvr)
+		c.listed(gvr)
 		return nil
 	}
 	return fmt.Errorf("unknown control key %q", key)
 }
 
-// controlKind is the control kind a key names.
-func (s *Scanner) controlKind(name string) schema.GroupVersionResource {
-	for _, gvr := range []schema.GroupVersionResource{apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy,
-		apiresources.NamespacedValidatingPolicy, apiresources.PolicyException, apiresources.CELPolicyException,
-		apiresources.ValidatingAdmissionPolicy, apiresources.ValidatingAdmissionPolicyBinding} {
-		if gvr.String() == name {
-			return gvr
-		}
-	}
-	return schema.GroupVersionResource{}
+// processNext applies the next key; false once the queue is shut down.
+func (c *controlQueue) processNext(ctx context.Context) bool {
+	return c.queue.ProcessNext(ctx, "applying a policy change", c.apply)
 }
 
-// applyEvent applies one object's newest event.
+// run applies control events until the queue is shut down (one worker:
+// events apply in the order they came).
+func (c *controlQueue) run(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+// applyEvent applies one object's newest event (the control queue's).
 func (s *Scanner) applyEvent(ctx context.Context, ev *controlEvent) error {
 	u := ev.obj
 	if !ev.removed {
@@ -223,8 +235,8 @@ func (s *Scanner) applyEvent(ctx context.Context, ev *controlEvent) error {
 	return nil
 }
 
-// dropMissing applies a complete list of a control kind: what is not in
-// it is forgotten.
+// dropMissing applies a complete list of a control kind (the control
+// queue's): what is not in it is forgotten.
 func (s *Scanner) dropMissing(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) error {
 	if gvr == apiresources.ValidatingAdmissionPolicyBinding {
 		return s.vaps.applyBindingList(ctx, objs)
@@ -237,13 +249,3 @@ func (s *Scanner) dropMissing(ctx context.Context, gvr schema.GroupVersionResour
 	}
 	return s.dropMissingPolicies(ctx, gvr, objs)
 }
-
-// runControl applies control events until ctx ends (one worker: events
-// apply in the order they came).
-func (s *Scanner) runControl(ctx context.Context) {
-	for s.control.ProcessNext(ctx, "applying a policy change", s.applyControl) {
-	}
-}
-
-// newControlQueue is the control events' queue.
-func newControlQueue() *watch.Queue { return watch.NewQueue("tally-scan-control") }

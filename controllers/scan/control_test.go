@@ -40,7 +40,7 @@ func TestPolicyHandlersOnlyQueueAndTheWorkerApplies(t *testing.T) {
 	if got := policyKeys(s); len(got) != 0 {
 		t.Fatalf("policies known before the worker ran: %v", got)
 	}
-	if n := s.control.Len(); n != 1 {
+	if n := s.control.queue.Len(); n != 1 {
 		t.Errorf("control queue holds %d keys, want 1 (one object, its newest event)", n)
 	}
 	settle(t, s)
@@ -83,7 +83,7 @@ func TestAPolicyListAppliesAfterItsEventsAndBeforeNewerOnes(t *testing.T) {
 	// are queued again 10 ms later): the worker takes keys until the
 	// ClusterPolicies' end of list is applied.
 	for !s.kinds.synced[apiresources.ClusterPolicy] {
-		if !s.control.ProcessNext(ctx, "applying a policy change", s.applyControl) {
+		if !s.control.processNext(ctx) {
 			t.Fatal("control queue shut down")
 		}
 	}

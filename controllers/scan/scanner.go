@@ -96,11 +96,9 @@ type Scanner struct {
 	client dynamic.Interface
 	store  *memstore.Store
 	// queue holds the UIDs of resources to evaluate; control the changes
-	// of policies, exceptions and bindings to apply (control.go), pending
-	// what its keys stand for.
+	// of policies, exceptions and bindings to apply (control.go).
 	queue    *watch.Queue
-	control  *watch.Queue
-	pending  *pendingControl
+	control  *controlQueue
 	reports  *reportWriter
 	metrics  *metrics
 	policies *policySet
@@ -139,10 +137,9 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		client:   client,
 		store:    store,
 		queue:    watch.NewQueue("tally-scan"),
-		control:  newControlQueue(),
-		pending:  newPendingControl(),
 		policies: newPolicySet(),
 	}
+	s.control = newControlQueue(s.applyEvent, s.dropMissing, s.listed)
 	s.exceptions = &exceptionSet{store: store, rescan: s.enqueuePolicies}
 	s.vaps = newVAPSet(s.upsertPolicy, s.removePolicy)
 	s.kinds = newKindWatch(client, disc, s)
@@ -150,7 +147,7 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 	s.metrics = newMetrics(opts.Registry, func() float64 { return float64(s.queue.Len()) }, func() float64 {
 		n, _ := store.Read().CountResources()
 		return float64(n)
-	}, func() float64 { return float64(s.queue.Panics() + s.control.Panics() + watch.SinkPanics()) })
+	}, func() float64 { return float64(s.queue.Panics() + s.control.queue.Panics() + watch.SinkPanics()) })
 	if s.opts.Handover == nil {
 		s.opts.Handover = handover.New(handover.Options{})
 	}
@@ -166,7 +163,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("scan")
 	ctx = logr.NewContext(ctx, log)
 	defer s.queue.ShutDown()
-	defer s.control.ShutDown()
+	defer s.control.queue.ShutDown()
 	s.running.Store(true)
 	defer s.running.Store(false)
 	// Existing reports and the scan state are read before anything else;
@@ -201,7 +198,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.runControl(ctx)
+		s.control.run(ctx)
 	}()
 	for range s.opts.Workers {
 		wg.Add(1)
@@ -223,7 +220,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	}()
 	<-ctx.Done()
 	s.queue.ShutDown()
-	s.control.ShutDown()
+	s.control.queue.ShutDown()
 	s.kinds.stop()
 	wg.Wait()
 	s.statusWrites.Wait()
@@ -273,7 +270,7 @@ func (s *Scanner) Handover() *handover.Hub { return s.opts.Handover }
 // cluster. The control queue is asked first: what it applies may need
 // kinds not listed yet.
 func (s *Scanner) Synced() bool {
-	return s.control.Idle() && s.kinds.listedAll() && s.queue.Idle()
+	return s.control.queue.Idle() && s.kinds.listedAll() && s.queue.Idle()
 }
 
 func (s *Scanner) processNext(ctx context.Context) bool {

@@ -24,7 +24,7 @@ func (s *Scanner) StreamsLists() {}
 // a resource or namespace is stored and its UID queued.
 func (s *Scanner) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	if isControlKind(gvr) {
-		s.queueEvent(gvr, u, false)
+		s.control.event(gvr, u, false)
 		return
 	}
 	if gvr == apiresources.Namespace {
@@ -39,7 +39,7 @@ func (s *Scanner) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u
 // Remove records a deleted object, as Upsert does.
 func (s *Scanner) Remove(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	if isControlKind(gvr) {
-		s.queueEvent(gvr, u, true)
+		s.control.event(gvr, u, true)
 		return
 	}
 	if gvr == apiresources.Namespace {
@@ -77,7 +77,7 @@ func (s *Scanner) forgetResource(ctx context.Context, uid string) {
 // were delivered through Upsert already (objs are stubs).
 func (s *Scanner) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	if isControlKind(gvr) {
-		s.queueReplace(gvr, objs)
+		s.control.list(gvr, objs)
 		return
 	}
 	present := make(map[string]bool, len(objs))
@@ -100,7 +100,7 @@ func (s *Scanner) Replace(ctx context.Context, gvr schema.GroupVersionResource, 
 // the list is applied (control.go).
 func (s *Scanner) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
 	if isControlKind(gvr) {
-		s.control.Add(keyListed + gvr.String())
+		s.control.endOfList(gvr)
 		return
 	}
 	s.listed(gvr)

@@ -100,8 +100,8 @@ spec:
 // settle applies the queued control events, as Run's control worker does.
 func settle(t *testing.T, s *Scanner) {
 	t.Helper()
-	for s.control.Len() > 0 {
-		if !s.control.ProcessNext(context.Background(), "applying a policy change", s.applyControl) {
+	for s.control.queue.Len() > 0 {
+		if !s.control.processNext(context.Background()) {
 			t.Fatal("control queue shut down")
 		}
 	}
