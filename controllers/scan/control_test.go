@@ -2,11 +2,13 @@ package scan
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tally-dev/tally/api/apiresources"
 )
@@ -92,5 +94,41 @@ func TestAPolicyListAppliesAfterItsEventsAndBeforeNewerOnes(t *testing.T) {
 	}
 	if !s.kinds.synced[apiresources.ClusterPolicy] {
 		t.Error("ClusterPolicies not listed once the list was applied")
+	}
+}
+
+// A change that cannot be applied is retried with the queue's backoff, and
+// the version applied is the newest one.
+func TestAControlEventThatFailsIsRetriedWithItsNewestVersion(t *testing.T) {
+	var applied []string
+	failures := 1
+	c := newControlQueue(func(_ context.Context, ev *controlEvent) error {
+		msg := ev.obj.GetAnnotations()["v"]
+		if failures > 0 {
+			failures--
+			return errors.New("store write failed")
+		}
+		applied = append(applied, msg)
+		return nil
+	}, func(context.Context, schema.GroupVersionResource, []*unstructured.Unstructured) error { return nil },
+		func(schema.GroupVersionResource) {})
+	defer c.queue.ShutDown()
+	version := func(v string) *unstructured.Unstructured {
+		u := stub("p")
+		u.SetAnnotations(map[string]string{"v": v})
+		return u
+	}
+	ctx := context.Background()
+	c.event(apiresources.ClusterPolicy, version("1"), false)
+	c.processNext(ctx) // fails: queued again after the backoff
+	if len(applied) != 0 || !c.waiting(apiresources.ClusterPolicy, false) {
+		t.Fatalf("after a failure: applied %v, waiting %v; want nothing applied, the change kept", applied, c.waiting(apiresources.ClusterPolicy, false))
+	}
+	c.event(apiresources.ClusterPolicy, version("2"), false) // newer, while the first waits
+	for c.waiting(apiresources.ClusterPolicy, false) {
+		c.processNext(ctx) // blocks until the retry is due
+	}
+	if !slices.Equal(applied, []string{"2"}) {
+		t.Errorf("applied %v, want [2] (the newest version, once)", applied)
 	}
 }
