@@ -61,6 +61,9 @@ func eventKey(gvr schema.GroupVersionResource, namespace, name string) string {
 	return keyEvent + gvr.String() + "|" + namespace + "/" + name
 }
 
+// pendingList is a complete list waiting to be applied.
+type pendingList struct{ objs []*unstructured.Unstructured }
+
 // controlQueue orders the control events and hands them, one at a time,
 // to the functions that apply them (the scanner's): the newest event of
 // each object, a kind's complete list once the events ahead of it are
@@ -77,7 +80,7 @@ type controlQueue struct {
 	// lists are the complete lists waiting to be applied, by kind: the
 	// names they hold, and those of the objects upserted since (a newer
 	// event than the list).
-	lists map[schema.GroupVersionResource][]*unstructured.Unstructured
+	lists map[schema.GroupVersionResource]*pendingList
 	// waitingEvents counts the events waiting, by kind.
 	waitingEvents map[schema.GroupVersionResource]int
 	// kinds are the kinds named by the keys of lists and list ends.
@@ -88,7 +91,7 @@ func newControlQueue(applyEvent func(context.Context, *controlEvent) error,
 	applyList func(context.Context, schema.GroupVersionResource, []*unstructured.Unstructured) error,
 	listed func(schema.GroupVersionResource)) *controlQueue {
 	return &controlQueue{queue: watch.NewQueue("tally-scan-control"), applyEvent: applyEvent, applyList: applyList, listed: listed,
-		events: map[string]*controlEvent{}, lists: map[schema.GroupVersionResource][]*unstructured.Unstructured{},
+		events: map[string]*controlEvent{}, lists: map[schema.GroupVersionResource]*pendingList{},
 		waitingEvents: map[schema.GroupVersionResource]int{}, kinds: map[string]schema.GroupVersionResource{}}
 }
 
@@ -102,8 +105,8 @@ func (c *controlQueue) event(gvr schema.GroupVersionResource, u *unstructured.Un
 		c.waitingEvents[gvr]++
 	}
 	c.events[key] = ev
-	if list, ok := c.lists[gvr]; ok && !removed {
-		c.lists[gvr] = append(list, u)
+	if list := c.lists[gvr]; list != nil && !removed {
+		list.objs = append(list.objs, u)
 	}
 	c.mu.Unlock()
 	c.queue.Add(key)
@@ -112,7 +115,7 @@ func (c *controlQueue) event(gvr schema.GroupVersionResource, u *unstructured.Un
 // list queues a kind's complete list.
 func (c *controlQueue) list(gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	c.mu.Lock()
-	c.lists[gvr] = objs
+	c.lists[gvr] = &pendingList{objs: objs}
 	c.kinds[gvr.String()] = gvr
 	c.mu.Unlock()
 	c.queue.Add(keyReplace + gvr.String())
@@ -160,35 +163,47 @@ func (c *controlQueue) apply(ctx context.Context, key string) error {
 		c.mu.Unlock()
 		return nil
 	case strings.HasPrefix(key, keyReplace):
-		c.mu.Lock()
-		gvr := c.kinds[strings.TrimPrefix(key, keyReplace)]
-		c.mu.Unlock()
-		if c.waiting(gvr, false) {
-			c.queue.AddAfter(key, 10*time.Millisecond)
+		gvr, later := c.behind(key, keyReplace, false)
+		if later {
 			return nil
 		}
 		c.mu.Lock()
-		objs := c.lists[gvr]
+		list := c.lists[gvr]
 		c.mu.Unlock()
-		if err := c.applyList(ctx, gvr, objs); err != nil {
+		if list == nil {
+			return nil // applied already (its key came again): an absent list is not an empty one
+		}
+		if err := c.applyList(ctx, gvr, list.objs); err != nil {
 			return err
 		}
 		c.mu.Lock()
-		delete(c.lists, gvr)
+		if c.lists[gvr] == list { // else a newer list came meanwhile: its key is queued again
+			delete(c.lists, gvr)
+		}
 		c.mu.Unlock()
 		return nil
 	case strings.HasPrefix(key, keyListed):
-		c.mu.Lock()
-		gvr := c.kinds[strings.TrimPrefix(key, keyListed)]
-		c.mu.Unlock()
-		if c.waiting(gvr, true) {
-			c.queue.AddAfter(key, 10*time.Millisecond)
-			return nil
+		gvr, later := c.behind(key, keyListed, true)
+		if !later {
+			c.listed(gvr)
 		}
-		c.listed(gvr)
 		return nil
 	}
 	return fmt.Errorf("unknown control key %q", key)
+}
+
+// behind returns the kind a list's (or list end's) key names, and whether
+// what it must wait for is still waiting: the key is then queued again 10 ms
+// later.
+func (c *controlQueue) behind(key, prefix string, orList bool) (gvr schema.GroupVersionResource, later bool) {
+	c.mu.Lock()
+	gvr = c.kinds[strings.TrimPrefix(key, prefix)]
+	c.mu.Unlock()
+	if c.waiting(gvr, orList) {
+		c.queue.AddAfter(key, 10*time.Millisecond)
+		return gvr, true
+	}
+	return gvr, false
 }
 
 // processNext applies the next key; false once the queue is shut down.

@@ -132,3 +132,19 @@ func TestAControlEventThatFailsIsRetriedWithItsNewestVersion(t *testing.T) {
 		t.Errorf("applied %v, want [2] (the newest version, once)", applied)
 	}
 }
+
+// A list's key that comes again once the list was applied (a delayed
+// retry, a relist's) finds no list, which is not an empty one.
+func TestAListAppliedTwiceDropsNothing(t *testing.T) {
+	s := controlScanner(t)
+	ctx := context.Background()
+	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("kept", "m"))
+	s.Replace(ctx, apiresources.ClusterPolicy, []*unstructured.Unstructured{stub("kept")})
+	settle(t, s)
+	if err := s.control.apply(ctx, keyReplace+apiresources.ClusterPolicy.String()); err != nil {
+		t.Fatal(err)
+	}
+	if got := policyKeys(s); !slices.Equal(got, []string{"kept"}) {
+		t.Errorf("policies = %v, want [kept]", got)
+	}
+}
