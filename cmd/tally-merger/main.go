@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -29,7 +30,9 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/controllers/merge"
+	"github.com/tally-dev/tally/controllers/shard"
 	"github.com/tally-dev/tally/internal/process"
 	"github.com/tally-dev/tally/report"
 )
@@ -110,7 +113,7 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed, scan
 	if err != nil {
 		return fmt.Errorf("--scanner-url: %w", err)
 	}
-	p := &paired{merger: merge.New(dyn, mo), readyURL: strings.TrimSuffix(scannerURL, "/") + "/readyz", client: &http.Client{Timeout: 2 * time.Second}}
+	p := &paired{merger: merge.New(dyn, mo), readyURL: strings.TrimSuffix(scannerURL, "/") + "/readyz", shardURL: strings.TrimSuffix(scannerURL, "/") + "/shard", client: &http.Client{Timeout: 2 * time.Second}}
 	return process.Run(ctx, o, cfg, reg, p, nil)
 }
 
@@ -139,6 +142,7 @@ func parseAllowed(s string) (merge.Filter, error) {
 type paired struct {
 	merger   *merge.Merger
 	readyURL string
+	shardURL string
 	client   *http.Client
 	running  atomic.Bool
 }
@@ -157,6 +161,23 @@ func (p *paired) Run(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
+		// The merger merges the namespaces the scanner scans.
+		sh, err := p.shard(ctx)
+		if err != nil || sh.Incarnation != incarnation {
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Info("the scanner's shard could not be read, or it changed meanwhile: asking again", "error", fmt.Sprint(err))
+			time.Sleep(readyProbeEvery)
+			continue
+		}
+		if len(sh.Members) > 0 {
+			a := shard.Assignment{Self: sh.Self, Members: sh.Members}
+			p.merger.SetShard(a.Owns)
+			log.Info("merging the scanner's shard", "shard", a.String())
+		} else {
+			p.merger.SetShard(nil)
+		}
 		runCtx, cancel := context.WithCancel(ctx)
 		stopped := make(chan struct{})
 		go func() {
@@ -164,7 +185,7 @@ func (p *paired) Run(ctx context.Context) error {
 			p.watchReady(runCtx, cancel, incarnation)
 		}()
 		p.running.Store(true)
-		err := p.merger.Run(runCtx)
+		err = p.merger.Run(runCtx)
 		p.running.Store(false)
 		cancel()
 		<-stopped
@@ -179,25 +200,54 @@ func (p *paired) Synced() bool { return !p.running.Load() || p.merger.Synced() }
 
 // ready probes the scanner: whether it is ready, and which run of it
 // answered (its hand-over's incarnation).
-func (p *paired) ready(ctx context.Context) (string, bool) {
+func (p *paired) ready(ctx context.Context) (id string, ok bool) {
+	id, ok, _ = p.probe(ctx)
+	return id, ok
+}
+
+// probe asks the scanner whether it is ready; notReady says it answered
+// that it is not (rather than not answering).
+func (p *paired) probe(ctx context.Context) (id string, ok, notReady bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.readyURL, nil)
 	if err != nil {
-		return "", false
+		return "", false, false
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return "", false
+		return "", false, false
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 256))
 	_ = resp.Body.Close() // read already: a failed close loses nothing
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return "", false
+	if err != nil {
+		return "", false, false
 	}
-	return strings.TrimSpace(strings.TrimPrefix(string(body), "ok")), true
+	if resp.StatusCode != http.StatusOK {
+		return "", false, resp.StatusCode == http.StatusServiceUnavailable
+	}
+	return strings.TrimSpace(strings.TrimPrefix(string(body), "ok")), true, false
 }
 
 // waitReady polls until the scanner is ready and returns its incarnation;
 // false when ctx ended first.
+// shard reads the shard of the scanner beside the merger (handover.Shard).
+func (p *paired) shard(ctx context.Context) (handover.Shard, error) {
+	var sh handover.Shard
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.shardURL, nil)
+	if err != nil {
+		return sh, err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return sh, err
+	}
+	defer func() { _ = resp.Body.Close() }() // read already: a failed close loses nothing
+	if resp.StatusCode != http.StatusOK {
+		return sh, fmt.Errorf("%s: %s", p.shardURL, resp.Status)
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&sh)
+	return sh, err
+}
+
 func (p *paired) waitReady(ctx context.Context) (string, bool) {
 	t := time.NewTicker(readyProbeEvery / 2)
 	defer t.Stop()
@@ -226,8 +276,11 @@ func (p *paired) watchReady(ctx context.Context, stop context.CancelFunc, incarn
 			return
 		case <-t.C:
 		}
-		id, ok := p.ready(ctx)
-		if ok && id != incarnation {
+		id, ok, notReady := p.probe(ctx)
+		if (ok && id != incarnation) || notReady {
+			// A new run of the scanner (a restart, or a new shard), or one
+			// that says it is not ready (its shard is changing): stop
+			// writing at once.
 			stop()
 			return
 		}

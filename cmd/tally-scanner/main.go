@@ -41,6 +41,7 @@ import (
 	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/scan"
+	"github.com/tally-dev/tally/controllers/shard"
 	"github.com/tally-dev/tally/internal/process"
 	"github.com/tally-dev/tally/memstore"
 	"github.com/tally-dev/tally/report"
@@ -52,6 +53,8 @@ type options struct {
 	interval        time.Duration
 	evalTimeout     time.Duration
 	stateConfigMap  string
+	sharding        bool
+	shardGroup      string
 	rescanEndpoint  bool
 	maxQueuedEvents int
 	eventsQPS       float64
@@ -113,6 +116,8 @@ func main() {
 	flag.StringVar(&o.handover.managedBy, "managed-by", report.ManagedBy, "the app.kubernetes.io/managed-by label of the final reports the merger writes (the merger's --managed-by)")
 	flag.IntVar(&o.maxQueuedEvents, "max-queued-events", policyevents.DefaultMaxQueuedEvents, "result Events that may wait to be sent; past it new ones are dropped (tally_events_dropped_total), as Kyverno's --maxQueuedEvents")
 	flag.Float64Var(&o.eventsQPS, "events-qps", policyevents.DefaultEventsQPS, "result Events sent a second at most (below --kube-api-qps, the rate limit of their client)")
+	flag.BoolVar(&o.sharding, "sharding", false, "divide the namespaces among the live replicas through a membership Lease each (tally-member-<identity>): each replica scans, and its merger writes, only its shard; off, one replica leads (--leader-elect) and the others wait")
+	flag.StringVar(&o.shardGroup, "shard-group", "tally-scanner", "the replicas that shard together (the tally.dev/shard-member label of their Leases)")
 	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
 	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
@@ -152,10 +157,6 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	store, err := memstore.New()
-	if err != nil {
-		return err
-	}
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), api.AddToScheme(scheme)); err != nil {
 		return err
@@ -190,45 +191,86 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--report-api: %w", err)
 	}
-	hub := handover.New(handover.Options{Registry: reg})
 	handoverListener, err := net.Listen("tcp", o.handover.listen)
 	if err != nil {
 		return fmt.Errorf("--handover-listen: %w", err)
 	}
-	var scanner *scan.Scanner
-	// The admission bridge (below, when the webhook is served): it writes
-	// the webhook's rules while this replica leads, and the scanner marks a
-	// policy with admission on Ready once those rules send its requests.
+	hubs := &handover.Switch{}
 	var bridge *admission.Bridge
-	daemon := &leadingDaemon{}
-	// The data policies read: a change rescans the policies that read it.
+	// current is the scanner of this run (sharded: of the current shard).
+	var current atomic.Pointer[scan.Scanner]
 	o.images.Client, o.images.Namespace = kube, o.Namespace
 	loader := data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg, HTTP: o.http, Images: o.images,
-		OnChange:    func(policies []string) { scanner.RescanPolicies(policies) },
-		OnForbidden: func(policy string, err error) { scanner.DataForbidden(policy, err) }})
-	// The scan and the admission bridge compile each policy version once.
+		OnChange: func(policies []string) {
+			if s := current.Load(); s != nil {
+				s.RescanPolicies(policies)
+			}
+		},
+		OnForbidden: func(policy string, err error) {
+			if s := current.Load(); s != nil {
+				s.DataForbidden(policy, err)
+			}
+		}})
 	policies := catalog.New()
-	scanner = scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
-		Catalog: policies,
-		Workers: o.workers, Interval: o.interval, EvalTimeout: o.evalTimeout, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
-		Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
-		NoPolicyStatus: !o.policyStatus,
-		Handover:       hub, FinalReports: scan.FinalReports{API: api, ManagedBy: o.handover.managedBy},
-		// Result Events are reported as Kyverno's background scans report them.
-		Events: emitter(policyevents.ControllerScan),
-		Loader: loader,
-		Data:   loader,
-	})
-	if o.webhook.listen != "" && o.webhook.manageRules && o.webhook.configuration != "" {
-		scanner.SetWebhookConfigured(func(policy string, generation int64) bool { return bridge.WebhookConfigured(policy, generation) })
+	// newScanner builds the scanner of a run: of everything, or of a shard
+	// (owns); the replica that owns the cluster-scoped shard keeps the
+	// policies' status and the scan state.
+	newScanner := func(hub *handover.Hub, reg prometheus.Registerer, owns func(string) bool) (*scan.Scanner, error) {
+		store, err := memstore.New()
+		if err != nil {
+			return nil, err
+		}
+		clusterShard := owns == nil || owns("")
+		s := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
+			Catalog: policies,
+			Workers: o.workers, Interval: o.interval, EvalTimeout: o.evalTimeout, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
+			Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
+			NoPolicyStatus: !o.policyStatus || !clusterShard,
+			Handover:       hub, FinalReports: scan.FinalReports{API: api, ManagedBy: o.handover.managedBy},
+			Events: emitter(policyevents.ControllerScan),
+			Loader: loader,
+			Data:   loader,
+			Shard:  owns, StateReadOnly: !clusterShard,
+		})
+		if o.webhook.listen != "" && o.webhook.manageRules && o.webhook.configuration != "" {
+			s.SetWebhookConfigured(func(policy string, generation int64) bool { return bridge.WebhookConfigured(policy, generation) })
+		}
+		current.Store(s)
+		hubs.Set(hub)
+		return s, nil
 	}
-	daemon.Scanner = scanner
+	var daemon interface {
+		process.Daemon
+		setOnStart(func())
+	}
+	var leading func() bool
+	if o.sharding {
+		sd := &shardedDaemon{newScanner: newScanner, current: &current, hubs: hubs, metrics: &process.Switch{},
+			opts: shard.Options{Client: kube, Namespace: o.Namespace, Group: o.shardGroup, Identity: o.Identity, Registry: reg}}
+		o.LeaderElect = false // every replica works, on its own shard
+		o.Gatherers = append(o.Gatherers, sd.metrics)
+		leading = sd.ownsClusterShard
+		daemon = sd
+	} else {
+		s, err := newScanner(handover.New(handover.Options{Registry: reg}), reg, nil)
+		if err != nil {
+			return err
+		}
+		ld := &leadingDaemon{Scanner: s}
+		leading = ld.leading.Load
+		daemon = ld
+	}
 	rescan := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST to force a full rescan", http.StatusMethodNotAllowed)
 			return
 		}
-		if err := scanner.RescanAll(r.Context()); err != nil {
+		s := current.Load()
+		if s == nil {
+			http.Error(w, "the scanner has not started yet", http.StatusServiceUnavailable)
+			return
+		}
+		if err := s.RescanAll(r.Context()); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -242,13 +284,17 @@ func run(ctx context.Context, o options) error {
 	// webhook runs on every replica, outside leader election.
 	// Past its bound, the recorder hands a resource to a background rescan
 	// instead of growing.
-	recorder := admission.NewRecorder(dyn, admission.RecorderOptions{Registry: reg, OnOverflow: scanner.Rescan})
+	recorder := admission.NewRecorder(dyn, admission.RecorderOptions{Registry: reg, OnOverflow: func(uid string) {
+		if s := current.Load(); s != nil {
+			s.Rescan(uid)
+		}
+	}})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var parts []func(context.Context) error
 	parts = append(parts, func(ctx context.Context) error { recorder.Run(ctx); return nil }, loader.Run,
 		func(ctx context.Context) error { eventQueue.Run(ctx); return nil },
-		func(ctx context.Context) error { return hub.Serve(ctx, handoverListener) })
+		func(ctx context.Context) error { return hubs.Serve(ctx, handoverListener) })
 	if o.webhook.listen != "" {
 		var dnsNames []string
 		for _, n := range strings.Split(o.webhook.dnsNames, ",") {
@@ -266,7 +312,7 @@ func run(ctx context.Context, o options) error {
 			Listen:  o.webhook.listen, CertDir: o.webhook.certDir,
 			SecretNamespace: o.Namespace, SecretName: o.webhook.secret, DNSNames: dnsNames,
 			WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
-			ManageRules: o.webhook.manageRules, Leading: daemon.leading.Load, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,
+			ManageRules: o.webhook.manageRules, Leading: leading, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,
 			Loader: loader, Data: loader, Events: emitter(policyevents.ControllerAdmission),
 			Scanned: scanned,
 		})
@@ -277,7 +323,7 @@ func run(ctx context.Context, o options) error {
 			return ""
 		})
 		parts = append(parts, bridge.Run)
-		daemon.onStart = bridge.Kick
+		daemon.setOnStart(bridge.Kick)
 	}
 	done := make(chan error, len(parts))
 	for _, run := range parts {
@@ -303,6 +349,68 @@ type leadingDaemon struct {
 	*scan.Scanner
 	leading atomic.Bool
 	onStart func()
+}
+
+func (d *leadingDaemon) setOnStart(f func()) { d.onStart = f }
+
+// shardedDaemon runs a scanner on each shard this replica is given among
+// the live replicas (shard.Run): a new store, hand-over and metrics for
+// each, so that nothing of a shard it lost stays behind.
+type shardedDaemon struct {
+	opts       shard.Options
+	newScanner func(*handover.Hub, prometheus.Registerer, func(string) bool) (*scan.Scanner, error)
+	current    *atomic.Pointer[scan.Scanner]
+	hubs       *handover.Switch
+	metrics    *process.Switch
+	onStart    func()
+	assignment atomic.Pointer[shard.Assignment]
+	// synced says a shard was scanned once: the replica stays ready
+	// (serving the webhook) while it rescans a new shard.
+	synced atomic.Bool
+}
+
+func (d *shardedDaemon) setOnStart(f func()) { d.onStart = f }
+
+func (d *shardedDaemon) Run(ctx context.Context) error {
+	return shard.Run(ctx, d.opts, func(ctx context.Context, a shard.Assignment) error {
+		reg := prometheus.NewRegistry()
+		hub := handover.New(handover.Options{Registry: reg, Shard: handover.Shard{Self: a.Self, Members: a.Members}})
+		s, err := d.newScanner(hub, reg, a.Owns)
+		if err != nil {
+			return err
+		}
+		d.metrics.Set(reg)
+		d.assignment.Store(&a)
+		defer func() {
+			d.assignment.Store(nil)
+			// A hand-over never ready: the merger beside stops at once.
+			d.hubs.Set(handover.New(handover.Options{}))
+		}()
+		if d.onStart != nil {
+			d.onStart()
+		}
+		return s.Run(ctx)
+	})
+}
+
+// Synced: a shard was scanned once, or the current one is.
+func (d *shardedDaemon) Synced() bool {
+	if d.synced.Load() {
+		return true
+	}
+	s := d.current.Load()
+	if s != nil && s.Synced() {
+		d.synced.Store(true)
+		return true
+	}
+	return false
+}
+
+// ownsClusterShard: this replica keeps the webhook's rules (the one owning
+// the cluster-scoped shard).
+func (d *shardedDaemon) ownsClusterShard() bool {
+	a := d.assignment.Load()
+	return a != nil && a.Owns("")
 }
 
 func (d *leadingDaemon) Run(ctx context.Context) error {

@@ -92,6 +92,8 @@ type Hub struct {
 	maxBytes  int
 	metrics   *metrics
 
+	// shard is Options.Shard.
+	shard Shard
 	// incarnation tells this Hub from the one of an earlier run of the
 	// scanner (its first resource version); /readyz answers it.
 	incarnation string
@@ -119,6 +121,18 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Shard is the shard the scanner scans in this run (served at /shard
+	// for the merger beside it): none when unsharded.
+	Shard Shard
+}
+
+// Shard is a sharded scanner's view of the live members: it scans the
+// namespaces Self owns among Members (shard.Owner).
+type Shard struct {
+	Self    string   `json:"self"`
+	Members []string `json:"members"`
+	// Incarnation is the Hub's (as /readyz answers it), set when served.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // New returns an empty Hub, not ready.
@@ -136,7 +150,7 @@ func New(o Options) *Hub {
 	// of an earlier incarnation (a restarted scanner) is below every
 	// version this one holds, and a watch from it is answered Gone.
 	base := uint64(o.Now().UnixMicro())
-	h := &Hub{incarnation: strconv.FormatUint(base, 10), now: o.Now, maxEvents: o.MaxEvents, maxBytes: o.MaxEventBytes, objects: map[key]*object{}, watchers: map[*uint64]struct{}{}, rv: base, first: base + 1,
+	h := &Hub{shard: o.Shard, incarnation: strconv.FormatUint(base, 10), now: o.Now, maxEvents: o.MaxEvents, maxBytes: o.MaxEventBytes, objects: map[key]*object{}, watchers: map[*uint64]struct{}{}, rv: base, first: base + 1,
 		changed: make(chan struct{}), ready: make(chan struct{})}
 	h.metrics = newMetrics(o.Registry, h)
 	return h

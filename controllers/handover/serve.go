@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -85,6 +86,16 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		default:
 			http.Error(w, "the scanner has not scanned everything yet", http.StatusServiceUnavailable)
 		}
+		return
+	case len(parts) == 1 && parts[0] == "shard":
+		// The shard the scanner scans, for the merger beside it: it merges
+		// and writes the same namespaces. Unsharded: no members.
+		sh := h.shard
+		sh.Incarnation = h.incarnation
+		if sh.Members == nil {
+			sh.Members = []string{}
+		}
+		writeJSON(w, http.StatusOK, &sh)
 		return
 	case len(parts) == 1 && parts[0] == "api":
 		writeJSON(w, http.StatusOK, &metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{}})
@@ -390,8 +401,30 @@ func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
 }
 
 // Serve answers on l until ctx ends. Open watches end with it.
-func (h *Hub) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+func (h *Hub) Serve(ctx context.Context, l net.Listener) error { return serveOn(ctx, l, h) }
+
+// Switch serves the Hub of the scanner's current run: a sharded scanner
+// runs anew, with a Hub of its own, on each shard it is given. Until the
+// first is set, it answers 503 (not ready).
+type Switch struct{ current atomic.Pointer[Hub] }
+
+// Set makes h the Hub served.
+func (s *Switch) Set(h *Hub) { s.current.Store(h) }
+
+func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := s.current.Load()
+	if h == nil {
+		http.Error(w, "the scanner has not started yet", http.StatusServiceUnavailable)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// Serve serves the current Hub on l until ctx ends.
+func (s *Switch) Serve(ctx context.Context, l net.Listener) error { return serveOn(ctx, l, s) }
+
+func serveOn(ctx context.Context, l net.Listener, handler http.Handler) error {
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	select {

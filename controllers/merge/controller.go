@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -64,6 +65,11 @@ type Options struct {
 	// beside the merger (handover.Hub, on loopback). Nil reads them from the
 	// API server, as the client does everything else.
 	Background dynamic.Interface
+	// Shard, when set, is the namespaces this merger merges and writes ("":
+	// the cluster-scoped reports): its scanner pair's shard
+	// (shard.Assignment.Owns). Reports of other namespaces are neither
+	// read back, merged, written nor deleted. Nil merges everything.
+	Shard func(namespace string) bool
 	// Ingest makes the merger read the admission reports of a Kyverno
 	// admission controller beside it (EphemeralReports, and kyverno.io
 	// AdmissionReports of Kyverno 1.10-1.12) and merge them, with tally's
@@ -104,6 +110,8 @@ type Merger struct {
 	internLive int
 	// kinds are the kinds watched (watched, and the CEL kinds served).
 	kinds []schema.GroupVersionResource
+	// shard is Options.Shard, as SetShard last set it.
+	shard atomic.Pointer[func(namespace string) bool]
 	// allListed is closed once every watched kind was listed: merging
 	// earlier would write reports of a partial view (after a restart, a
 	// resource whose policies are not listed yet would lose its entries).
@@ -113,6 +121,18 @@ type Merger struct {
 type writtenReport struct {
 	namespace string
 	digest    uint64
+}
+
+// SetShard sets Options.Shard for the next Run (the shard of the scanner
+// beside it, which may change between runs).
+func (m *Merger) SetShard(owns func(namespace string) bool) {
+	m.shard.Store(&owns)
+}
+
+// owns reports whether a namespace's reports are this merger's to write.
+func (m *Merger) owns(namespace string) bool {
+	owns := m.shard.Load()
+	return owns == nil || *owns == nil || (*owns)(namespace)
 }
 
 // New builds a Merger; Run starts it.
@@ -159,6 +179,7 @@ func New(client dynamic.Interface, opts Options) *Merger {
 		return m.queue
 	}
 	m.metrics = newMetrics(opts.Registry, func() float64 { return float64(queue().Len()) }, func() float64 { return float64(queue().Panics() + watch.SinkPanics()) })
+	m.SetShard(opts.Shard)
 	return m
 }
 
@@ -411,6 +432,9 @@ func (m *Merger) seed(ctx context.Context) error {
 				return fmt.Errorf("list %s: %w", gvr.Resource, err)
 			}
 			for i := range list.Items {
+				if !m.owns(list.Items[i].GetNamespace()) {
+					continue // another replica's shard
+				}
 				var r wgv1alpha2.PolicyReport
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil || r.Scope == nil {
 					continue // not ours to repair: rewritten on the next change of its resource

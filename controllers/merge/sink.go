@@ -67,6 +67,9 @@ func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u 
 		m.enqueuePolicy(name)
 		return
 	}
+	if !m.owns(u.GetNamespace()) {
+		return // a report of another replica's shard
+	}
 	if m.folded(gvr) {
 		m.upsertFolded(ctx, gvr, u)
 		return
@@ -194,6 +197,9 @@ func (m *Merger) Remove(ctx context.Context, gvr schema.GroupVersionResource, u 
 	if isPolicy(gvr) {
 		key, _ := policyKeyOf(gvr, u)
 		m.removePolicy(key)
+		return
+	}
+	if !m.owns(u.GetNamespace()) {
 		return
 	}
 	if m.folded(gvr) {

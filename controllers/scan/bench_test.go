@@ -113,7 +113,7 @@ func rescanBench(b *testing.B, pods int) (*Scanner, context.Context) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	for _, gvr := range []schema.GroupVersionResource{apiresources.ClusterPolicy, apiresources.Policy, apiresources.PolicyException, apiresources.Namespace} {
-		s.kinds.synced[gvr] = true
+		s.kinds.synced[sourceKey{gvr: gvr}] = true
 	}
 	s.kinds.remember(gvrPods, "", "Pod")
 	for _, p := range policies {

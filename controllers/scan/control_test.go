@@ -76,15 +76,15 @@ func TestAPolicyListAppliesAfterItsEventsAndBeforeNewerOnes(t *testing.T) {
 	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("kept", "m"))
 	s.Replace(ctx, apiresources.ClusterPolicy, []*unstructured.Unstructured{stub("kept")})
 	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("new", "m")) // after the list
-	delete(s.kinds.synced, apiresources.ClusterPolicy)
+	delete(s.kinds.synced, sourceKey{gvr: apiresources.ClusterPolicy})
 	s.Listed(ctx, apiresources.ClusterPolicy)
-	if s.kinds.synced[apiresources.ClusterPolicy] {
+	if s.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] {
 		t.Fatal("listed before the list was applied")
 	}
 	// The list and its end wait for the events queued after them (they
 	// are queued again 10 ms later): the worker takes keys until the
 	// ClusterPolicies' end of list is applied.
-	for !s.kinds.synced[apiresources.ClusterPolicy] {
+	for !s.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] {
 		if !s.control.processNext(ctx) {
 			t.Fatal("control queue shut down")
 		}
@@ -92,7 +92,7 @@ func TestAPolicyListAppliesAfterItsEventsAndBeforeNewerOnes(t *testing.T) {
 	if got := policyKeys(s); !slices.Equal(got, []string{"kept", "new"}) {
 		t.Errorf("policies = %v, want [kept new]", got)
 	}
-	if !s.kinds.synced[apiresources.ClusterPolicy] {
+	if !s.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] {
 		t.Error("ClusterPolicies not listed once the list was applied")
 	}
 }

@@ -99,7 +99,7 @@ func testScanner(t *testing.T, opts Options, policies ...*engine.Policy) *Scanne
 	}
 	s := New(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), nil, store, opts)
 	for _, gvr := range []schema.GroupVersionResource{apiresources.ClusterPolicy, apiresources.Policy, apiresources.PolicyException, apiresources.Namespace} {
-		s.kinds.synced[gvr] = true
+		s.kinds.synced[sourceKey{gvr: gvr}] = true
 	}
 	s.kinds.remember(gvrPods, "", "Pod")
 	for _, p := range policies {

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -30,12 +31,24 @@ import (
 type kindWatch struct {
 	client dynamic.Interface
 	disc   discovery.DiscoveryInterface
-	sink   watch.Sink
+	sink   namespacedSink
+	// owns, when set, is the shard of this replica: a namespaced kind is
+	// then watched in each owned namespace (the API server filters), and a
+	// cluster-scoped one only by the owner of "" (shard.Assignment.Owns).
+	owns func(namespace string) bool
 
-	mu      sync.Mutex
-	sources map[schema.GroupVersionResource]*watch.Source
-	synced  map[schema.GroupVersionResource]bool
-	users   map[schema.GroupVersionResource]map[string]bool // policies that need a kind
+	mu sync.Mutex
+	// ctx is Run's: the watches of a namespace that appears are started
+	// from the namespace watch's event, and must outlive that watch (it is
+	// restarted when the namespaces are needed as resources).
+	ctx     context.Context
+	sources map[sourceKey]*watch.Source
+	synced  map[sourceKey]bool
+	// owned are the owned namespaces seen (sharded only); namespaced the
+	// kinds known to be namespaced (discovery).
+	owned      map[string]bool
+	namespaced map[schema.GroupVersionResource]bool
+	users      map[schema.GroupVersionResource]map[string]bool // policies that need a kind
 	// forbidden are the kinds the service account may not list, with the
 	// reason, as last probed (when a kind gained its first user).
 	forbidden map[schema.GroupVersionResource]error
@@ -46,14 +59,44 @@ type kindWatch struct {
 	gvrOf         map[string]schema.GroupVersionResource
 }
 
-func newKindWatch(client dynamic.Interface, disc discovery.DiscoveryInterface, sink watch.Sink) *kindWatch {
+// sourceKey names a watch: a kind, in one namespace or all ("").
+type sourceKey struct {
+	gvr schema.GroupVersionResource
+	ns  string
+}
+
+// namespacedSink is the scanner as the sink of its watches: a watch of one
+// namespace replaces and lists that namespace only.
+type namespacedSink interface {
+	watch.StreamingSink
+	replaceIn(ctx context.Context, gvr schema.GroupVersionResource, namespace string, objs []*unstructured.Unstructured)
+	listedIn(gvr schema.GroupVersionResource, namespace string)
+}
+
+// inNamespace is the sink of a watch of one namespace.
+type inNamespace struct {
+	namespacedSink
+	ns string
+}
+
+func (n inNamespace) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	n.replaceIn(ctx, gvr, n.ns, objs)
+}
+
+func (n inNamespace) Listed(_ context.Context, gvr schema.GroupVersionResource) {
+	n.listedIn(gvr, n.ns)
+}
+
+func newKindWatch(client dynamic.Interface, disc discovery.DiscoveryInterface, sink namespacedSink) *kindWatch {
 	return &kindWatch{client: client, disc: disc, sink: sink,
-		sources:   map[schema.GroupVersionResource]*watch.Source{},
-		synced:    map[schema.GroupVersionResource]bool{},
-		users:     map[schema.GroupVersionResource]map[string]bool{},
-		forbidden: map[schema.GroupVersionResource]error{},
-		kindOf:    map[schema.GroupVersionResource]string{},
-		gvrOf:     map[string]schema.GroupVersionResource{},
+		sources:    map[sourceKey]*watch.Source{},
+		synced:     map[sourceKey]bool{},
+		owned:      map[string]bool{},
+		namespaced: map[schema.GroupVersionResource]bool{},
+		users:      map[schema.GroupVersionResource]map[string]bool{},
+		forbidden:  map[schema.GroupVersionResource]error{},
+		kindOf:     map[schema.GroupVersionResource]string{},
+		gvrOf:      map[string]schema.GroupVersionResource{},
 	}
 }
 
@@ -62,9 +105,112 @@ func newKindWatch(client dynamic.Interface, disc discovery.DiscoveryInterface, s
 func (k *kindWatch) start(ctx context.Context, policySources []schema.GroupVersionResource) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.ctx = ctx
 	k.policySources = policySources
 	for _, gvr := range policySources {
-		k.sources[gvr] = watch.Start(ctx, k.client, gvr, k.sink)
+		k.sources[sourceKey{gvr: gvr}] = watch.Start(ctx, k.client, gvr, k.sink)
+	}
+}
+
+// startLocked starts the watch of key (replacing one running), and returns
+// the one replaced to be stopped. The caller holds k.mu.
+func (k *kindWatch) startLocked(ctx context.Context, key sourceKey) *watch.Source {
+	var sink watch.Sink = k.sink
+	if key.ns != "" {
+		sink = inNamespace{namespacedSink: k.sink, ns: key.ns}
+	}
+	old := k.sources[key]
+	k.sources[key] = watch.StartIn(ctx, k.client, key.gvr, key.ns, sink)
+	delete(k.synced, key)
+	return old
+}
+
+// keysFor are the watches a needed kind runs: one of every namespace,
+// unless sharded, where a namespaced kind is watched in each owned
+// namespace and a cluster-scoped one only by the owner of "". The caller
+// holds k.mu.
+func (k *kindWatch) keysFor(gvr schema.GroupVersionResource, namespaced bool) []sourceKey {
+	if k.owns == nil || gvr == apiresources.Namespace {
+		return []sourceKey{{gvr: gvr}}
+	}
+	if !namespaced {
+		if k.owns("") {
+			return []sourceKey{{gvr: gvr}}
+		}
+		return nil
+	}
+	keys := make([]sourceKey, 0, len(k.owned))
+	for ns := range k.owned {
+		keys = append(keys, sourceKey{gvr: gvr, ns: ns})
+	}
+	return keys
+}
+
+// isNamespaced tells whether a kind's objects live in namespaces (from
+// discovery; a kind discovery cannot tell of is watched in every namespace,
+// and its objects outside the shard are dropped by the scanner).
+func (k *kindWatch) isNamespaced(gvr schema.GroupVersionResource) (namespaced, known bool) {
+	k.mu.Lock()
+	n, ok := k.namespaced[gvr]
+	k.mu.Unlock()
+	if ok {
+		return n, true
+	}
+	list, err := k.disc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if err != nil || list == nil {
+		return false, false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == gvr.Resource {
+			k.mu.Lock()
+			k.namespaced[gvr] = r.Namespaced
+			k.mu.Unlock()
+			return r.Namespaced, true
+		}
+	}
+	return false, false
+}
+
+// namespaceSeen starts the watches of an owned namespace that appeared
+// (sharded only).
+func (k *kindWatch) namespaceSeen(name string) {
+	if k.owns == nil || !k.owns(name) {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.owned[name] || k.ctx == nil {
+		return
+	}
+	k.owned[name] = true
+	for gvr := range k.users {
+		if k.forbidden[gvr] != nil || gvr == apiresources.Namespace || !k.namespaced[gvr] {
+			continue // not listable, or watched across namespaces
+		}
+		k.startLocked(k.ctx, sourceKey{gvr: gvr, ns: name})
+	}
+}
+
+// namespaceGone stops the watches of a namespace deleted (its objects were
+// deleted before it).
+func (k *kindWatch) namespaceGone(name string) {
+	k.mu.Lock()
+	if !k.owned[name] {
+		k.mu.Unlock()
+		return
+	}
+	delete(k.owned, name)
+	var stop []*watch.Source
+	for key, src := range k.sources {
+		if key.ns == name {
+			stop = append(stop, src)
+			delete(k.sources, key)
+			delete(k.synced, key)
+		}
+	}
+	k.mu.Unlock()
+	for _, src := range stop {
+		src.Stop()
 	}
 }
 
@@ -290,13 +436,21 @@ func (k *kindWatch) need(ctx context.Context, policy string, gvrs []schema.Group
 		// The namespace watch always runs, for labels; its objects are
 		// stored as resources only while a policy needs them, so it is
 		// restarted to list them again.
-		src := watch.Start(ctx, k.client, g, k.sink)
+		namespaced, known := k.isNamespaced(g)
 		k.mu.Lock()
-		old := k.sources[g]
-		k.sources[g] = src
+		keys := []sourceKey{{gvr: g}}
+		if known {
+			keys = k.keysFor(g, namespaced)
+		}
+		var old []*watch.Source
+		for _, key := range keys {
+			if src := k.startLocked(ctx, key); src != nil {
+				old = append(old, src)
+			}
+		}
 		k.mu.Unlock()
-		if old != nil {
-			old.Stop()
+		for _, src := range old {
+			src.Stop()
 		}
 	}
 	for _, g := range stopped {
@@ -304,11 +458,16 @@ func (k *kindWatch) need(ctx context.Context, policy string, gvrs []schema.Group
 			continue // the namespace watch stays: labels are always needed
 		}
 		k.mu.Lock()
-		src := k.sources[g]
-		delete(k.sources, g)
-		delete(k.synced, g)
+		var srcs []*watch.Source
+		for key, src := range k.sources {
+			if key.gvr == g {
+				srcs = append(srcs, src)
+				delete(k.sources, key)
+				delete(k.synced, key)
+			}
+		}
 		k.mu.Unlock()
-		if src != nil {
+		for _, src := range srcs {
 			src.Stop()
 		}
 	}
@@ -368,21 +527,32 @@ func (k *kindWatch) gvrFor(group, kind string) schema.GroupVersionResource {
 	return k.gvrOf[group+"/"+kind]
 }
 
-// listed records that a kind's watch delivered its first complete list,
-// and reports whether every running watch has.
-func (k *kindWatch) listed(gvr schema.GroupVersionResource) (all bool) {
+// listed records that a kind's watch (of one namespace, or all: "")
+// delivered its first complete list, and reports whether every running
+// watch has.
+func (k *kindWatch) listed(gvr schema.GroupVersionResource, namespace string) (all bool) {
 	k.mu.Lock()
-	k.synced[gvr] = true
+	key := sourceKey{gvr: gvr, ns: namespace}
+	if _, running := k.sources[key]; running || namespace == "" {
+		k.synced[key] = true
+	}
 	k.mu.Unlock()
 	return k.listedAll()
+}
+
+// ownedNamespaces counts the namespaces of the shard (sharded only).
+func (k *kindWatch) ownedNamespaces() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.owned)
 }
 
 // listedAll reports whether every running watch has listed its kind once.
 func (k *kindWatch) listedAll() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for gvr := range k.sources {
-		if !k.synced[gvr] {
+	for key := range k.sources {
+		if !k.synced[key] {
 			return false
 		}
 	}
@@ -399,7 +569,7 @@ func (k *kindWatch) policiesListed() bool {
 		sources = classicPolicySources // not started (tests drive the scanner without Run)
 	}
 	for _, gvr := range sources {
-		if !k.synced[gvr] {
+		if !k.synced[sourceKey{gvr: gvr}] {
 			return false
 		}
 	}

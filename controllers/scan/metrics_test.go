@@ -25,7 +25,7 @@ spec:
     validate: {pattern: {metadata: {name: "?*"}}}
 `)
 	s := testScanner(t, Options{}, p)
-	s.kinds.sources[apiresources.Namespace] = &watch.Source{} // listed: Synced holds once the queue is idle
+	s.kinds.sources[sourceKey{gvr: apiresources.Namespace}] = &watch.Source{} // listed: Synced holds once the queue is idle
 	for i := range 3 {
 		pod := benchPod(t, i)
 		s.upsertResource(context.Background(), gvrPods, pod)

@@ -30,6 +30,8 @@ type reportWriter struct {
 	hub     *handover.Hub
 	metrics *metrics
 	final   FinalReports
+	// owns is the shard: only its final reports are seeded.
+	owns func(namespace string) bool
 
 	mu      sync.Mutex
 	written map[string]writtenReport
@@ -181,6 +183,9 @@ func (w *reportWriter) seed(ctx context.Context) (map[string][]wgv1alpha2.Policy
 				return nil, fmt.Errorf("list %s: %w", gvr.Resource, err)
 			}
 			for i := range list.Items {
+				if w.owns != nil && !w.owns(list.Items[i].GetNamespace()) {
+					continue // another replica's shard
+				}
 				var r wgv1alpha2.PolicyReport
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil {
 					continue // not ours to repair: the merger rewrites it from the scan

@@ -76,6 +76,15 @@ type Options struct {
 	// its webhook: a user who creates a resource once the policy is Ready
 	// gets its admission result. SetWebhookConfigured sets it after New.
 	WebhookConfigured func(policy string, generation int64) bool
+	// Shard, when set, is the namespaces this replica scans (its shard of
+	// the live scanner pairs: shard.Assignment.Owns; "" stands for the
+	// cluster-scoped resources). Only those are watched, held, seeded from
+	// the final reports and handed over; nil scans everything.
+	Shard func(namespace string) bool
+	// StateReadOnly reads the scan state but never writes it (a sharded
+	// replica that does not own the cluster-scoped shard: one replica
+	// writes it).
+	StateReadOnly bool
 }
 
 // SetWebhookConfigured sets Options.WebhookConfigured, for a bridge made
@@ -139,20 +148,29 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		queue:    watch.NewQueue("tally-scan"),
 		policies: newPolicySet(),
 	}
-	s.control = newControlQueue(s.applyEvent, s.dropMissing, s.listed)
+	s.control = newControlQueue(s.applyEvent, s.dropMissing, func(gvr schema.GroupVersionResource) { s.listedIn(gvr, "") })
 	s.exceptions = &exceptionSet{store: store, rescan: s.enqueuePolicies}
 	s.vaps = newVAPSet(s.upsertPolicy, s.removePolicy)
 	s.kinds = newKindWatch(client, disc, s)
+	s.kinds.owns = opts.Shard
 	s.params = newParamCache(client, s.kinds, opts.Clock)
 	s.metrics = newMetrics(opts.Registry, func() float64 { return float64(s.queue.Len()) }, func() float64 {
 		n, _ := store.Read().CountResources()
 		return float64(n)
 	}, func() float64 { return float64(s.queue.Panics() + s.control.queue.Panics() + watch.SinkPanics()) })
+	if opts.Shard != nil {
+		opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_shard_namespaces_owned",
+			Help: "Namespaces of this replica's shard that exist (their resources are watched here; tally_scan_stored_resources counts them)."},
+			func() float64 { return float64(s.kinds.ownedNamespaces()) }))
+	}
 	if s.opts.Handover == nil {
 		s.opts.Handover = handover.New(handover.Options{})
 	}
 	s.reports = newReportWriter(client, s.opts.Handover, s.metrics, opts.FinalReports)
-	s.sched = &scheduler{clock: opts.Clock, store: store, state: newScanState(client, opts.StateNamespace, opts.StateName),
+	s.reports.owns = s.owns
+	state := newScanState(client, opts.StateNamespace, opts.StateName)
+	state.readOnly = opts.StateReadOnly
+	s.sched = &scheduler{clock: opts.Clock, store: store, state: state,
 		metrics: s.metrics, policies: s.policies, ready: s.Synced, scan: s.scanPolicy,
 		protect: func(ctx context.Context, what string, fn func()) { s.queue.Protect(ctx, what, fn) }}
 	return s

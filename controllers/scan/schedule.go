@@ -313,6 +313,8 @@ func (s *Scanner) reconcileAll(ctx context.Context, uids []string, only *tracked
 type scanState struct {
 	client          dynamic.Interface
 	namespace, name string
+	// readOnly loads but never saves (Options.StateReadOnly).
+	readOnly bool
 }
 
 func newScanState(client dynamic.Interface, namespace, name string) *scanState {
@@ -350,7 +352,7 @@ func (st *scanState) load(ctx context.Context, store *memstore.Store) error {
 }
 
 func (st *scanState) save(ctx context.Context, policy string, at time.Time) error {
-	if st.namespace == "" {
+	if st.namespace == "" || st.readOnly {
 		return nil
 	}
 	cm := &unstructured.Unstructured{Object: map[string]any{

@@ -70,8 +70,8 @@ func scheduledScanner(t *testing.T, now time.Time, schedules map[string]map[stri
 		}
 		s.policies.put(&trackedPolicy{name: name, compiled: &engine.Policy{Name: name}, schedule: sched, background: true})
 	}
-	s.kinds.sources[apiresources.ClusterPolicy] = &watch.Source{GVR: apiresources.ClusterPolicy}
-	s.kinds.synced[apiresources.ClusterPolicy] = true
+	s.kinds.sources[sourceKey{gvr: apiresources.ClusterPolicy}] = &watch.Source{GVR: apiresources.ClusterPolicy}
+	s.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] = true
 	return s, clk, store
 }
 

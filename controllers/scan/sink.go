@@ -29,11 +29,21 @@ func (s *Scanner) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u
 	}
 	if gvr == apiresources.Namespace {
 		s.upsertNamespace(ctx, u)
+		s.kinds.namespaceSeen(u.GetName())
 		if !s.kinds.needed(gvr) {
 			return
 		}
 	}
+	if !s.owns(u.GetNamespace()) {
+		return // another replica's shard (a kind watched across namespaces)
+	}
 	s.upsertResource(ctx, gvr, u)
+}
+
+// owns reports whether a namespace ("": cluster-scoped resources) is in
+// this replica's shard (always, unsharded).
+func (s *Scanner) owns(namespace string) bool {
+	return s.opts.Shard == nil || s.opts.Shard(namespace)
 }
 
 // Remove records a deleted object, as Upsert does.
@@ -48,6 +58,7 @@ func (s *Scanner) Remove(ctx context.Context, gvr schema.GroupVersionResource, u
 			// stay behind: nothing is evaluated against them.
 			logr.FromContextOrDiscard(ctx).Error(err, "forgetting a deleted namespace failed", "namespace", u.GetName())
 		}
+		s.kinds.namespaceGone(u.GetName())
 	}
 	s.forgetResource(ctx, string(u.GetUID()))
 }
@@ -80,6 +91,12 @@ func (s *Scanner) Replace(ctx context.Context, gvr schema.GroupVersionResource, 
 		s.control.list(gvr, objs)
 		return
 	}
+	s.replaceIn(ctx, gvr, "", objs)
+}
+
+// replaceIn removes what is not in a complete list of one namespace ("":
+// all).
+func (s *Scanner) replaceIn(ctx context.Context, gvr schema.GroupVersionResource, namespace string, objs []*unstructured.Unstructured) {
 	present := make(map[string]bool, len(objs))
 	for _, u := range objs {
 		present[string(u.GetUID())] = true
@@ -88,7 +105,7 @@ func (s *Scanner) Replace(ctx context.Context, gvr schema.GroupVersionResource, 
 	if kind == "" {
 		return
 	}
-	stale, _ := s.store.Read().ResourcesOfKind(group, kind, "")
+	stale, _ := s.store.Read().ResourcesOfKind(group, kind, namespace)
 	for _, r := range stale {
 		if !present[r.UID] {
 			s.Remove(ctx, gvr, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"uid": r.UID, "name": r.Name, "namespace": r.Namespace}}})
@@ -103,13 +120,13 @@ func (s *Scanner) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
 		s.control.endOfList(gvr)
 		return
 	}
-	s.listed(gvr)
+	s.listedIn(gvr, "")
 }
 
-// listed marks a kind listed; once every kind is, the reports of resources
-// not seen go.
-func (s *Scanner) listed(gvr schema.GroupVersionResource) {
-	if s.kinds.listed(gvr) {
+// listedIn marks a kind listed in a namespace ("": all); once every watch
+// has listed, the reports of resources not seen go.
+func (s *Scanner) listedIn(gvr schema.GroupVersionResource, namespace string) {
+	if s.kinds.listed(gvr, namespace) {
 		s.sweepOrphans()
 	}
 }

@@ -74,20 +74,29 @@ func guard(log logr.Logger, gvr schema.GroupVersionResource, what string, fn fun
 
 // Source lists then watches one kind through a client-go Reflector.
 type Source struct {
-	GVR    schema.GroupVersionResource
-	cancel context.CancelFunc
-	done   chan struct{}
+	GVR schema.GroupVersionResource
+	// Namespace is the namespace watched ("": all).
+	Namespace string
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
-// Start runs a Source until ctx ends or Stop is called.
+// Start runs a Source of every namespace until ctx ends or Stop is called.
 func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, s Sink) *Source {
+	return StartIn(ctx, client, gvr, "", s)
+}
+
+// StartIn runs a Source of one namespace ("": all) until ctx ends or Stop
+// is called: the API server filters, and the Sink's Replace receives that
+// namespace's complete list.
+func StartIn(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, namespace string, s Sink) *Source {
 	ctx, cancel := context.WithCancel(ctx)
-	src := &Source{GVR: gvr, cancel: cancel, done: make(chan struct{})}
+	src := &Source{GVR: gvr, Namespace: namespace, cancel: cancel, done: make(chan struct{})}
 	log := logr.FromContextOrDiscard(ctx)
 	_, streaming := s.(StreamingSink)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			list, err := client.Resource(gvr).List(ctx, opts)
+			list, err := client.Resource(gvr).Namespace(namespace).List(ctx, opts)
 			if err != nil || !streaming {
 				return list, err
 			}
@@ -99,7 +108,7 @@ func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersio
 			return list, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			w, err := client.Resource(gvr).Watch(ctx, opts)
+			w, err := client.Resource(gvr).Namespace(namespace).Watch(ctx, opts)
 			if err != nil || !streaming || opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
 				return w, err
 			}
@@ -108,7 +117,7 @@ func Start(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersio
 	}
 	store := &storeAdapter{ctx: ctx, gvr: gvr, sink: s, log: log}
 	r := cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{}, store, cache.ReflectorOptions{
-		Name: "tally-scan " + gvr.String(),
+		Name: "tally " + gvr.String() + " " + namespace,
 	})
 	r.WatchListPageSize = ListPageSize
 	go func() {

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,6 +60,9 @@ type options struct {
 	baseline, throughWebhook      bool
 	floor                         bool
 	idle                          time.Duration
+	// replicas are the scanner pairs, sharding the namespaces (--sharding)
+	// when more than one.
+	replicas int
 }
 
 func main() {
@@ -74,6 +78,7 @@ func main() {
 	flag.BoolVar(&o.floor, "floor", false, "instead of tally, a writer in this process creates exactly the PolicyReports (Kyverno's fields, one create each) and violation Events tally writes for the Pods, and nothing else: what the reports cost the API server at the least")
 	flag.StringVar(&o.qps, "kube-api-qps", "100", "tally's --kube-api-qps (default: tally's own default)")
 	flag.StringVar(&o.burst, "kube-api-burst", "200", "tally's --kube-api-burst (default: tally's own default)")
+	flag.IntVar(&o.replicas, "replicas", 1, "scanner pairs (tally-scanner + tally-merger) sharing the namespaces through membership Leases (--sharding); 1 runs one unsharded pair; more measures each pair and, in place of the restart, the hand-over when one pair is killed")
 	flag.DurationVar(&o.idle, "idle", time.Minute, "the idle stretch measured after the full scan")
 	gomemlimit := flag.String("gomemlimit", "", "GOMEMLIMIT of tally's processes (the chart sets 460MiB for the scanner, 230MiB for the merger); empty: none")
 	flag.Parse()
@@ -102,6 +107,95 @@ func start(bin, name, kubeconfig string, extra ...string) (*daemon, error) {
 
 func (d *daemon) stop() { d.Stop() }
 
+// pair is a scanner and the merger beside it.
+type pair struct {
+	scanner, merger *daemon
+	handover        string
+}
+
+// pairs are the running scanner pairs.
+type pairs []*pair
+
+func (ps pairs) ready() bool {
+	for _, p := range ps {
+		if !p.scanner.Ready() || !p.merger.Ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// sum adds a metric over the scanners (merger false) or the mergers.
+func (ps pairs) sum(merger bool, name string) float64 {
+	var total float64
+	for _, p := range ps {
+		d := p.scanner
+		if merger {
+			d = p.merger
+		}
+		v, _ := d.Value(name)
+		total += v
+	}
+	return total
+}
+
+// cpu is the CPU of the scanners and of the mergers.
+func (ps pairs) cpu() (scanner, merger float64) {
+	for _, p := range ps {
+		scanner += p.scanner.cpu()
+		merger += p.merger.cpu()
+	}
+	return scanner, merger
+}
+
+func (ps pairs) stop() {
+	for _, p := range ps {
+		p.scanner.stop()
+		p.merger.stop()
+	}
+}
+
+// handedOver reports whether each pair's scanner has scanned the shard it
+// has now (its hand-over is ready), among members live members.
+func (ps pairs) handedOver(members int) bool {
+	for _, p := range ps {
+		if m, err := p.scanner.Value("tally_shard_members"); err != nil || int(m) != members {
+			return false
+		}
+		resp, err := http.Get("http://" + p.handover + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close() // the status is all that is read
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+	}
+	return true
+}
+
+// print prints each pair's CPU (since the given) and peak memory, and the
+// resources its scanner holds.
+func (ps pairs) print(since map[*daemon]float64) {
+	if len(ps) < 2 {
+		return
+	}
+	for i, p := range ps {
+		held, _ := p.scanner.Value("tally_scan_stored_resources")
+		owned, _ := p.scanner.Value("tally_shard_namespaces_owned")
+		fmt.Printf("  pair %d: tally-scanner %.1f s, peak %.0f MiB, %.0f resources in %.0f namespaces; tally-merger %.1f s, peak %.0f MiB\n",
+			i, p.scanner.cpu()-since[p.scanner], p.scanner.rss(), held, owned, p.merger.cpu()-since[p.merger], p.merger.rss())
+	}
+}
+
+func (ps pairs) cpus() map[*daemon]float64 {
+	out := map[*daemon]float64{}
+	for _, p := range ps {
+		out[p.scanner], out[p.merger] = p.scanner.cpu(), p.merger.cpu()
+	}
+	return out
+}
+
 func (d *daemon) cpu() float64 { return benchutil.ProcessCPU(d.Cmd.Process.Pid) }
 func (d *daemon) rss() float64 { return float64(benchutil.PeakRSS(d.Cmd.Process.Pid)) / 1024 }
 
@@ -128,8 +222,8 @@ func run(o options) error {
 	}
 	defer c.Stop()
 	kube, dyn := c.Kube, c.Dyn
-	var scanner, merger *daemon
-	var restart func() error // starts scanner and merger (again)
+	var running pairs
+	var restart func() error // starts the scanner pairs (again)
 	var floor *floorWriter
 	runsTally := !o.baseline && !o.floor
 	policies := 0
@@ -166,27 +260,39 @@ func run(o options) error {
 				return err
 			}
 		}
-		// The merger reads the scanner's reports on loopback, as in the Pod.
-		handover, err := benchutil.FreeAddr()
-		if err != nil {
-			return err
-		}
 		restart = func() error {
-			if scanner, err = start(sbin, "tally-scanner", c.Kubeconfig, append(append(limits, webhook...), "--handover-listen", handover)...); err != nil {
-				return err
-			}
-			if merger, err = start(mbin, "tally-merger", c.Kubeconfig, append(limits, "--scanner-url", "http://"+handover)...); err != nil {
-				scanner.stop()
-				return err
+			running = nil
+			for i := range o.replicas {
+				// The merger reads the scanner's reports on loopback, as in the Pod.
+				handover, err := benchutil.FreeAddr()
+				if err != nil {
+					return err
+				}
+				args := append(append(slices.Clone(limits), webhook...), "--handover-listen", handover)
+				if o.replicas > 1 {
+					args = append(args, "--sharding", "--identity", fmt.Sprintf("bench-%d", i))
+				}
+				p := &pair{handover: handover}
+				if p.scanner, err = start(sbin, "tally-scanner", c.Kubeconfig, args...); err != nil {
+					return err
+				}
+				if p.merger, err = start(mbin, "tally-merger", c.Kubeconfig, append(slices.Clone(limits), "--scanner-url", "http://"+handover)...); err != nil {
+					p.scanner.stop()
+					return err
+				}
+				running = append(running, p)
+				if o.throughWebhook {
+					webhook = []string{"--webhook-listen", ""} // one webhook: the first pair's
+				}
 			}
 			return nil
 		}
 		if err := restart(); err != nil {
 			return err
 		}
-		defer func() { scanner.stop(); merger.stop() }()
-		if err := waitFor(2*time.Minute, func() bool { return scanner.Ready() && merger.Ready() }); err != nil {
-			return fmt.Errorf("tally not ready: %w (logs %s, %s)", err, scanner.Log, merger.Log)
+		defer func() { running.stop() }()
+		if err := waitFor(2*time.Minute, func() bool { return running.ready() && (o.replicas == 1 || running.handedOver(o.replicas)) }); err != nil {
+			return fmt.Errorf("tally not ready: %w (logs %s, %s)", err, running[0].scanner.Log, running[0].merger.Log)
 		}
 	}
 
@@ -196,8 +302,10 @@ func run(o options) error {
 	}
 	cpu0 := benchutil.ChildCPU()
 	var tally0 [2]float64
+	var pairs0 map[*daemon]float64
 	if !o.baseline && !o.floor {
-		tally0 = [2]float64{scanner.cpu(), merger.cpu()}
+		tally0[0], tally0[1] = running.cpu()
+		pairs0 = running.cpus()
 	}
 	t0 := time.Now()
 	if err := benchutil.CreatePods(ctx, kube, o.pods, o.namespaces); err != nil {
@@ -227,11 +335,10 @@ func run(o options) error {
 			done.Sub(lastPod).Round(100*time.Millisecond), done.Sub(t0).Round(100*time.Millisecond))
 	} else if !o.baseline {
 		err := waitFor(30*time.Minute, func() bool {
-			w, err := merger.Value("tally_merge_report_writes_total")
-			return err == nil && w >= float64(o.pods) && scanner.Ready()
+			return running.sum(true, "tally_merge_report_writes_total") >= float64(o.pods) && running.ready()
 		})
 		if err != nil {
-			return fmt.Errorf("PolicyReports not all written: %w (logs %s, %s)", err, scanner.Log, merger.Log)
+			return fmt.Errorf("PolicyReports not all written: %w (logs %s, %s)", err, running[0].scanner.Log, running[0].merger.Log)
 		}
 		done := time.Now()
 		fmt.Printf("every Pod has its PolicyReport: %s after the last Pod (%s from the first)\n",
@@ -241,9 +348,13 @@ func run(o options) error {
 	fmt.Printf("CPU from the first Pod to the last PolicyReport: kube-apiserver %.1f s, etcd %.1f s, kube-controller-manager %.1f s",
 		cpu1["kube-apiserver"]-cpu0["kube-apiserver"], cpu1["etcd"]-cpu0["etcd"], cpu1["kube-controller"]-cpu0["kube-controller"])
 	if runsTally {
-		fmt.Printf(", tally-scanner %.1f s, tally-merger %.1f s", scanner.cpu()-tally0[0], merger.cpu()-tally0[1])
+		sc, mc := running.cpu()
+		fmt.Printf(", tally-scanner %.1f s, tally-merger %.1f s", sc-tally0[0], mc-tally0[1])
 	}
 	fmt.Println()
+	if runsTally {
+		running.print(pairs0)
+	}
 	req1, err := requestCounts(ctx, kube)
 	if err != nil {
 		return err
@@ -252,7 +363,11 @@ func run(o options) error {
 	pids := childPIDs()
 	fmt.Printf("peak memory: kube-apiserver %.0f MiB, etcd %.0f MiB", rssMiB(pids["kube-apiserver"]), rssMiB(pids["etcd"]))
 	if runsTally {
-		fmt.Printf(", tally-scanner %.0f MiB, tally-merger %.0f MiB", scanner.rss(), merger.rss())
+		var sr, mr float64
+		for _, p := range running {
+			sr, mr = max(sr, p.scanner.rss()), max(mr, p.merger.rss())
+		}
+		fmt.Printf(", tally-scanner %.0f MiB, tally-merger %.0f MiB (the largest of %d)", sr, mr, len(running))
 	}
 	fmt.Println()
 	if live, err := benchutil.APIServerLiveHeap(ctx, kube); err == nil {
@@ -275,15 +390,15 @@ func run(o options) error {
 	i0 := benchutil.ChildCPU()
 	var t1 [2]float64
 	if runsTally {
-		t1 = [2]float64{scanner.cpu(), merger.cpu()}
+		t1[0], t1[1] = running.cpu()
 	}
 	var evaluated0 float64
 	if runsTally {
-		evaluated0, _ = scanner.Value("tally_scan_resources_processed_total")
+		evaluated0 = running.sum(false, "tally_scan_resources_processed_total")
 	}
 	if out := os.Getenv("PIPELINEBENCH_IDLECPU"); out != "" && runsTally {
-		// A CPU profile of the scanner over the idle stretch.
-		if err := benchutil.Fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", scanner.Base, int(o.idle.Seconds())), out); err != nil {
+		// A CPU profile of the (first) scanner over the idle stretch.
+		if err := benchutil.Fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", running[0].scanner.Base, int(o.idle.Seconds())), out); err != nil {
 			return err
 		}
 	} else {
@@ -292,10 +407,11 @@ func run(o options) error {
 	i1 := benchutil.ChildCPU()
 	fmt.Printf("idle %s: kube-apiserver %.2f s, etcd %.2f s", o.idle, i1["kube-apiserver"]-i0["kube-apiserver"], i1["etcd"]-i0["etcd"])
 	if runsTally {
-		evaluated1, _ := scanner.Value("tally_scan_resources_processed_total")
-		idleCPU := scanner.cpu() - t1[0]
+		evaluated1 := running.sum(false, "tally_scan_resources_processed_total")
+		sc, mc := running.cpu()
+		idleCPU := sc - t1[0]
 		fmt.Printf(", tally-scanner %.2f s, tally-merger %.2f s of CPU (the scanner evaluated %.0f resources: periodic scans)\n",
-			idleCPU, merger.cpu()-t1[1], evaluated1-evaluated0)
+			idleCPU, mc-t1[1], evaluated1-evaluated0)
 		if e := evaluated1 - evaluated0; e > 0 {
 			// Which minutes hold a policy's hourly scan is chance: the
 			// average over the hour is what an idle cluster pays. All the
@@ -313,11 +429,10 @@ func run(o options) error {
 		return err
 	}
 
-	if runsTally {
+	if runsTally && o.replicas == 1 {
 		// A restart of both with nothing changed: the scanner scans
 		// everything again and hands it over; the merger writes nothing.
-		scanner.stop()
-		merger.stop()
+		running.stop()
 		t := time.Now()
 		if err := restart(); err != nil {
 			return err
@@ -326,21 +441,55 @@ func run(o options) error {
 		// is ready again once it has merged everything.
 		var scannerReady time.Time
 		err := waitFor(10*time.Minute, func() bool {
-			if !scanner.Ready() {
+			if !running[0].scanner.Ready() {
 				return false
 			}
 			if scannerReady.IsZero() {
 				scannerReady = time.Now()
 			}
-			return time.Since(scannerReady) > 3*time.Second && merger.Ready()
+			return time.Since(scannerReady) > 3*time.Second && running[0].merger.Ready()
 		})
 		if err != nil {
-			return fmt.Errorf("after a restart: %w (logs %s, %s)", err, scanner.Log, merger.Log)
+			return fmt.Errorf("after a restart: %w (logs %s, %s)", err, running[0].scanner.Log, running[0].merger.Log)
 		}
-		writes, _ := merger.Value("tally_merge_report_writes_total")
-		handed, _ := scanner.Value("tally_handover_puts_total")
+		writes := running.sum(true, "tally_merge_report_writes_total")
+		handed := running.sum(false, "tally_handover_puts_total")
 		fmt.Printf("restart with nothing changed: ready in %s; %.0f reports handed over on loopback, %.0f final report writes\n",
 			time.Since(t).Round(100*time.Millisecond), handed, writes)
+	}
+	if runsTally && o.replicas > 1 {
+		// One pair killed without warning (SIGKILL: its Lease stays until
+		// it expires): the others take its namespaces once they see it
+		// dead, scan them and hand them over; nothing changed, so their
+		// mergers write nothing.
+		killed := running[len(running)-1]
+		survivors := running[:len(running)-1]
+		writes0 := survivors.sum(true, "tally_merge_report_writes_total")
+		cpu0 := survivors.cpus()
+		t := time.Now()
+		_ = killed.scanner.Cmd.Process.Kill() // already gone: nothing to kill
+		_ = killed.merger.Cmd.Process.Kill()
+		_, _ = killed.scanner.Cmd.Process.Wait()
+		_, _ = killed.merger.Cmd.Process.Wait()
+		running = survivors
+		var handed time.Time
+		err := waitFor(10*time.Minute, func() bool {
+			if !survivors.handedOver(len(survivors)) {
+				return false
+			}
+			if handed.IsZero() {
+				handed = time.Now()
+			}
+			// The mergers start within a probe of their scanner being ready.
+			return time.Since(handed) > 3*time.Second && survivors.ready() && survivors.sum(false, "tally_scan_stored_resources") >= float64(o.pods)
+		})
+		if err != nil {
+			return fmt.Errorf("after a pair was killed: %w (logs %s, %s)", err, survivors[0].scanner.Log, survivors[0].merger.Log)
+		}
+		writes := survivors.sum(true, "tally_merge_report_writes_total") - writes0
+		fmt.Printf("one pair of %d killed: the others own its namespaces and scanned them %s later (its Lease expires after 15 s); %.0f final report writes\n",
+			o.replicas, handed.Sub(t).Round(100*time.Millisecond), writes)
+		survivors.print(cpu0)
 	}
 	if !o.baseline && o.latencyPods > 0 {
 		if err := latency(ctx, kube, dyn, o.latencyPods); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -45,6 +46,27 @@ type Options struct {
 	// leading or not (the admission webhook serving, for one): each returns
 	// "" when ready, else why not.
 	ReadyChecks []func() string
+	// Gatherers are further metrics served beside the registry's (those
+	// of a daemon's current run, registered afresh at each: Switch).
+	Gatherers []prometheus.Gatherer
+}
+
+// Switch gathers the metrics of a daemon's current run: a sharded scanner
+// runs anew on each shard, and registers its metrics afresh on a registry
+// of the run's.
+type Switch struct {
+	current atomic.Pointer[prometheus.Registry]
+}
+
+// Set makes reg the registry gathered.
+func (s *Switch) Set(reg *prometheus.Registry) { s.current.Store(reg) }
+
+// Gather implements prometheus.Gatherer.
+func (s *Switch) Gather() ([]*dto.MetricFamily, error) {
+	if reg := s.current.Load(); reg != nil {
+		return reg.Gather()
+	}
+	return nil, nil
 }
 
 // Bind registers the shared flags.
@@ -115,7 +137,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, reg *prometheus.Regis
 		}
 		_, _ = w.Write([]byte("ok")) // the prober went away: nothing to tell it
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", promhttp.HandlerFor(append(prometheus.Gatherers{reg}, o.Gatherers...), promhttp.HandlerOpts{Registry: reg}))
 	for path, h := range extra {
 		mux.Handle(path, h)
 	}
