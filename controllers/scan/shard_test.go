@@ -137,4 +137,3 @@ func keysOf[V any](m map[string]V) []string {
 	}
 	return out
 }
-
