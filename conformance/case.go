@@ -138,7 +138,12 @@ type Action struct {
 	// Scan forces a background scan where the provider can; elsewhere the
 	// expectations simply wait for the implementation's own schedule.
 	Scan bool `json:"scan,omitempty"`
-	// Restart restarts a component: scanner, merger or apiserver.
+	// Restart restarts a component: scanner, merger or apiserver; or,
+	// where the scanner pairs shard the namespaces (the "shards"
+	// capability), changes the pairs: replica-killed (one pair killed
+	// without warning, not replaced), replica-added (one more pair),
+	// replicas-rolled (each pair replaced by a new one, one at a time, as a
+	// Deployment's rolling update does).
 	Restart string `json:"restart,omitempty"`
 	// Failover stops the active replica of a component (merger) so that a
 	// standby takes over.

@@ -32,6 +32,10 @@ const (
 	// CanFaultInject: tally's daemons are built with the faultinject tag
 	// (internal/fault), so a case can make an evaluation panic.
 	CanFaultInject = "fault-inject"
+	// CanShards: several scanner pairs divide the namespaces (tally-scanner
+	// --sharding), and Restart changes them (replica-killed, replica-added,
+	// replicas-rolled).
+	CanShards = "shards"
 )
 
 // ManagedByLabeler is a provider that knows the app.kubernetes.io/managed-by

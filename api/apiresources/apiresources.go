@@ -29,6 +29,8 @@ var (
 	// ConfigMap is what configMap context entries read, and where the
 	// scanner keeps its scan state.
 	ConfigMap = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	// Lease is where the scanner pairs hold their membership (shard).
+	Lease = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
 )
 
 // Reports: intermediate (kyverno.io, reports.kyverno.io) and final.

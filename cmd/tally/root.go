@@ -51,7 +51,7 @@ expectations, or apply them to manifests.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCommand(), newTestCommand(), newApplyCommand(), newScanCommand(), newReportCommand(), newConformanceCommand())
+	root.AddCommand(newVersionCommand(), newTestCommand(), newApplyCommand(), newScanCommand(), newReportCommand(), newConformanceCommand(), newShardsCommand())
 	return root
 }
 

@@ -60,9 +60,16 @@ type Local struct {
 
 	stopping  atomic.Bool
 	mu        sync.Mutex
-	procs     map[string]*process // [kyverno,] scanner, merger
+	procs     map[string]*process // [kyverno,] scanner, merger (sharded: scanner-<i>, merger-<i>)
 	ports     map[string]int
 	webhookCA []byte
+	// sharded: scanner pairs divide the namespaces (shards.go); pairs are
+	// the live ones' indexes, nextPair the index of the next one started,
+	// proxy the webhook's stand-in Service.
+	sharded  bool
+	pairs    []int
+	nextPair int
+	proxy    net.Listener
 }
 
 // process is one tally process.
@@ -105,11 +112,22 @@ func (l *Local) webhook() (name, port string) {
 	if l.mode == BesideKyverno {
 		return kyvernoWebhookName, "kyverno-webhook"
 	}
+	if l.sharded {
+		return webhookName, "webhook-proxy"
+	}
 	return webhookName, "scanner-webhook"
 }
 
 // processes are the mode's processes, in start order.
 func (l *Local) processes() []string {
+	if l.sharded {
+		var out []string
+		for _, i := range l.livePairs() {
+			scanner, merger := pairProcesses(i)
+			out = append(out, scanner, merger)
+		}
+		return out
+	}
 	if l.mode == BesideKyverno {
 		return []string{"kyverno", "scanner", "merger"}
 	}
@@ -124,6 +142,9 @@ type LocalOptions struct {
 	// NoWebhookAuth runs tally-scanner's webhook without client
 	// authentication: anyone who reaches it can send it a review.
 	NoWebhookAuth bool
+	// Replicas, when above 0, runs that many scanner pairs that divide the
+	// namespaces (tally-scanner --sharding; standalone only).
+	Replicas int
 }
 
 // StartLocal starts the cluster and tally. dir receives binaries and logs;
@@ -136,7 +157,10 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 	if api == "" {
 		api = report.APIWGPolicy
 	}
-	l := &Local{mode: mode, dir: dir, reportAPI: api, webhookAuth: !o.NoWebhookAuth, procs: map[string]*process{}, ports: map[string]int{}}
+	if o.Replicas > 0 && mode != Standalone {
+		return nil, fmt.Errorf("sharded scanner pairs run standalone only")
+	}
+	l := &Local{mode: mode, dir: dir, reportAPI: api, webhookAuth: !o.NoWebhookAuth, procs: map[string]*process{}, ports: map[string]int{}, sharded: o.Replicas > 0}
 	defer func() {
 		if err != nil {
 			_ = l.Stop() // best effort: the start error is the one to report
@@ -180,8 +204,23 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 			return nil, err
 		}
 	}
+	if l.sharded {
+		if l.proxy, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		l.ports["webhook-proxy"] = l.proxy.Addr().(*net.TCPAddr).Port
+		go l.serveWebhookProxy(l.proxy)
+	}
 	if err := l.createWebhookConfiguration(ctx); err != nil {
 		return nil, err
+	}
+	if l.sharded {
+		for range o.Replicas {
+			if _, err := l.addPair(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return l, l.waitCABundle(ctx)
 	}
 	for _, name := range l.processes() {
 		if err := l.start(ctx, name); err != nil {
@@ -208,8 +247,14 @@ func (l *Local) args(name string) (binary string, args []string) {
 			"--webhook-configuration", kyvernoWebhookName}
 	}
 	// The scanner and its merger run as one Pod does: one ServiceAccount.
-	common := []string{"--kubeconfig", filepath.Join(l.dir, "tally-scanner.kubeconfig"), "--namespace", localNamespace, "--listen", "127.0.0.1:" + strconv.Itoa(l.ports[name])}
-	handover := "127.0.0.1:" + strconv.Itoa(l.ports["handover"])
+	common := []string{"--kubeconfig", filepath.Join(l.dir, "tally-scanner.kubeconfig"), "--namespace", localNamespace, "--listen", "127.0.0.1:" + strconv.Itoa(l.port(name))}
+	name, pair := pairOf(name)
+	handover := "127.0.0.1:" + strconv.Itoa(l.port("handover"+pair))
+	if name == "scanner" && pair != "" {
+		// A pair of the shards, as a Pod of the Deployment: its identity is
+		// its Pod's name.
+		common = append(common, "--sharding", "--identity", "pair"+pair)
+	}
 	if name == "scanner" {
 		// The scanner hands its reports to the mergers on loopback, and
 		// reads its results back from their final reports after a restart.
@@ -224,7 +269,7 @@ func (l *Local) args(name string) (binary string, args []string) {
 	}
 	if name == "scanner" {
 		args := append(common, "--leader-elect=false", "--rescan-endpoint",
-			"--webhook-listen", "127.0.0.1:"+strconv.Itoa(l.ports["scanner-webhook"]),
+			"--webhook-listen", "127.0.0.1:"+strconv.Itoa(l.port("scanner-webhook"+pair)),
 			// The webhook's rules follow the policies, as installed: a policy
 			// is Ready once they send its requests (and have had a moment to
 			// reach the API server), so the cases can create resources as
@@ -277,7 +322,7 @@ func (l *Local) start(ctx context.Context, name string) error {
 	l.mu.Lock()
 	l.procs[name] = p
 	l.mu.Unlock()
-	url := "http://127.0.0.1:" + strconv.Itoa(l.ports[name]) + "/healthz"
+	url := "http://127.0.0.1:" + strconv.Itoa(l.port(name)) + "/healthz"
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		select {
 		case <-p.done:
@@ -354,7 +399,10 @@ func (l *Local) waitCABundle(ctx context.Context) error {
 		if len(vwc.Webhooks) == 0 || len(vwc.Webhooks[0].ClientConfig.CABundle) == 0 {
 			return false, nil
 		}
-		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(l.ports[port]), time.Second)
+		if l.sharded {
+			port = fmt.Sprintf("scanner-webhook-%d", l.livePairs()[0])
+		}
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(l.port(port)), time.Second)
 		if err != nil {
 			return false, nil // the bridge listens once its policies are listed
 		}
@@ -375,6 +423,9 @@ func (l *Local) KeepLogs() { l.keepLogs.Store(true) }
 // after KeepLogs).
 func (l *Local) Stop() error {
 	l.stopping.Store(true)
+	if l.proxy != nil {
+		_ = l.proxy.Close() // nothing is waiting on it any more
+	}
 	for _, name := range l.processes() {
 		l.kill(name, syscall.SIGTERM)
 	}
@@ -409,7 +460,7 @@ func (l *Local) ForgeReview(ctx context.Context, review []byte) error {
 	if len(vwc.Webhooks) == 0 {
 		return fmt.Errorf("webhook configuration %s has no webhook", name)
 	}
-	url := "https://127.0.0.1:" + strconv.Itoa(l.ports[port]) + "/validate"
+	url := "https://127.0.0.1:" + strconv.Itoa(l.port(port)) + "/validate"
 	return postReview(ctx, vwc.Webhooks[0].ClientConfig.CABundle, "", url, review)
 }
 
@@ -462,6 +513,9 @@ func (l *Local) Name() string {
 	if l.mode == BesideKyverno {
 		return "local-beside-kyverno"
 	}
+	if l.sharded {
+		return "local-sharded"
+	}
 	return "local"
 }
 func (l *Local) Config() *rest.Config { return l.cluster.Config }
@@ -476,13 +530,29 @@ func (l *Local) Can(what string) bool {
 		return l.mode == Standalone && l.webhookAuth
 	case conformance.CanIngest:
 		return l.mode == BesideKyverno
+	case conformance.CanShards:
+		return l.sharded
 	}
 	return false
 }
 
-// Rescan asks the scanner for a full rescan and waits for it to finish.
+// Rescan asks the scanner (sharded: every pair's) for a full rescan and
+// waits for it to finish.
 func (l *Local) Rescan(ctx context.Context) error {
-	url := "http://127.0.0.1:" + strconv.Itoa(l.ports["scanner"]) + "/rescan"
+	if l.sharded {
+		for _, i := range l.livePairs() {
+			scanner, _ := pairProcesses(i)
+			if err := l.rescan(ctx, scanner); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return l.rescan(ctx, "scanner")
+}
+
+func (l *Local) rescan(ctx context.Context, scanner string) error {
+	url := "http://127.0.0.1:" + strconv.Itoa(l.port(scanner)) + "/rescan"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
 		return err
@@ -504,6 +574,9 @@ func (l *Local) Rescan(ctx context.Context) error {
 // crash or an eviction would) and starts them again; the API server is
 // stopped gracefully and started again under the running processes.
 func (l *Local) Restart(ctx context.Context, component string) error {
+	if l.sharded && component != "apiserver" {
+		return l.restartPairs(ctx, component)
+	}
 	switch component {
 	case "scanner":
 		l.kill("scanner", syscall.SIGKILL)
@@ -532,6 +605,9 @@ func (l *Local) Failover(ctx context.Context, component string) error {
 	if component != "merger" {
 		return fmt.Errorf("failover %s: %w", component, conformance.ErrUnsupported)
 	}
+	if l.sharded {
+		return l.restartPairs(ctx, "merger")
+	}
 	l.kill("merger", syscall.SIGKILL)
 	return l.start(ctx, "merger")
 }
@@ -551,10 +627,17 @@ var errNoProvider = errors.New("unknown provider")
 // Metrics reads the /metrics of the scanner, or of the merger holding the
 // Lease.
 func (l *Local) Metrics(ctx context.Context, component string) ([]byte, error) {
-	port, ok := l.ports[component]
-	if !ok {
+	if l.sharded && (component == "scanner" || component == "merger") {
+		return l.shardedMetrics(ctx, component)
+	}
+	port := l.port(component)
+	if port == 0 {
 		return nil, fmt.Errorf("metrics of %s: %w", component, conformance.ErrUnsupported)
 	}
+	return l.metricsOf(ctx, port)
+}
+
+func (l *Local) metricsOf(ctx context.Context, port int) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+"/metrics", nil)
 	if err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 // provider named; it returns a function that stops what it started.
 func ProviderFromEnv(ctx context.Context, name string) (conformance.Provider, func() error, error) {
 	switch name {
-	case "", "local", "local-beside-kyverno":
+	case "", "local", "local-beside-kyverno", "local-sharded":
 		dir, err := os.MkdirTemp("", "tally-conformance-")
 		if err != nil {
 			return nil, nil, err
@@ -29,7 +29,11 @@ func ProviderFromEnv(ctx context.Context, name string) (conformance.Provider, fu
 		if err != nil {
 			return nil, nil, err
 		}
-		l, err := StartLocal(ctx, dir, LocalOptions{Mode: mode, ReportAPI: api, NoWebhookAuth: !auth})
+		replicas := 0
+		if name == "local-sharded" {
+			replicas = 3 // scanner pairs dividing the namespaces
+		}
+		l, err := StartLocal(ctx, dir, LocalOptions{Mode: mode, ReportAPI: api, NoWebhookAuth: !auth, Replicas: replicas})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -44,7 +48,7 @@ func ProviderFromEnv(ctx context.Context, name string) (conformance.Provider, fu
 	case "kind":
 		return startKind(ctx)
 	}
-	return nil, nil, fmt.Errorf("%w %q: use local, local-beside-kyverno, kind or kubeconfig", errNoProvider, name)
+	return nil, nil, fmt.Errorf("%w %q: use local, local-beside-kyverno, local-sharded, kind or kubeconfig", errNoProvider, name)
 }
 
 // webhookAuthFromEnv reads TALLY_CONFORMANCE_WEBHOOK_AUTH: on (the

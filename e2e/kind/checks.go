@@ -75,8 +75,10 @@ var AllowedWrites = []WriteGrant{
 	{Group: "policies.kyverno.io", Resource: "namespacedvalidatingpolicies/status", Verbs: []string{"patch"}},
 	{Group: "", Resource: "events", Verbs: []string{"create", "patch"}},
 	{Group: "events.k8s.io", Resource: "events", Verbs: []string{"create", "patch"}},
-	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"create", "update", "patch"}, RoleOnly: true,
-		Names: []string{ScannerDeployment}},
+	// Each scanner replica's membership Lease is named after its Pod
+	// (tally-member-<pod>), so Leases cannot be limited by name: only to
+	// tally's namespace.
+	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"create", "update", "patch", "delete"}, RoleOnly: true},
 	{Group: "", Resource: "configmaps", Verbs: []string{"create", "update", "patch"}, RoleOnly: true, Names: []string{"tally-scan-state"}},
 	{Group: "", Resource: "secrets", Verbs: []string{"create", "update", "patch"}, RoleOnly: true, Names: []string{"tally-webhook-tls"}},
 	{Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Verbs: []string{"update", "patch"},
