@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -137,18 +138,31 @@ func (d *Deployed) Restart(ctx context.Context, component string) error {
 }
 
 // Failover deletes the Pod holding the pair's Lease: a standby Pod's
-// scanner takes it, scans, and its merger writes.
+// scanner takes it, scans, and its merger writes. Where the pairs shard
+// the namespaces (no such Lease; a membership Lease each), it deletes the
+// Pod of the first member: the others take its namespaces, and the Pod
+// that replaces it takes its share back.
 func (d *Deployed) Failover(ctx context.Context, component string) error {
 	if !d.tally {
 		return ErrUnsupported
 	}
 	name := pairDeployment
 	lease, err := d.kube.CoordinationV1().Leases(localNamespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		members, lerr := d.kube.CoordinationV1().Leases(localNamespace).List(ctx, metav1.ListOptions{LabelSelector: "tally.dev/shard-member=" + name})
+		if lerr != nil {
+			return lerr
+		}
+		if len(members.Items) == 0 {
+			return fmt.Errorf("failover: neither the Lease %s nor a membership Lease exists", name)
+		}
+		lease, err = &members.Items[0], nil
+	}
 	if err != nil {
 		return err
 	}
 	if lease.Spec.HolderIdentity == nil {
-		return fmt.Errorf("failover: nobody holds the Lease %s", name)
+		return fmt.Errorf("failover: nobody holds the Lease %s", lease.Name)
 	}
 	holder := *lease.Spec.HolderIdentity
 	if err := d.kube.CoreV1().Pods(localNamespace).Delete(ctx, holder, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/transport/spdy"
 
 	"github.com/tally-dev/tally/conformance"
+	"github.com/tally-dev/tally/controllers/shard"
 	"github.com/tally-dev/tally/e2e/kind"
 )
 
@@ -101,17 +102,57 @@ func (k *Kind) Restart(ctx context.Context, component string) error {
 // Rescan asks the scanner holding the Lease for a full rescan (POST /rescan
 // on its metrics port, which Setup turns on) through the API server's Pod
 // proxy, and returns once it is done.
+//
+// Sharded (the chart's scanner pairs divide the namespaces), every scanner
+// Pod rescans its shard.
 func (k *Kind) Rescan(ctx context.Context) error {
-	leader, err := k.leaseHolder(ctx, "scanner")
+	pods, err := k.scanningPods(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = k.kube.CoreV1().RESTClient().Post().
-		AbsPath("/api/v1/namespaces", kind.Namespace, "pods", leader+":8080", "proxy", "rescan").DoRaw(ctx)
-	if err != nil {
-		return fmt.Errorf("rescan through %s: %w", leader, err)
+	for _, pod := range pods {
+		_, err = k.kube.CoreV1().RESTClient().Post().
+			AbsPath("/api/v1/namespaces", kind.Namespace, "pods", pod+":8080", "proxy", "rescan").DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("rescan through %s: %w", pod, err)
+		}
 	}
 	return nil
+}
+
+// scanningPods are the Pods whose scanner scans: the Lease holder, or,
+// sharded, every running Pod (each scans its shard).
+func (k *Kind) scanningPods(ctx context.Context) ([]string, error) {
+	if !k.sharded(ctx) {
+		leader, err := k.leaseHolder(ctx, "scanner")
+		if err != nil {
+			return nil, err
+		}
+		return []string{leader}, nil
+	}
+	return k.runningPods(ctx, "")
+}
+
+// sharded reports whether the scanner pairs divide the namespaces (their
+// membership Leases exist).
+func (k *Kind) sharded(ctx context.Context) bool {
+	list, err := k.kube.CoordinationV1().Leases(kind.Namespace).List(ctx, metav1.ListOptions{LabelSelector: shard.LabelMember})
+	return err == nil && len(list.Items) > 0
+}
+
+// runningPods are the running scanner Pods but skip.
+func (k *Kind) runningPods(ctx context.Context, skip string) ([]string, error) {
+	list, err := k.kube.CoreV1().Pods(kind.Namespace).List(ctx, metav1.ListOptions{LabelSelector: componentSelector("scanner")})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range list.Items {
+		if p.Name != skip && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			out = append(out, p.Name)
+		}
+	}
+	return out, nil
 }
 
 // Metrics reads a component's /metrics through the API server's Pod proxy.
@@ -120,30 +161,39 @@ func (k *Kind) Rescan(ctx context.Context) error {
 // Deployment would add them up: the Lease holder scans, but every replica
 // answers the webhook. Counters, histograms and summaries add up; a gauge is
 // the Lease holder's where it has the series, another Pod's otherwise.
+// Sharded, every Pod scans and merges its shard: both components' metrics
+// are the sum over the running Pods, gauges included (sumMetrics).
 func (k *Kind) Metrics(ctx context.Context, component string) ([]byte, error) {
 	if component != "scanner" && component != "merger" {
 		return nil, fmt.Errorf("metrics of %s: %w", component, conformance.ErrUnsupported)
 	}
 	// The merger runs beside the scanner in each Pod, on port 8081; the
 	// pair holds one Lease, the scanner's.
-	leader, err := k.leaseHolder(ctx, "scanner")
-	if err != nil {
-		return nil, err
-	}
 	port := "8080"
 	if component == "merger" {
 		port = "8081"
 	}
-	pods := []string{leader}
-	if component == "scanner" {
-		list, err := k.kube.CoreV1().Pods(kind.Namespace).List(ctx, metav1.ListOptions{LabelSelector: componentSelector("scanner")})
+	sharded := k.sharded(ctx)
+	var pods []string
+	var leader string
+	if sharded {
+		running, err := k.runningPods(ctx, "")
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range list.Items {
-			if p.Name != leader && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				pods = append(pods, p.Name)
+		pods = running
+	} else {
+		var err error
+		if leader, err = k.leaseHolder(ctx, "scanner"); err != nil {
+			return nil, err
+		}
+		pods = []string{leader}
+		if component == "scanner" {
+			others, err := k.runningPods(ctx, leader)
+			if err != nil {
+				return nil, err
 			}
+			pods = append(pods, others...)
 		}
 	}
 	var texts [][]byte
@@ -153,11 +203,11 @@ func (k *Kind) Metrics(ctx context.Context, component string) ([]byte, error) {
 			if pod == leader {
 				return nil, fmt.Errorf("metrics of %s: %w", pod, err)
 			}
-			continue // a replica going away: the Lease holder's still count
+			continue // a replica going away: the Lease holder's (or the others') still count
 		}
 		texts = append(texts, text)
 	}
-	return sumMetrics(texts)
+	return sumMetrics(texts, sharded)
 }
 
 // leaseHolder is the Pod holding a component's Lease (tally-scanner, the
@@ -174,8 +224,9 @@ func (k *Kind) leaseHolder(ctx context.Context, component string) (string, error
 }
 
 // sumMetrics adds up Prometheus text expositions, the first one leading:
-// see Kind.Metrics.
-func sumMetrics(texts [][]byte) ([]byte, error) {
+// see Kind.Metrics. With shards, gauges add up too (each counts its
+// shard's), but for times since something, of which the largest is kept.
+func sumMetrics(texts [][]byte, shards bool) ([]byte, error) {
 	var families map[string]*dto.MetricFamily
 	for i, text := range texts {
 		parser := expfmt.NewTextParser(model.UTF8Validation)
@@ -203,7 +254,7 @@ func sumMetrics(texts [][]byte) ([]byte, error) {
 					into.Metric = append(into.Metric, m)
 					continue
 				}
-				addMetric(into.GetType(), have, m)
+				addMetric(into.GetType(), have, m, shards, strings.Contains(name, "seconds_since"))
 			}
 		}
 	}
@@ -231,9 +282,19 @@ func seriesKey(m *dto.Metric) string {
 }
 
 // addMetric adds the sample of from into into, by the family's type; a
-// gauge keeps into's value.
-func addMetric(t dto.MetricType, into, from *dto.Metric) {
+// gauge keeps into's value, unless gauges add (the larger kept, with
+// keepMax).
+func addMetric(t dto.MetricType, into, from *dto.Metric, gauges, keepMax bool) {
 	switch t {
+	case dto.MetricType_GAUGE:
+		if !gauges {
+			return
+		}
+		v := into.GetGauge().GetValue() + from.GetGauge().GetValue()
+		if keepMax {
+			v = max(into.GetGauge().GetValue(), from.GetGauge().GetValue())
+		}
+		into.Gauge.Value = proto.Float64(v)
 	case dto.MetricType_COUNTER:
 		into.Counter.Value = proto.Float64(into.GetCounter().GetValue() + from.GetCounter().GetValue())
 	case dto.MetricType_UNTYPED:

@@ -34,7 +34,7 @@ dur_bucket{le="+Inf"} 4
 dur_sum 1
 dur_count 4
 `
-	out, err := sumMetrics([][]byte{[]byte(leader), []byte(other)})
+	out, err := sumMetrics([][]byte{[]byte(leader), []byte(other)}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ dur_count 4
 			t.Errorf("missing %q in:\n%s", want, text)
 		}
 	}
-	if _, err := sumMetrics([][]byte{[]byte("not metrics {")}); err == nil {
+	if _, err := sumMetrics([][]byte{[]byte("not metrics {")}, false); err == nil {
 		t.Error("a malformed exposition was accepted")
 	}
 }

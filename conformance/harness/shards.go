@@ -1,23 +1,18 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tally-dev/tally/conformance"
@@ -204,12 +199,10 @@ func (l *Local) serveWebhookProxy(ln net.Listener) {
 }
 
 // shardedMetrics gathers the metrics of every live pair's component into
-// one exposition, as a cluster-wide query would: values of the same series
-// are added (a result counted by the pair that owns its resource), except
-// times since something, of which the largest is kept.
+// one exposition, as a query over the Deployment would (sumMetrics with
+// shards: a result is counted by the pair that owns its resource).
 func (l *Local) shardedMetrics(ctx context.Context, component string) ([]byte, error) {
-	merged := map[string]*dto.MetricFamily{}
-	series := map[string]*dto.Metric{}
+	var texts [][]byte
 	for _, i := range l.livePairs() {
 		scanner, merger := pairProcesses(i)
 		name := scanner
@@ -218,81 +211,9 @@ func (l *Local) shardedMetrics(ctx context.Context, component string) ([]byte, e
 		}
 		text, err := l.metricsOf(ctx, l.port(name))
 		if err != nil {
-			return nil, err
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		families, err := parser.TextToMetricFamilies(bytes.NewReader(text))
-		if err != nil {
 			return nil, fmt.Errorf("metrics of %s: %w", name, err)
 		}
-		for fname, fam := range families {
-			into := merged[fname]
-			if into == nil {
-				into = &dto.MetricFamily{Name: fam.Name, Help: fam.Help, Type: fam.Type}
-				merged[fname] = into
-			}
-			for _, m := range fam.Metric {
-				key := fname + "{" + labelKey(m) + "}"
-				have := series[key]
-				if have == nil {
-					series[key] = m
-					into.Metric = append(into.Metric, m)
-					continue
-				}
-				addInto(have, m, strings.Contains(fname, "seconds_since"))
-			}
-		}
+		texts = append(texts, text)
 	}
-	names := make([]string, 0, len(merged))
-	for n := range merged {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var b bytes.Buffer
-	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, n := range names {
-		if err := enc.Encode(merged[n]); err != nil {
-			return nil, err
-		}
-	}
-	return b.Bytes(), nil
-}
-
-func labelKey(m *dto.Metric) string {
-	parts := make([]string, 0, len(m.Label))
-	for _, lp := range m.Label {
-		parts = append(parts, lp.GetName()+"="+strconv.Quote(lp.GetValue()))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ",")
-}
-
-// addInto adds m's value to into's (the larger, when keepMax).
-func addInto(into, m *dto.Metric, keepMax bool) {
-	add := func(a *float64, b float64) *float64 {
-		v := *a + b
-		if keepMax {
-			v = max(*a, b)
-		}
-		return &v
-	}
-	switch {
-	case into.Gauge != nil && m.Gauge != nil:
-		into.Gauge.Value = add(into.Gauge.Value, m.Gauge.GetValue())
-	case into.Counter != nil && m.Counter != nil:
-		into.Counter.Value = add(into.Counter.Value, m.Counter.GetValue())
-	case into.Untyped != nil && m.Untyped != nil:
-		into.Untyped.Value = add(into.Untyped.Value, m.Untyped.GetValue())
-	case into.Histogram != nil && m.Histogram != nil:
-		h := into.Histogram
-		count := h.GetSampleCount() + m.Histogram.GetSampleCount()
-		h.SampleCount = &count
-		h.SampleSum = add(h.SampleSum, m.Histogram.GetSampleSum())
-		for k, bk := range h.Bucket {
-			if k < len(m.Histogram.Bucket) && m.Histogram.Bucket[k].GetUpperBound() == bk.GetUpperBound() {
-				c := bk.GetCumulativeCount() + m.Histogram.Bucket[k].GetCumulativeCount()
-				bk.CumulativeCount = &c
-			}
-		}
-	}
+	return sumMetrics(texts, true)
 }
