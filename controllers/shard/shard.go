@@ -170,6 +170,8 @@ type member struct {
 	seen      map[string]observed
 	lastRenew time.Time // of our own Lease, on this clock; zero before the first
 	changed   chan struct{}
+	// own is this replica's Lease as last written (renewLoop's only).
+	own *coordinationv1.Lease
 }
 
 // Run holds this replica's membership Lease and runs work with each
@@ -275,27 +277,43 @@ func (m *member) renew(ctx context.Context) error {
 	leases := m.o.Client.CoordinationV1().Leases(m.o.Namespace)
 	now := metav1.NewMicroTime(m.o.Clock.Now())
 	name := LeaseName(m.o.Identity)
-	l, err := leases.Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
+	// The Lease as last written: renewing it takes one update, and a read
+	// only when that fails (a conflict, or the first renewal).
+	l := m.own
+	if l == nil {
+		got, err := leases.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			l = nil
+		case err != nil:
+			return err
+		default:
+			l = got
+		}
+	}
+	var err error
+	if l == nil {
 		l = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.o.Namespace, Labels: map[string]string{LabelMember: m.o.Group}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.o.Identity), LeaseDurationSeconds: ptr.To(int32(m.o.LeaseDuration / time.Second)),
 				AcquireTime: &now, RenewTime: &now},
 		}
-		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
-	case err == nil:
+		l, err = leases.Create(ctx, l, metav1.CreateOptions{})
+	} else {
+		l = l.DeepCopy()
 		l.Spec.RenewTime = &now
 		l.Spec.HolderIdentity = ptr.To(m.o.Identity)
 		l.Spec.LeaseDurationSeconds = ptr.To(int32(m.o.LeaseDuration / time.Second))
 		if l.Labels[LabelMember] != m.o.Group {
 			l.Labels = map[string]string{LabelMember: m.o.Group}
 		}
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		l, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 	}
 	if err != nil {
+		m.own = nil // read it again next time
 		return err
 	}
+	m.own = l
 	m.mu.Lock()
 	m.lastRenew = m.o.Clock.Now()
 	m.mu.Unlock()

@@ -2,15 +2,19 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func namespaces(n int) []string {
@@ -159,5 +163,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A member that cannot renew its Lease (the API server unreachable for it)
+// stops working within the renew deadline, before the others would take
+// its namespaces (a Lease duration after its last renewal).
+func TestAMemberThatCannotRenewStopsWithinTheRenewDeadline(t *testing.T) {
+	kube := fake.NewClientset()
+	var failing atomic.Bool
+	kube.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failing.Load() {
+			return true, nil, errors.New("the API server is unreachable")
+		}
+		return false, nil, nil
+	})
+	rec := &recorder{seen: map[string][]Assignment{}, live: map[string]Assignment{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Client: kube, Namespace: "tally-system", Group: "tally-scanner", Identity: "a",
+			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RenewPeriod: 200 * time.Millisecond}, rec.work)
+	}()
+	waitFor(t, "a works", func() bool { _, ok := rec.running()["a"]; return ok })
+	failing.Store(true)
+	cut := time.Now()
+	waitFor(t, "a stops", func() bool { _, ok := rec.running()["a"]; return !ok })
+	if d := time.Since(cut); d > 2*time.Second {
+		t.Errorf("a stopped %s after its renewals began to fail; the renew deadline is 1s, the Lease's duration 2s", d)
+	}
+	failing.Store(false)
+	waitFor(t, "a works again, once renewed", func() bool { _, ok := rec.running()["a"]; return ok })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
