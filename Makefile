@@ -71,10 +71,11 @@ lint:
 controlplane:
 	@bash hack/controlplane/build.sh
 
-## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in, its matrix and lifecycle cases with OpenReports, its forged-review cases with the webhook's client authentication off, and the whole suite on kind (e2e-kind)
+## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in, with three scanner pairs sharding the namespaces (and the shard fault cases), its matrix and lifecycle cases with OpenReports, its forged-review cases with the webhook's client authentication off, and the whole suite on kind (e2e-kind)
 test: verify-generate lint lint-chart fuzz-short
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 -timeout 60m ./...
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-beside-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
+	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-sharded $(GO) test -count=1 -timeout 40m ./conformance/
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -count=1 -timeout 20m ./conformance/ -ginkgo.focus '$(OPENREPORTS_CASES)'
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_WEBHOOK_AUTH=off $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(FORGED_CASES)'
 	$(MAKE) e2e-kind
