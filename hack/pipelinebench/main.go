@@ -188,6 +188,27 @@ func (ps pairs) print(since map[*daemon]float64) {
 	}
 }
 
+// liveHeaps prints each scanner's and merger's heap in use after a
+// garbage collection (asked through pprof's heap profile with gc=1): what
+// each holds, apart from the garbage its peak RSS also counts.
+func (ps pairs) liveHeaps() {
+	heap := func(d *daemon) float64 {
+		if err := benchutil.Fetch(d.Base+"/debug/pprof/heap?gc=1", os.DevNull); err != nil {
+			return -1
+		}
+		v, err := d.Value("go_memstats_heap_inuse_bytes")
+		if err != nil {
+			return -1
+		}
+		return v / (1 << 20)
+	}
+	var parts []string
+	for i, p := range ps {
+		parts = append(parts, fmt.Sprintf("pair %d: tally-scanner %.0f MiB, tally-merger %.0f MiB", i, heap(p.scanner), heap(p.merger)))
+	}
+	fmt.Printf("live heap after a garbage collection: %s\n", strings.Join(parts, "; "))
+}
+
 func (ps pairs) cpus() map[*daemon]float64 {
 	out := map[*daemon]float64{}
 	for _, p := range ps {
@@ -423,6 +444,9 @@ func run(o options) error {
 		}
 	} else {
 		fmt.Println(" of CPU")
+	}
+	if runsTally {
+		running.liveHeaps()
 	}
 	fmt.Println("kept:")
 	if err := storage(ctx, kube, dyn); err != nil {
