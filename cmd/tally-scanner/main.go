@@ -221,10 +221,17 @@ func run(ctx context.Context, o options) error {
 			return nil, err
 		}
 		clusterShard := owns == nil || owns("")
+		// Warnings about the policies themselves (rejected, a kind or data
+		// that cannot be read) come from one replica: the one keeping their
+		// status.
+		var policyEvents record.EventRecorder
+		if clusterShard {
+			policyEvents = broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"})
+		}
 		s := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
 			Catalog: policies,
 			Workers: o.workers, Interval: o.interval, EvalTimeout: o.evalTimeout, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
-			Registry: reg, Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
+			Registry: reg, Recorder: policyEvents,
 			NoPolicyStatus: !o.policyStatus || !clusterShard,
 			Handover:       hub, FinalReports: scan.FinalReports{API: api, ManagedBy: o.handover.managedBy},
 			Events: emitter(policyevents.ControllerScan),
