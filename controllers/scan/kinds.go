@@ -200,9 +200,16 @@ func (k *kindWatch) namespaceGone(name string) {
 		return
 	}
 	delete(k.owned, name)
+	k.mu.Unlock()
+	k.stopWhere(func(key sourceKey) bool { return key.ns == name })
+}
+
+// stopWhere stops the watches whose key matches, and waits for them.
+func (k *kindWatch) stopWhere(match func(sourceKey) bool) {
+	k.mu.Lock()
 	var stop []*watch.Source
 	for key, src := range k.sources {
-		if key.ns == name {
+		if match(key) {
 			stop = append(stop, src)
 			delete(k.sources, key)
 			delete(k.synced, key)
@@ -457,19 +464,7 @@ func (k *kindWatch) need(ctx context.Context, policy string, gvrs []schema.Group
 		if g == apiresources.Namespace {
 			continue // the namespace watch stays: labels are always needed
 		}
-		k.mu.Lock()
-		var srcs []*watch.Source
-		for key, src := range k.sources {
-			if key.gvr == g {
-				srcs = append(srcs, src)
-				delete(k.sources, key)
-				delete(k.synced, key)
-			}
-		}
-		k.mu.Unlock()
-		for _, src := range srcs {
-			src.Stop()
-		}
+		k.stopWhere(func(key sourceKey) bool { return key.gvr == g })
 	}
 	return refused, stopped
 }
