@@ -224,8 +224,27 @@ func TestConfigRBACOnServer(t *testing.T) {
 				{"scanner applies the scan-state ConfigMap", true, func() error { return applyAs(scanner, cm, ns, configMap("tally-scan-state")) }},
 				{"scanner reads the scan-state ConfigMap", true, func() error { return get(scanner, cm, ns, "tally-scan-state") }},
 				{"scanner applies another ConfigMap", false, func() error { return applyAs(scanner, cm, ns, configMap("other")) }},
-				{"scanner applies its Lease", true, func() error { return applyAs(scanner, leases, ns, lease("tally-scanner")) }},
-				{"scanner applies another Lease", false, func() error { return applyAs(scanner, leases, ns, lease("tally-merger")) }},
+				// Each replica's membership Lease is named after its Pod: the
+				// scanner creates, renews and deletes Leases of any name, in
+				// its namespace only.
+				{"scanner creates, renews and deletes a membership Lease", true, func() error {
+					l := &unstructured.Unstructured{Object: lease("tally-member-tally-scanner-7d9f-abcde")}
+					got, err := scanner.Resource(leases).Namespace(ns).Create(ctx, l, metav1.CreateOptions{})
+					if err != nil {
+						return err
+					}
+					if _, err := scanner.Resource(leases).Namespace(ns).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+						return err
+					}
+					return scanner.Resource(leases).Namespace(ns).Delete(ctx, got.GetName(), metav1.DeleteOptions{})
+				}},
+				{"scanner lists and watches the Leases of its namespace", true, func() error { return list(scanner, leases, ns) }},
+				{"scanner creates a Lease in another namespace", false, func() error {
+					l := &unstructured.Unstructured{Object: lease("tally-member-x")}
+					l.SetNamespace("default")
+					_, err := scanner.Resource(leases).Namespace("default").Create(ctx, l, metav1.CreateOptions{})
+					return err
+				}},
 				// BackgroundScanReports pass from scanner to merger inside the
 				// Pod: neither writes them to the API server.
 				{"scanner applies a BackgroundScanReport", false, func() error {
