@@ -1,7 +1,8 @@
 // Command tally-scanner is tally's scan engine: it keeps the store in step
 // with the cluster, evaluates the background-enabled validate rules and
-// writes BackgroundScanReports (while leading). Every replica also serves the
-// admission bridge (--webhook-listen), outside leader election.
+// writes BackgroundScanReports (while leading, or, with --sharding, for the
+// namespaces of its shard). Every replica also serves the admission bridge
+// (--webhook-listen), outside leader election and sharding.
 package main
 
 import (
@@ -196,9 +197,14 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("--handover-listen: %w", err)
 	}
 	hubs := &handover.Switch{}
+	// The admission bridge (below, when the webhook is served): it writes
+	// the webhook's rules while this replica leads (sharded: owns the
+	// cluster-scoped shard), and the scanner marks a policy with admission
+	// on Ready once those rules send its requests.
 	var bridge *admission.Bridge
 	// current is the scanner of this run (sharded: of the current shard).
 	var current atomic.Pointer[scan.Scanner]
+	// The data policies read: a change rescans the policies that read it.
 	o.images.Client, o.images.Namespace = kube, o.Namespace
 	loader := data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg, HTTP: o.http, Images: o.images,
 		OnChange: func(policies []string) {
@@ -211,6 +217,7 @@ func run(ctx context.Context, o options) error {
 				s.DataForbidden(policy, err)
 			}
 		}})
+	// The scan and the admission bridge compile each policy version once.
 	policies := catalog.New()
 	// newScanner builds the scanner of a run: of everything, or of a shard
 	// (owns); the replica that owns the cluster-scoped shard keeps the
@@ -234,6 +241,7 @@ func run(ctx context.Context, o options) error {
 			Registry: reg, Recorder: policyEvents,
 			NoPolicyStatus: !o.policyStatus || !clusterShard,
 			Handover:       hub, FinalReports: scan.FinalReports{API: api, ManagedBy: o.handover.managedBy},
+			// Result Events are reported as Kyverno's background scans report them.
 			Events: emitter(policyevents.ControllerScan),
 			Loader: loader,
 			Data:   loader,
