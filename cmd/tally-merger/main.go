@@ -113,7 +113,7 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed, scan
 	if err != nil {
 		return fmt.Errorf("--scanner-url: %w", err)
 	}
-	p := &paired{merger: merge.New(dyn, mo), readyURL: strings.TrimSuffix(scannerURL, "/") + "/readyz", shardURL: strings.TrimSuffix(scannerURL, "/") + "/shard", client: &http.Client{Timeout: 2 * time.Second}}
+	p := &paired{merger: merge.New(dyn, mo), scannerURL: scannerURL, readyURL: strings.TrimSuffix(scannerURL, "/") + "/readyz", shardURL: strings.TrimSuffix(scannerURL, "/") + "/shard", client: &http.Client{Timeout: 2 * time.Second}}
 	return process.Run(ctx, o, cfg, reg, p, nil)
 }
 
@@ -140,11 +140,12 @@ func parseAllowed(s string) (merge.Filter, error) {
 // ready (it lost its Lease and exits, or restarts) the merger stops
 // writing within readyFailures probes and waits again, then starts afresh.
 type paired struct {
-	merger   *merge.Merger
-	readyURL string
-	shardURL string
-	client   *http.Client
-	running  atomic.Bool
+	merger     *merge.Merger
+	scannerURL string
+	readyURL   string
+	shardURL   string
+	client     *http.Client
+	running    atomic.Bool
 }
 
 // Probing the scanner beside the merger.
@@ -171,6 +172,13 @@ func (p *paired) Run(ctx context.Context) error {
 			time.Sleep(readyProbeEvery)
 			continue
 		}
+		// The hand-over is read under the incarnation: a later run of the
+		// scanner (a new shard) answers Gone there rather than its reports.
+		bg, err := dynamic.NewForConfig(&rest.Config{Host: strings.TrimSuffix(p.scannerURL, "/") + handover.IncarnationPath(incarnation), QPS: -1})
+		if err != nil {
+			return fmt.Errorf("--scanner-url: %w", err)
+		}
+		p.merger.SetBackground(bg)
 		if len(sh.Members) > 0 {
 			a := shard.Assignment{Self: sh.Self, Members: sh.Members}
 			p.merger.SetShard(a.Owns)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -240,6 +241,34 @@ func TestReadyzNamesTheIncarnation(t *testing.T) {
 	c2, b2 := probe(later)
 	if c1 != 200 || c2 != 200 || b1 == b2 || !strings.HasPrefix(b1, "ok ") {
 		t.Fatalf("readyz %d %q and %d %q: want ok and two incarnations", c1, b1, c2, b2)
+	}
+}
+
+// Under IncarnationPath only that incarnation answers: a merger following
+// one run of the scanner never lists a later run's reports (another shard)
+// through a Switch that moved on.
+func TestAnIncarnationPathAnswersOnlyItsIncarnation(t *testing.T) {
+	first := New(Options{})
+	first.SetReady()
+	later := New(Options{Now: func() time.Time { return time.Now().Add(time.Second) }})
+	later.SetReady()
+	var sw Switch
+	sw.Set(first)
+	list := func(path string) int {
+		rec := httptest.NewRecorder()
+		sw.ServeHTTP(rec, httptest.NewRequest("GET", path+"/apis/kyverno.io/v2/backgroundscanreports", nil))
+		return rec.Code
+	}
+	mine := IncarnationPath(first.incarnation)
+	if code := list(mine); code != 200 {
+		t.Fatalf("list under its own incarnation: %d, want 200", code)
+	}
+	sw.Set(later)
+	if code := list(mine); code != http.StatusGone {
+		t.Errorf("list under an incarnation over: %d, want 410 Gone", code)
+	}
+	if code := list(""); code != 200 {
+		t.Errorf("list without an incarnation: %d, want 200 (the current one)", code)
 	}
 }
 

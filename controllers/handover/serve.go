@@ -71,6 +71,19 @@ func (f filter) kind() string {
 // kinds (get, list, watch, with labelSelector), the discovery documents
 // kubectl reads, and /readyz.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Under IncarnationPath, only this incarnation answers: a merger that
+	// reads a hand-over there never mixes in the reports of a later run of
+	// the scanner (another shard), which would take reports of its own
+	// shard for gone.
+	if rest, ok := strings.CutPrefix(r.URL.Path, incarnationsPrefix); ok {
+		id, path, _ := strings.Cut(rest, "/")
+		if id != h.incarnation {
+			writeStatus(w, apierrors.NewResourceExpired(fmt.Sprintf("hand-over incarnation %s is over (now %s): the scanner runs anew", id, h.incarnation)))
+			return
+		}
+		r = r.Clone(r.Context())
+		r.URL.Path = "/" + path
+	}
 	if r.Method != http.MethodGet {
 		writeStatus(w, apierrors.NewMethodNotSupported(schema.GroupResource{Group: Group, Resource: namespacedPlural}, r.Method))
 		return
@@ -402,6 +415,13 @@ func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
 
 // Serve answers on l until ctx ends. Open watches end with it.
 func (h *Hub) Serve(ctx context.Context, l net.Listener) error { return serveOn(ctx, l, h) }
+
+const incarnationsPrefix = "/incarnations/"
+
+// IncarnationPath is the path under which only the Hub of an incarnation
+// (as /readyz and /shard answer it) serves: a client whose host ends with
+// it reads that run's reports or an error, never a later run's.
+func IncarnationPath(incarnation string) string { return incarnationsPrefix + incarnation }
 
 // Switch serves the Hub of the scanner's current run: a sharded scanner
 // runs anew, with a Hub of its own, on each shard it is given. Until the

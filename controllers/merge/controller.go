@@ -123,6 +123,14 @@ type writtenReport struct {
 	digest    uint64
 }
 
+// SetBackground sets Options.Background for the next Run: the hand-over of
+// the scanner's run the merger follows (handover.IncarnationPath).
+func (m *Merger) SetBackground(c dynamic.Interface) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.opts.Background = c
+}
+
 // SetShard sets Options.Shard for the next Run (the shard of the scanner
 // beside it, which may change between runs).
 func (m *Merger) SetShard(owns func(namespace string) bool) {
