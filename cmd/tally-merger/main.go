@@ -109,11 +109,10 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed, scan
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("--scanner-url %q is not an http(s) URL", scannerURL)
 	}
-	mo.Background, err = dynamic.NewForConfig(&rest.Config{Host: scannerURL, QPS: -1})
-	if err != nil {
-		return fmt.Errorf("--scanner-url: %w", err)
-	}
-	p := &paired{merger: merge.New(dyn, mo), scannerURL: scannerURL, readyURL: strings.TrimSuffix(scannerURL, "/") + "/readyz", shardURL: strings.TrimSuffix(scannerURL, "/") + "/shard", client: &http.Client{Timeout: 2 * time.Second}}
+	// The hand-over's client is made for each run of the scanner followed
+	// (paired.Run: under its incarnation).
+	base := strings.TrimSuffix(scannerURL, "/")
+	p := &paired{merger: merge.New(dyn, mo), scannerURL: base, readyURL: base + "/readyz", shardURL: base + "/shard", client: &http.Client{Timeout: 2 * time.Second}}
 	return process.Run(ctx, o, cfg, reg, p, nil)
 }
 
@@ -174,7 +173,7 @@ func (p *paired) Run(ctx context.Context) error {
 		}
 		// The hand-over is read under the incarnation: a later run of the
 		// scanner (a new shard) answers Gone there rather than its reports.
-		bg, err := dynamic.NewForConfig(&rest.Config{Host: strings.TrimSuffix(p.scannerURL, "/") + handover.IncarnationPath(incarnation), QPS: -1})
+		bg, err := dynamic.NewForConfig(&rest.Config{Host: p.scannerURL + handover.IncarnationPath(incarnation), QPS: -1})
 		if err != nil {
 			return fmt.Errorf("--scanner-url: %w", err)
 		}
