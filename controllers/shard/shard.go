@@ -165,8 +165,9 @@ type member struct {
 	log     logr.Logger
 	metrics *metrics
 
-	mu        sync.Mutex
-	leases    map[string]*coordinationv1.Lease // by identity, the others'
+	mu sync.Mutex
+	// leases is the informer's store of the members' Leases.
+	leases    cache.Store
 	seen      map[string]observed
 	lastRenew time.Time // of our own Lease, on this clock; zero before the first
 	changed   chan struct{}
@@ -183,10 +184,11 @@ func Run(ctx context.Context, o Options, work Work) error {
 	if err := o.defaults(); err != nil {
 		return err
 	}
-	m := &member{o: o, log: logr.FromContextOrDiscard(ctx).WithName("shard"), leases: map[string]*coordinationv1.Lease{},
+	m := &member{o: o, log: logr.FromContextOrDiscard(ctx).WithName("shard"),
 		seen: map[string]observed{}, changed: make(chan struct{}, 1)}
 	m.metrics = newMetrics(o.Registry)
 	informer := m.watchLeases(ctx)
+	m.leases = informer.GetStore()
 	var bg sync.WaitGroup
 	bg.Add(2)
 	go func() { defer bg.Done(); informer.RunWithContext(ctx) }()
@@ -204,7 +206,8 @@ func (m *member) poke() {
 	}
 }
 
-// watchLeases keeps the members' Leases (by their label) in m.leases.
+// watchLeases keeps the members' Leases (by their label) in the informer's
+// store, which view reads; each change wakes the loop.
 func (m *member) watchLeases(ctx context.Context) cache.SharedIndexInformer {
 	leases := m.o.Client.CoordinationV1().Leases(m.o.Namespace)
 	selector := LabelMember + "=" + m.o.Group
@@ -220,35 +223,11 @@ func (m *member) watchLeases(ctx context.Context) cache.SharedIndexInformer {
 	}
 	// A fake clientset in tests cannot stream a watch-list: the wrapper tells the reflector.
 	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, m.o.Client), &coordinationv1.Lease{}, 0, cache.Indexers{})
-	put := func(obj any) {
-		if l, ok := obj.(*coordinationv1.Lease); ok {
-			if id := ptr.Deref(l.Spec.HolderIdentity, ""); id != "" && l.Name == LeaseName(id) {
-				m.mu.Lock()
-				m.leases[id] = l
-				m.mu.Unlock()
-				m.poke()
-			}
-		}
-	}
+	poke := func(any) { m.poke() }
 	_, _ = inf.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{ // the registration is never removed: the informer lives as long as Run
-		AddFunc:    put,
-		UpdateFunc: func(_, obj any) { put(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if l, ok := obj.(*coordinationv1.Lease); ok {
-				m.mu.Lock()
-				for id, have := range m.leases {
-					if have.Name == l.Name {
-						delete(m.leases, id)
-						delete(m.seen, id)
-					}
-				}
-				m.mu.Unlock()
-				m.poke()
-			}
-		},
+		AddFunc:    poke,
+		UpdateFunc: func(_, obj any) { m.poke() },
+		DeleteFunc: poke,
 	}, cache.HandlerOptions{Logger: &m.log})
 	return inf
 }
@@ -339,10 +318,17 @@ func (m *member) view() Assignment {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var members []string
-	for id, l := range m.leases {
-		if id == m.o.Identity {
+	listed := map[string]bool{}
+	for _, obj := range m.leases.List() {
+		l, ok := obj.(*coordinationv1.Lease)
+		id := ""
+		if ok {
+			id = ptr.Deref(l.Spec.HolderIdentity, "")
+		}
+		if id == "" || l.Name != LeaseName(id) || id == m.o.Identity {
 			continue
 		}
+		listed[id] = true
 		renew := ""
 		if l.Spec.RenewTime != nil {
 			renew = l.Spec.RenewTime.String() + "/" + l.ResourceVersion
@@ -358,6 +344,11 @@ func (m *member) view() Assignment {
 		}
 		if now.Sub(s.at) < s.dur {
 			members = append(members, id)
+		}
+	}
+	for id := range m.seen {
+		if !listed[id] {
+			delete(m.seen, id) // its Lease went
 		}
 	}
 	a := Assignment{}
