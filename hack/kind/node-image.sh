@@ -61,6 +61,9 @@ cache="$cache_root/kind"
 saved="$cache/node-${k8s_version}-${key}.tar.gz"
 
 step() { echo "node-image: $*" >&2; }
+# pigz when the machine has it (Debian's docker.io recommends it, but an apt
+# set not to install recommends leaves it out), else gzip: the same format.
+gz() { if command -v pigz >/dev/null; then pigz "$@"; else gzip "$@"; fi; }
 done_with() { # tags the image with the name kind-config.yaml gives, and says it
 	docker tag "$image" "$alias"
 	step "$image, tagged $alias"
@@ -73,7 +76,7 @@ if docker image inspect "$image" >/dev/null 2>&1; then
 fi
 if [[ -f $saved ]]; then
 	step "loading the cached node image ($saved)"
-	pigz -dc "$saved" | docker load >&2
+	gz -dc "$saved" | docker load >&2
 	done_with
 fi
 
@@ -180,7 +183,7 @@ DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=tally.local/kind-node-base:$
 docker rmi "tally.local/kind-node-base:$key" >/dev/null
 
 step "6/6 saving it to $saved"
-docker save "$image" | pigz -1 >"$saved.tmp"
+docker save "$image" | gz -1 >"$saved.tmp"
 mv "$saved.tmp" "$saved"
 # Older saves (other keys) are of no further use.
 find "$cache" -maxdepth 1 -name 'node-*.tar.gz' ! -name "$(basename "$saved")" -delete
