@@ -228,17 +228,19 @@ func run(ctx context.Context, o options) error {
 			return nil, err
 		}
 		clusterShard := owns == nil || owns("")
-		// Warnings about the policies themselves (rejected, a kind or data
-		// that cannot be read) come from one replica: the one keeping their
-		// status.
+		// Warnings about the policies themselves (rejected, a kind that
+		// cannot be served) come from one replica: the one keeping their
+		// status. Those about a read refused (a kind's list, a policy's
+		// data) from every replica: each reads its own namespaces.
+		readEvents := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"})
 		var policyEvents record.EventRecorder
 		if clusterShard {
-			policyEvents = broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"})
+			policyEvents = readEvents
 		}
 		s := scan.New(dyn, memory.NewMemCacheClient(disc), store, scan.Options{
 			Catalog: policies,
 			Workers: o.workers, Interval: o.interval, EvalTimeout: o.evalTimeout, StateNamespace: o.Namespace, StateName: o.stateConfigMap,
-			Registry: reg, Recorder: policyEvents,
+			Registry: reg, Recorder: policyEvents, ReadEvents: readEvents,
 			NoPolicyStatus: !o.policyStatus || !clusterShard,
 			Handover:       hub, FinalReports: scan.FinalReports{API: api, ManagedBy: o.handover.managedBy},
 			// Result Events are reported as Kyverno's background scans report them.

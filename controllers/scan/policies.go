@@ -206,8 +206,8 @@ func (s *Scanner) ensureKinds(ctx context.Context, policy string, gvrs []schema.
 	for g, err := range refused {
 		logr.FromContextOrDiscard(ctx).Error(err, "a kind the policies need cannot be read", "gvr", g.String())
 		s.metrics.kindErrors.WithLabelValues(g.String()).Inc()
-		if tp := s.policies.get(policy); tp != nil && tp.ref != nil && s.opts.Recorder != nil {
-			s.opts.Recorder.Eventf(tp.ref, corev1.EventTypeWarning, "KindForbidden", "tally cannot list %s: %v", g.String(), err)
+		if tp := s.policies.get(policy); tp != nil && tp.ref != nil && s.opts.ReadEvents != nil {
+			s.opts.ReadEvents.Eventf(tp.ref, corev1.EventTypeWarning, "KindForbidden", "tally cannot list %s: %v", g.String(), err)
 		}
 	}
 	for _, g := range stopped {

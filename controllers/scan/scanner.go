@@ -45,7 +45,15 @@ type Options struct {
 	StateNamespace, StateName string
 	Clock                     clock.WithTicker
 	Registry                  prometheus.Registerer
-	Recorder                  record.EventRecorder
+	// Recorder records Warnings about the policies themselves (rejected, a
+	// kind discovery does not serve): sharded, the replica keeping their
+	// status sets it, the others leave it nil.
+	Recorder record.EventRecorder
+	// ReadEvents records Warnings about reads this scanner was refused (a
+	// kind's list, a policy's data; default: Recorder). Sharded, every
+	// replica sets it: each reads its own namespaces, and a read it alone
+	// made is seen by no other.
+	ReadEvents record.EventRecorder
 	// Events, when set, records Events of background results on the
 	// policies and resources (events.go); its recorder reports as
 	// policyevents.ControllerScan.
@@ -134,6 +142,9 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 	}
 	if opts.EvalTimeout <= 0 {
 		opts.EvalTimeout = DefaultEvalTimeout
+	}
+	if opts.ReadEvents == nil {
+		opts.ReadEvents = opts.Recorder
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -313,10 +324,10 @@ func (k *keyedMutex) lock(key string) func() {
 // the data it needs was refused (R39).
 func (s *Scanner) DataForbidden(key string, err error) {
 	tp := s.policies.get(key)
-	if tp == nil || tp.ref == nil || s.opts.Recorder == nil {
+	if tp == nil || tp.ref == nil || s.opts.ReadEvents == nil {
 		return
 	}
-	s.opts.Recorder.Eventf(tp.ref, corev1.EventTypeWarning, "DataForbidden", "tally cannot read data the policy needs: %v", err)
+	s.opts.ReadEvents.Eventf(tp.ref, corev1.EventTypeWarning, "DataForbidden", "tally cannot read data the policy needs: %v", err)
 }
 
 // RescanPolicies queues every resource the policies (by key: "name", or

@@ -2,13 +2,16 @@ package scan
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/report"
@@ -136,4 +139,25 @@ func keysOf[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// A replica that does not keep the policies' status (no Recorder) still
+// reports a read it was refused: no other replica made that read.
+func TestAShardWithoutThePolicyStatusReportsTheReadsItWasRefused(t *testing.T) {
+	s := controlScanner(t)
+	readEvents := record.NewFakeRecorder(4)
+	s.opts.Recorder, s.opts.ReadEvents = nil, readEvents
+	s.opts.Shard = mine
+	ctx := context.Background()
+	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("reads-secrets", "m"))
+	settle(t, s)
+	s.DataForbidden("reads-secrets", errors.New(`secrets is forbidden`))
+	select {
+	case e := <-readEvents.Events:
+		if !strings.HasPrefix(e, "Warning DataForbidden ") || !strings.Contains(e, "secrets is forbidden") {
+			t.Errorf("event %q, want a DataForbidden Warning naming the refusal", e)
+		}
+	default:
+		t.Errorf("no DataForbidden Event from a replica without the policies' status")
+	}
 }
