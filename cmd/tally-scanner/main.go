@@ -22,8 +22,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -56,6 +58,7 @@ type options struct {
 	stateConfigMap  string
 	sharding        bool
 	shardGroup      string
+	podUID          string
 	rescanEndpoint  bool
 	maxQueuedEvents int
 	eventsQPS       float64
@@ -119,6 +122,7 @@ func main() {
 	flag.Float64Var(&o.eventsQPS, "events-qps", policyevents.DefaultEventsQPS, "result Events sent a second at most (below --kube-api-qps, the rate limit of their client)")
 	flag.BoolVar(&o.sharding, "sharding", false, "divide the namespaces among the live replicas through a membership Lease each (tally-member-<identity>): each replica scans, and its merger writes, only its shard; off, one replica leads (--leader-elect) and the others wait")
 	flag.StringVar(&o.shardGroup, "shard-group", "tally-scanner", "the replicas that shard together (the tally.dev/shard-member label of their Leases)")
+	flag.StringVar(&o.podUID, "pod-uid", "", "with --sharding, the UID of the Pod this replica runs in, whose name is --identity: the Pod owns the membership Lease, and the garbage collector deletes the Lease of a Pod deleted without warning")
 	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
 	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
@@ -264,6 +268,9 @@ func run(ctx context.Context, o options) error {
 	if o.sharding {
 		sd := &shardedDaemon{newScanner: newScanner, current: &current, hubs: hubs, metrics: &process.Switch{},
 			opts: shard.Options{Client: kube, Namespace: o.Namespace, Group: o.shardGroup, Identity: o.Identity, Registry: reg}}
+		if o.podUID != "" {
+			sd.opts.Owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: o.Identity, UID: types.UID(o.podUID)}
+		}
 		o.LeaderElect = false // every replica works, on its own shard
 		o.Gatherers = append(o.Gatherers, sd.metrics)
 		leading = sd.ownsClusterShard

@@ -118,6 +118,12 @@ type Options struct {
 	// Group is the value of LabelMember: the members that shard together.
 	Group    string
 	Identity string
+	// Owner, when set, owns the membership Lease: the replica's Pod, so
+	// that the garbage collector deletes the Lease with the Pod. A Pod
+	// deleted without warning (evicted, its node lost, SIGKILL) never
+	// deletes its Lease itself, and each Pod of a Deployment is a new
+	// identity: without an owner, such Leases stay, expired, for good.
+	Owner *metav1.OwnerReference
 	// LeaseDuration, RenewDeadline and RenewPeriod are leader election's:
 	// a Lease not renewed for LeaseDuration is dead; a member stops working
 	// once it could not renew for RenewDeadline; it renews every RenewPeriod.
@@ -273,7 +279,7 @@ func (m *member) renew(ctx context.Context) error {
 	var err error
 	if l == nil {
 		l = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.o.Namespace, Labels: map[string]string{LabelMember: m.o.Group}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.o.Namespace, Labels: map[string]string{LabelMember: m.o.Group}, OwnerReferences: m.owners()},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.o.Identity), LeaseDurationSeconds: ptr.To(int32(m.o.LeaseDuration / time.Second)),
 				AcquireTime: &now, RenewTime: &now},
 		}
@@ -286,6 +292,9 @@ func (m *member) renew(ctx context.Context) error {
 		if l.Labels[LabelMember] != m.o.Group {
 			l.Labels = map[string]string{LabelMember: m.o.Group}
 		}
+		if m.o.Owner != nil && !slices.ContainsFunc(l.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == m.o.Owner.UID }) {
+			l.OwnerReferences = m.owners() // a Lease of the same name, left by an earlier Pod
+		}
 		l, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 	}
 	if err != nil {
@@ -297,6 +306,14 @@ func (m *member) renew(ctx context.Context) error {
 	m.lastRenew = m.o.Clock.Now()
 	m.mu.Unlock()
 	return nil
+}
+
+// owners are the membership Lease's owner references.
+func (m *member) owners() []metav1.OwnerReference {
+	if m.o.Owner == nil {
+		return nil
+	}
+	return []metav1.OwnerReference{*m.o.Owner}
 }
 
 // leave deletes this replica's Lease: the others take its namespaces

@@ -11,8 +11,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -199,4 +201,47 @@ func TestAMemberThatCannotRenewStopsWithinTheRenewDeadline(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The membership Lease is owned by the replica's Pod (Options.Owner), so
+// the garbage collector deletes it with the Pod; a Lease of the same name
+// left by an earlier Pod is taken over with the new owner.
+func TestTheMembershipLeaseIsOwnedByThePod(t *testing.T) {
+	kube := fake.NewClientset()
+	pod := func(uid string) *metav1.OwnerReference {
+		return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "a", UID: types.UID(uid)}
+	}
+	ownedBy := func(uid string) bool {
+		l, err := kube.CoordinationV1().Leases("tally-system").Get(context.Background(), LeaseName("a"), metav1.GetOptions{})
+		return err == nil && len(l.OwnerReferences) == 1 && l.OwnerReferences[0].UID == types.UID(uid) && l.OwnerReferences[0].Kind == "Pod"
+	}
+	run := func(uid string) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- Run(ctx, Options{Client: kube, Namespace: "tally-system", Group: "tally-scanner", Identity: "a", Owner: pod(uid),
+				LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RenewPeriod: 100 * time.Millisecond},
+				func(ctx context.Context, _ Assignment) error { <-ctx.Done(); return nil })
+		}()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stop := run("first")
+	waitFor(t, "the first Pod owns the Lease", func() bool { return ownedBy("first") })
+	stop()
+	// A Pod killed without warning leaves its Lease; the next Pod of the
+	// same name (a StatefulSet's) owns it from its first renewal.
+	_, err := kube.CoordinationV1().Leases("tally-system").Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: LeaseName("a"), Namespace: "tally-system", Labels: map[string]string{LabelMember: "tally-scanner"},
+			OwnerReferences: []metav1.OwnerReference{*pod("first")}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = run("second")
+	waitFor(t, "the second Pod owns the Lease left by the first", func() bool { return ownedBy("second") })
+	stop()
 }
