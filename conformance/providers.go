@@ -11,13 +11,16 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 )
 
 // localNamespace is tally's namespace in every installation.
@@ -110,9 +113,24 @@ func (d *Deployed) Can(what string) bool {
 	switch what {
 	case CanRestartScanner, CanRestartMerger, CanFailoverMerger, CanTally:
 		return d.tally
+	case CanShards:
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return d.tally && d.sharded(ctx)
 	}
 	return false
 }
+
+// sharded reports whether tally's pairs divide the namespaces (their
+// membership Leases exist).
+func (d *Deployed) sharded(ctx context.Context) bool {
+	list, err := d.kube.CoordinationV1().Leases(localNamespace).List(ctx, metav1.ListOptions{LabelSelector: shardMemberLabel + "=" + pairDeployment})
+	return err == nil && len(list.Items) > 0
+}
+
+// shardMemberLabel labels the membership Lease of each sharded pair, with
+// the shard group (the Deployment's name) as its value.
+const shardMemberLabel = "tally.dev/shard-member"
 func (d *Deployed) Rescan(context.Context) error { return ErrUnsupported }
 
 // pairDeployment is tally's Deployment: each Pod runs the scanner and the
@@ -120,10 +138,16 @@ func (d *Deployed) Rescan(context.Context) error { return ErrUnsupported }
 const pairDeployment = "tally-scanner"
 
 // Restart deletes the Pods of the scanner and merger pair and waits until
-// their Deployment is available again.
+// their Deployment is available again. Where the pairs shard the
+// namespaces, it also changes them as a user's Deployment changes
+// (changePairs).
 func (d *Deployed) Restart(ctx context.Context, component string) error {
 	if !d.tally {
 		return ErrUnsupported
+	}
+	switch component {
+	case "replica-killed", "replica-added", "replicas-rolled":
+		return d.changePairs(ctx, component)
 	}
 	name := pairDeployment
 	dep, err := d.kube.AppsV1().Deployments(localNamespace).Get(ctx, name, metav1.GetOptions{})
@@ -149,7 +173,7 @@ func (d *Deployed) Failover(ctx context.Context, component string) error {
 	name := pairDeployment
 	lease, err := d.kube.CoordinationV1().Leases(localNamespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		members, lerr := d.kube.CoordinationV1().Leases(localNamespace).List(ctx, metav1.ListOptions{LabelSelector: "tally.dev/shard-member=" + name})
+		members, lerr := d.kube.CoordinationV1().Leases(localNamespace).List(ctx, metav1.ListOptions{LabelSelector: shardMemberLabel + "=" + name})
 		if lerr != nil {
 			return lerr
 		}
@@ -169,6 +193,155 @@ func (d *Deployed) Failover(ctx context.Context, component string) error {
 		return err
 	}
 	return d.waitAvailable(ctx, name)
+}
+
+// changePairs carries out the "shards" restarts on the Deployment:
+// replica-killed deletes a Pod at once (SIGKILL: its membership Lease is
+// left to expire) and scales the Deployment down by one, so that it is not
+// replaced (a replacement the ReplicaSet made meanwhile, not ready, is the
+// one the scale-down deletes); replica-added scales it up by one;
+// replicas-rolled is a rollout restart (a new Pod template), each Pod
+// replaced by the Deployment's rolling update.
+func (d *Deployed) changePairs(ctx context.Context, change string) error {
+	if !d.sharded(ctx) {
+		return fmt.Errorf("restart %s: the pairs do not shard: %w", change, ErrUnsupported)
+	}
+	deployments := d.kube.AppsV1().Deployments(localNamespace)
+	scale, err := deployments.GetScale(ctx, pairDeployment, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	var victim string
+	switch change {
+	case "replica-killed":
+		if scale.Spec.Replicas < 2 {
+			return fmt.Errorf("%s: %d pair(s), want two at least", change, scale.Spec.Replicas)
+		}
+		// The victim is a ready Pod (a member Lease may outlive its Pod
+		// until the garbage collector deletes it).
+		pods, err := d.kube.CoreV1().Pods(localNamespace).List(ctx, metav1.ListOptions{LabelSelector: scale.Status.Selector})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && podReady(&p) && p.Name > victim {
+				victim = p.Name
+			}
+		}
+		if victim == "" {
+			return fmt.Errorf("%s: no ready Pod of %s", change, pairDeployment)
+		}
+		if err := d.kube.CoreV1().Pods(localNamespace).Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			return fmt.Errorf("%s: %w", change, err)
+		}
+		// The scale-down comes once the ReplicaSet replaced the Pod: it
+		// then deletes that replacement (not ready), never a survivor it
+		// would still count beside a victim it had not seen go.
+		if err := d.waitReplaced(ctx, scale.Status.Selector, victim, int(scale.Spec.Replicas)); err != nil {
+			return fmt.Errorf("%s: %w", change, err)
+		}
+	case "replica-added":
+	case "replicas-rolled":
+		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"conformance.tally.dev/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+		if _, err := deployments.Patch(ctx, pairDeployment, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("%s: %w", change, err)
+		}
+		return d.waitRolledOut(ctx, pairDeployment)
+	}
+	delta := int32(1)
+	if change == "replica-killed" {
+		delta = -1
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := deployments.GetScale(ctx, pairDeployment, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas += delta
+		_, err = deployments.UpdateScale(ctx, pairDeployment, scale, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: scaling by %d: %w", change, delta, err)
+	}
+	if err := d.waitRolledOut(ctx, pairDeployment); err != nil || change != "replica-killed" {
+		return err
+	}
+	// The killed Pod's membership Lease goes with it (its owner): the
+	// garbage collector deletes it.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := d.kube.CoordinationV1().Leases(localNamespace).Get(ctx, shardLeasePrefix+victim, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: the membership Lease of the killed Pod %s is still there a minute later (the Pod should own it: tally-scanner --pod-uid)", change, victim)
+	}
+	return nil
+}
+
+// shardLeasePrefix names a member's Lease: the prefix and its identity
+// (its Pod's name).
+const shardLeasePrefix = "tally-member-"
+
+// podReady reports whether a Pod runs and is ready.
+func podReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitReplaced waits until the Pods of selector, victim and those being
+// deleted aside, are replicas again.
+func (d *Deployed) waitReplaced(ctx context.Context, selector, victim string, replicas int) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := d.kube.CoreV1().Pods(localNamespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, nil
+		}
+		n := 0
+		for _, p := range pods.Items {
+			if p.Name != victim && p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n >= replicas, nil
+	})
+}
+
+// waitRolledOut waits until every Pod of the Deployment is of its newest
+// template and available, and no other is left (as kubectl rollout status,
+// and the old Pods gone).
+func (d *Deployed) waitRolledOut(ctx context.Context, name string) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		dep, err := d.kube.AppsV1().Deployments(localNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		want, st := *dep.Spec.Replicas, dep.Status
+		last = fmt.Sprintf("generation %d observed %d; %d replicas: %d updated, %d available, %d in all", dep.Generation, st.ObservedGeneration, want, st.UpdatedReplicas, st.AvailableReplicas, st.Replicas)
+		if st.ObservedGeneration < dep.Generation || st.UpdatedReplicas != want || st.AvailableReplicas != want || st.Replicas != want {
+			return false, nil
+		}
+		pods, err := d.kube.CoreV1().Pods(localNamespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(dep.Spec.Selector)})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last += fmt.Sprintf("; %d Pods", len(pods.Items))
+		return len(pods.Items) == int(want), nil
+	})
+	if err != nil {
+		return fmt.Errorf("deployment %s not rolled out (%s): %w", name, last, err)
+	}
+	return nil
 }
 
 func (d *Deployed) waitAvailable(ctx context.Context, name string) error {
