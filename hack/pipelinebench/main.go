@@ -177,14 +177,15 @@ func (ps pairs) handedOver(members int) bool {
 // print prints each pair's CPU (since the given) and peak memory, and the
 // resources its scanner holds.
 func (ps pairs) print(since map[*daemon]float64) {
-	if len(ps) < 2 {
-		return
-	}
 	for i, p := range ps {
 		held, _ := p.scanner.Value("tally_scan_stored_resources")
 		owned, _ := p.scanner.Value("tally_shard_namespaces_owned")
-		fmt.Printf("  pair %d: tally-scanner %.1f s, peak %.0f MiB, %.0f resources in %.0f namespaces; tally-merger %.1f s, peak %.0f MiB\n",
-			i, p.scanner.cpu()-since[p.scanner], p.scanner.rss(), held, owned, p.merger.cpu()-since[p.merger], p.merger.rss())
+		// Evaluations since the pair's current shard started (its metrics
+		// registry is the shard's): as many as the resources held when
+		// each was evaluated once.
+		evaluated, _ := p.scanner.Value("tally_scan_resources_processed_total")
+		fmt.Printf("  pair %d: tally-scanner %.1f s, peak %.0f MiB, %.0f resources in %.0f namespaces, %.0f evaluations; tally-merger %.1f s, peak %.0f MiB\n",
+			i, p.scanner.cpu()-since[p.scanner], p.scanner.rss(), held, owned, evaluated, p.merger.cpu()-since[p.merger], p.merger.rss())
 	}
 }
 
