@@ -131,6 +131,7 @@ func (d *Deployed) sharded(ctx context.Context) bool {
 // shardMemberLabel labels the membership Lease of each sharded pair, with
 // the shard group (the Deployment's name) as its value.
 const shardMemberLabel = "tally.dev/shard-member"
+
 func (d *Deployed) Rescan(context.Context) error { return ErrUnsupported }
 
 // pairDeployment is tally's Deployment: each Pod runs the scanner and the
