@@ -116,14 +116,14 @@ func (d *Deployed) Can(what string) bool {
 	case CanShards:
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return d.tally && d.sharded(ctx)
+		return d.tally && d.Sharded(ctx)
 	}
 	return false
 }
 
-// sharded reports whether tally's pairs divide the namespaces (their
+// Sharded reports whether tally's pairs divide the namespaces (their
 // membership Leases exist).
-func (d *Deployed) sharded(ctx context.Context) bool {
+func (d *Deployed) Sharded(ctx context.Context) bool {
 	list, err := d.kube.CoordinationV1().Leases(localNamespace).List(ctx, metav1.ListOptions{LabelSelector: shardMemberLabel + "=" + pairDeployment})
 	return err == nil && len(list.Items) > 0
 }
@@ -204,7 +204,7 @@ func (d *Deployed) Failover(ctx context.Context, component string) error {
 // replicas-rolled is a rollout restart (a new Pod template), each Pod
 // replaced by the Deployment's rolling update.
 func (d *Deployed) changePairs(ctx context.Context, change string) error {
-	if !d.sharded(ctx) {
+	if !d.Sharded(ctx) {
 		return fmt.Errorf("restart %s: the pairs do not shard: %w", change, ErrUnsupported)
 	}
 	deployments := d.kube.AppsV1().Deployments(localNamespace)
@@ -225,7 +225,7 @@ func (d *Deployed) changePairs(ctx context.Context, change string) error {
 			return err
 		}
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && podReady(&p) && p.Name > victim {
+			if p.DeletionTimestamp == nil && PodReady(&p) && p.Name > victim {
 				victim = p.Name
 			}
 		}
@@ -284,8 +284,8 @@ func (d *Deployed) changePairs(ctx context.Context, change string) error {
 // (its Pod's name).
 const shardLeasePrefix = "tally-member-"
 
-// podReady reports whether a Pod runs and is ready.
-func podReady(p *corev1.Pod) bool {
+// PodReady reports whether a Pod runs and is ready.
+func PodReady(p *corev1.Pod) bool {
 	if p.Status.Phase != corev1.PodRunning {
 		return false
 	}

@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/transport/spdy"
 
 	"github.com/tally-dev/tally/conformance"
-	"github.com/tally-dev/tally/controllers/shard"
 	"github.com/tally-dev/tally/e2e/kind"
 )
 
@@ -123,7 +122,7 @@ func (k *Kind) Rescan(ctx context.Context) error {
 // scanningPods are the Pods whose scanner scans: the Lease holder, or,
 // sharded, every running Pod (each scans its shard).
 func (k *Kind) scanningPods(ctx context.Context) ([]string, error) {
-	if !k.sharded(ctx) {
+	if !k.Sharded(ctx) {
 		leader, err := k.leaseHolder(ctx, "scanner")
 		if err != nil {
 			return nil, err
@@ -131,13 +130,6 @@ func (k *Kind) scanningPods(ctx context.Context) ([]string, error) {
 		return []string{leader}, nil
 	}
 	return k.runningPods(ctx, "")
-}
-
-// sharded reports whether the scanner pairs divide the namespaces (their
-// membership Leases exist).
-func (k *Kind) sharded(ctx context.Context) bool {
-	list, err := k.kube.CoordinationV1().Leases(kind.Namespace).List(ctx, metav1.ListOptions{LabelSelector: shard.LabelMember})
-	return err == nil && len(list.Items) > 0
 }
 
 // runningPods are the running scanner Pods but skip.
@@ -173,7 +165,7 @@ func (k *Kind) Metrics(ctx context.Context, component string) ([]byte, error) {
 	if component == "merger" {
 		port = "8081"
 	}
-	sharded := k.sharded(ctx)
+	sharded := k.Sharded(ctx)
 	var pods []string
 	var leader string
 	if sharded {
@@ -354,14 +346,8 @@ func (k *Kind) readyPod(ctx context.Context, component string) (*corev1.Pod, err
 		return nil, err
 	}
 	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return p, nil
-			}
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && conformance.PodReady(p) {
+			return p, nil
 		}
 	}
 	return nil, fmt.Errorf("no ready %s Pod in %s", component, kind.Namespace)
