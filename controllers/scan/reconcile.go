@@ -3,6 +3,7 @@ package scan
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -28,8 +29,13 @@ func (s *Scanner) reconcile(ctx context.Context, uid string) error {
 func (s *Scanner) reconcileOnly(ctx context.Context, uid string, only *trackedPolicy) error {
 	if !s.kinds.policiesListed() {
 		// Policies, exceptions and namespaces arrive first (streamed): a
-		// resource evaluated before would be written twice.
-		s.queue.AddAfter(uid, 100*time.Millisecond)
+		// resource evaluated before would be written twice. It waits for
+		// them, once (a timer per try would evaluate it again after each
+		// policy's application already had).
+		s.deferred.add(uid)
+		if s.kinds.policiesListed() { // listed meanwhile: nobody else will release it
+			s.releaseDeferred()
+		}
 		return nil
 	}
 	unlock := s.locks.lock(uid)
@@ -233,5 +239,37 @@ func (s *Scanner) countResults(results []memstore.Result, delta int) {
 		}
 		m.series[k] = n
 		m.results.WithLabelValues(k[0], k[1], k[2]).Set(float64(n))
+	}
+}
+
+// deferredSet is the set of resources waiting for the policies' first
+// list; each is queued once when they are listed.
+type deferredSet struct {
+	mu   sync.Mutex
+	uids map[string]struct{}
+}
+
+func (d *deferredSet) add(uid string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.uids == nil {
+		d.uids = map[string]struct{}{}
+	}
+	d.uids[uid] = struct{}{}
+}
+
+// take empties the set and returns what it held.
+func (d *deferredSet) take() map[string]struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	uids := d.uids
+	d.uids = nil
+	return uids
+}
+
+// releaseDeferred queues the resources that waited for the policies.
+func (s *Scanner) releaseDeferred() {
+	for uid := range s.deferred.take() {
+		s.queue.Add(uid)
 	}
 }

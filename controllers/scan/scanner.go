@@ -126,6 +126,9 @@ type Scanner struct {
 	exceptions *exceptionSet
 	params     *paramCache
 	locks      keyedMutex
+	// deferred holds the resources met before the policies were listed;
+	// they are queued once, when the policies are (reconcile.go).
+	deferred deferredSet
 	// statusWrites counts the goroutines writing policy status (status.go);
 	// running says Run is on (status is written only then).
 	statusWrites sync.WaitGroup

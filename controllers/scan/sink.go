@@ -126,7 +126,11 @@ func (s *Scanner) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
 // listedIn marks a kind listed in a namespace ("": all); once every watch
 // has listed, the reports of resources not seen go.
 func (s *Scanner) listedIn(gvr schema.GroupVersionResource, namespace string) {
-	if s.kinds.listed(gvr, namespace) {
+	all := s.kinds.listed(gvr, namespace)
+	if s.kinds.policiesListed() {
+		s.releaseDeferred()
+	}
+	if all {
 		s.sweepOrphans()
 	}
 }
