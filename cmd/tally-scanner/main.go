@@ -33,7 +33,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/textlogger"
 
@@ -179,18 +178,15 @@ func run(ctx context.Context, o options) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	// Result Events go through events.k8s.io/v1, as Kyverno's: each carries
-	// an action, an eventTime and the reporting controller.
-	resultEvents := kevents.NewBroadcaster(&kevents.EventSinkImpl{Interface: events.EventsV1()})
-	if err := resultEvents.StartRecordingToSinkWithContext(ctx); err != nil {
-		return err
-	}
-	defer resultEvents.Shutdown()
+	// an action, an eventTime and the reporting controller. They are written
+	// by tally's Writer, not client-go's broadcaster, which would keep each
+	// for minutes to count repeats tally never makes (writer.go).
 	reg := prometheus.NewRegistry()
 	// Result Events wait in a queue of tally's, sent at a pace the
 	// client's rate limit allows (queue.go).
 	eventQueue := policyevents.NewQueue(o.maxQueuedEvents, o.eventsQPS, reg)
 	emitter := func(controller string) *policyevents.Emitter {
-		return &policyevents.Emitter{Recorder: eventQueue.Recorder(resultEvents.NewRecorder(scheme, controller)), Success: o.successEvents, Omit: o.omitEvents}
+		return &policyevents.Emitter{Recorder: eventQueue.Recorder(policyevents.NewWriter(ctx, events.EventsV1(), scheme, controller)), Success: o.successEvents, Omit: o.omitEvents}
 	}
 	api, err := report.ParseAPI(o.handover.reportAPI)
 	if err != nil {

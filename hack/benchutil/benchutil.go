@@ -35,7 +35,14 @@ import (
 )
 
 // PeakRSS reads a process's peak resident set (VmHWM) in KiB, 0 if unknown.
-func PeakRSS(pid int) int {
+func PeakRSS(pid int) int { return statusKiB(pid, "VmHWM:") }
+
+// AnonRSS reads the anonymous part of a process's resident set (RssAnon:
+// its heap and stacks, without the pages of its binary and libraries) in
+// KiB, 0 if unknown. The kernel keeps no peak of it: sample it.
+func AnonRSS(pid int) int { return statusKiB(pid, "RssAnon:") }
+
+func statusKiB(pid int, field string) int {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
@@ -43,7 +50,7 @@ func PeakRSS(pid int) int {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
 			return kb
 		}

@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -80,6 +81,11 @@ func main() {
 	flag.StringVar(&o.burst, "kube-api-burst", "200", "tally's --kube-api-burst (default: tally's own default)")
 	flag.IntVar(&o.replicas, "replicas", 1, "scanner pairs (tally-scanner + tally-merger) sharing the namespaces through membership Leases (--sharding); 1 runs one unsharded pair; more measures each pair and, in place of the restart, the hand-over when one pair is killed")
 	flag.DurationVar(&o.idle, "idle", time.Minute, "the idle stretch measured after the full scan")
+	flag.Func("scanner-flag", "a flag added to each tally-scanner's command line (repeat it: --scanner-flag=--omit-events=PolicyViolation)", func(v string) error {
+		scannerFlags = append(scannerFlags, v)
+		return nil
+	})
+	flag.StringVar(&heapProfiles, "heap-profiles", "", "a directory to save each scanner's and merger's heap profile in, taken with the live heaps after the full scan (scanner-N.pb.gz, merger-N.pb.gz; go tool pprof reads them)")
 	gomemlimit := flag.String("gomemlimit", "", "GOMEMLIMIT of tally's processes (the chart sets 460MiB for the scanner, 230MiB for the merger); empty: none")
 	flag.Parse()
 	if *gomemlimit != "" {
@@ -92,7 +98,17 @@ func main() {
 }
 
 // daemon is a running tally process.
-type daemon struct{ *benchutil.Process }
+type daemon struct {
+	*benchutil.Process
+	// anonPeak is the largest anonymous resident set sampled (KiB).
+	anonPeak atomic.Int64
+}
+
+// heapProfiles is --heap-profiles; scannerFlags are the --scanner-flag.
+var (
+	heapProfiles string
+	scannerFlags []string
+)
 
 // processEnv is added to the environment of tally's processes (--gomemlimit).
 var processEnv []string
@@ -102,7 +118,28 @@ func start(bin, name, kubeconfig string, extra ...string) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &daemon{p}, nil
+	d := &daemon{Process: p}
+	go d.sampleAnon()
+	return d, nil
+}
+
+// sampleAnon samples the process's anonymous resident set every 100 ms
+// until it ends: its peak is the memory the process itself allocated,
+// without the pages of its binary (about 32 MiB of tally-scanner's
+// resident set, the same in every replica and shared by processes of one
+// binary).
+func (d *daemon) sampleAnon() {
+	pid := d.Cmd.Process.Pid
+	for {
+		kb := int64(benchutil.AnonRSS(pid))
+		if kb == 0 {
+			return // gone
+		}
+		if kb > d.anonPeak.Load() {
+			d.anonPeak.Store(kb)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func (d *daemon) stop() { d.Stop() }
@@ -184,8 +221,8 @@ func (ps pairs) print(since map[*daemon]float64) {
 		// registry is the shard's): as many as the resources held when
 		// each was evaluated once.
 		evaluated, _ := p.scanner.Value("tally_scan_resources_processed_total")
-		fmt.Printf("  pair %d: tally-scanner %.1f s, peak %.0f MiB, %.0f resources in %.0f namespaces, %.0f evaluations; tally-merger %.1f s, peak %.0f MiB\n",
-			i, p.scanner.cpu()-since[p.scanner], p.scanner.rss(), held, owned, evaluated, p.merger.cpu()-since[p.merger], p.merger.rss())
+		fmt.Printf("  pair %d: tally-scanner %.1f s, peak %.0f MiB (anonymous %.0f), %.0f resources in %.0f namespaces, %.0f evaluations; tally-merger %.1f s, peak %.0f MiB (anonymous %.0f)\n",
+			i, p.scanner.cpu()-since[p.scanner], p.scanner.rss(), p.scanner.anon(), held, owned, evaluated, p.merger.cpu()-since[p.merger], p.merger.rss(), p.merger.anon())
 	}
 }
 
@@ -193,8 +230,12 @@ func (ps pairs) print(since map[*daemon]float64) {
 // garbage collection (asked through pprof's heap profile with gc=1): what
 // each holds, apart from the garbage its peak RSS also counts.
 func (ps pairs) liveHeaps() {
-	heap := func(d *daemon) float64 {
-		if err := benchutil.Fetch(d.Base+"/debug/pprof/heap?gc=1", os.DevNull); err != nil {
+	heap := func(d *daemon, name string) float64 {
+		out := os.DevNull
+		if heapProfiles != "" {
+			out = filepath.Join(heapProfiles, name+".pb.gz")
+		}
+		if err := benchutil.Fetch(d.Base+"/debug/pprof/heap?gc=1", out); err != nil {
 			return -1
 		}
 		v, err := d.Value("go_memstats_heap_inuse_bytes")
@@ -205,7 +246,7 @@ func (ps pairs) liveHeaps() {
 	}
 	var parts []string
 	for i, p := range ps {
-		parts = append(parts, fmt.Sprintf("pair %d: tally-scanner %.0f MiB, tally-merger %.0f MiB", i, heap(p.scanner), heap(p.merger)))
+		parts = append(parts, fmt.Sprintf("pair %d: tally-scanner %.0f MiB, tally-merger %.0f MiB", i, heap(p.scanner, fmt.Sprintf("scanner-%d", i)), heap(p.merger, fmt.Sprintf("merger-%d", i))))
 	}
 	fmt.Printf("live heap after a garbage collection: %s\n", strings.Join(parts, "; "))
 }
@@ -218,8 +259,9 @@ func (ps pairs) cpus() map[*daemon]float64 {
 	return out
 }
 
-func (d *daemon) cpu() float64 { return benchutil.ProcessCPU(d.Cmd.Process.Pid) }
-func (d *daemon) rss() float64 { return float64(benchutil.PeakRSS(d.Cmd.Process.Pid)) / 1024 }
+func (d *daemon) cpu() float64  { return benchutil.ProcessCPU(d.Cmd.Process.Pid) }
+func (d *daemon) rss() float64  { return float64(benchutil.PeakRSS(d.Cmd.Process.Pid)) / 1024 }
+func (d *daemon) anon() float64 { return float64(d.anonPeak.Load()) / 1024 }
 
 // build compiles a command into a temporary binary unless one is given.
 func build(root, given, pkg string) (string, error) {
@@ -291,6 +333,7 @@ func run(o options) error {
 					return err
 				}
 				args := append(append(slices.Clone(limits), webhook...), "--handover-listen", handover)
+				args = append(args, scannerFlags...)
 				if o.replicas > 1 {
 					args = append(args, "--sharding", "--identity", fmt.Sprintf("bench-%d", i))
 				}
