@@ -70,7 +70,8 @@ func waitForEventMatching(ctx context.Context, t *testing.T, cfg *envconf.Config
 }
 
 // exactlyOnce fails unless an object has one Event of a reason, counted once
-// (client-go folds a repeated Event into one with a count).
+// (a repeat would be a second Event, or, folded by client-go's broadcaster
+// as Kyverno's are, a count).
 func exactlyOnce(ctx context.Context, t *testing.T, cfg *envconf.Config, obj k8s.Object, reason string) {
 	t.Helper()
 	got := resultEventsOf(ctx, t, cfg, obj, reason)

@@ -33,7 +33,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
@@ -124,8 +123,8 @@ type runningScanner struct {
 	writes    *writeCounter
 	outage    *outage
 	events    record.EventBroadcaster
-	results   kevents.EventBroadcaster
-	// stopResults stops the results' broadcaster's series upkeep.
+	// results writes the result Events, as tally-scanner's (policyevents.Writer).
+	results     *policyevents.Writer
 	stopResults context.CancelFunc
 	cancel      context.CancelFunc
 	done        chan error
@@ -146,15 +145,12 @@ func startScannerWith(t *testing.T, cfg *rest.Config, namespace string, out *out
 		t.Fatal(err)
 	}
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	results := kevents.NewBroadcaster(&kevents.EventSinkImpl{Interface: kube.EventsV1()})
-	resultsCtx, stopResults := context.WithCancel(context.Background())
-	if err := results.StartRecordingToSinkWithContext(resultsCtx); err != nil {
-		t.Fatal(err)
-	}
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), api.AddToScheme(scheme)); err != nil {
 		t.Fatal(err)
 	}
+	resultsCtx, stopResults := context.WithCancel(context.Background())
+	results := policyevents.NewWriter(resultsCtx, kube.EventsV1(), scheme, policyevents.ControllerScan)
 	cfg = rest.CopyConfig(cfg)
 	wc := &writeCounter{match: "backgroundscanreports"}
 	cfg.Wrap(wc.wrap)
@@ -181,7 +177,7 @@ func startScannerWith(t *testing.T, cfg *rest.Config, namespace string, out *out
 	opts := scan.Options{
 		Workers: 2, Interval: time.Hour, StateNamespace: namespace, StateName: "tally-scan-state", Registry: reg, Handover: hub,
 		Recorder: events.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"}),
-		Events:   &policyevents.Emitter{Recorder: results.NewRecorder(scheme, policyevents.ControllerScan)},
+		Events:   &policyevents.Emitter{Recorder: results},
 	}
 	for _, c := range configure {
 		c(&opts)
@@ -205,8 +201,8 @@ func (rs *runningScanner) stop() {
 	runningHubs.Delete(rs)
 	rs.hubServer.Close()
 	rs.events.Shutdown()
-	rs.results.Shutdown()
 	rs.stopResults()
+	rs.results.Wait()
 }
 
 // runningMerger is a merger reading a running scanner's hand-over, as the

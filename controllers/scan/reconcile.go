@@ -38,6 +38,9 @@ func (s *Scanner) reconcileOnly(ctx context.Context, uid string, only *trackedPo
 		}
 		return nil
 	}
+	// Evaluated now: not again when the waiting ones are released (a
+	// policy's application queued it too, and that came first).
+	s.deferred.remove(uid)
 	unlock := s.locks.lock(uid)
 	defer unlock()
 
@@ -204,6 +207,11 @@ func (tp *trackedPolicy) applies(obj map[string]any, nsLabels map[string]string,
 func (s *Scanner) seedResults(seeded map[string][]wgv1alpha2.PolicyReportResult) error {
 	return s.store.Write(func(w *memstore.WriteTxn) error {
 		for uid, entries := range seeded {
+			before, err := w.Results(uid) // seeded already, by a seed tried again
+			if err != nil {
+				return err
+			}
+			s.countResults(before, -1)
 			results := make([]memstore.Result, 0, len(entries))
 			seen := make(map[[2]string]bool, len(entries))
 			for _, e := range entries {
@@ -256,6 +264,12 @@ func (d *deferredSet) add(uid string) {
 		d.uids = map[string]struct{}{}
 	}
 	d.uids[uid] = struct{}{}
+}
+
+func (d *deferredSet) remove(uid string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.uids, uid)
 }
 
 // take empties the set and returns what it held.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	dynfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/tally-dev/tally/api/apiresources"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/memstore"
 	"github.com/tally-dev/tally/report"
@@ -142,7 +144,7 @@ func TestSeedReadsBackgroundResultsFromTheFinalReports(t *testing.T) {
 	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		apiresources.PolicyReport: "PolicyReportList", apiresources.ClusterPolicyReport: "ClusterPolicyReportList"}, final, other)
 	w, _, _ := newTestWriter(client)
-	seeded, err := w.seed(context.Background())
+	seeded, err := seedAll(w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,5 +182,39 @@ func TestBackgroundReportsTooLargeToPackKeepTheirEntries(t *testing.T) {
 	}
 	if spec, _, _ := unstructured.NestedSlice(got.Object, "spec", "results"); len(spec) != 200 {
 		t.Errorf("spec.results has %d entries, want 200", len(spec))
+	}
+}
+
+// seedAll is what w.seed hands over, page after page, in one map.
+func seedAll(w *reportWriter) (map[string][]wgv1alpha2.PolicyReportResult, error) {
+	all := map[string][]wgv1alpha2.PolicyReportResult{}
+	n, err := w.seed(context.Background(), func(page map[string][]wgv1alpha2.PolicyReportResult) error {
+		maps.Copy(all, page)
+		return nil
+	})
+	if err == nil && n != len(all) {
+		err = fmt.Errorf("seed counted %d reports, handed over %d", n, len(all))
+	}
+	return all, err
+}
+
+// A seed tried again (the API server failed part-way) stores a report's
+// results again without counting them twice.
+func TestASeedTriedAgainCountsEachResultOnce(t *testing.T) {
+	s := testScanner(t, Options{})
+	page := map[string][]wgv1alpha2.PolicyReportResult{"uid-1": {
+		{Policy: "p", Rule: "r", Result: wgv1alpha2.ResultFail, Source: "kyverno"},
+		{Policy: "p", Rule: "q", Result: wgv1alpha2.ResultPass, Source: "kyverno"},
+	}}
+	for range 2 {
+		if err := s.seedResults(page); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testutil.ToFloat64(s.metrics.results.WithLabelValues("p", "r", "fail")); n != 1 {
+		t.Errorf("fail results counted %v, want 1", n)
+	}
+	if got, _ := s.store.Read().Results("uid-1"); len(got) != 2 {
+		t.Errorf("%d results stored, want 2", len(got))
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tally-dev/tally/api/apiresources"
-	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/controllers/policyevents"
@@ -200,15 +199,12 @@ func (s *Scanner) Run(ctx context.Context) error {
 	defer s.running.Store(false)
 	// Existing reports and the scan state are read before anything else;
 	// an unreachable API server is waited for (with backoff), not fatal.
-	var seeded map[string][]wgv1alpha2.PolicyReportResult
+	var seeded int
 	if err := retry(ctx, "reading existing reports", func() (err error) {
-		seeded, err = s.reports.seed(ctx)
+		seeded, err = s.reports.seed(ctx, s.seedResults)
 		return err
 	}); err != nil {
 		return nil // ctx ended
-	}
-	if err := s.seedResults(seeded); err != nil {
-		return err
 	}
 	if err := retry(ctx, "reading the scan state", func() error {
 		err := s.sched.state.load(ctx, s.store)
@@ -220,7 +216,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	}); err != nil {
 		return nil
 	}
-	log.Info("seeded from the final reports", "reports", len(seeded))
+	log.Info("seeded from the final reports", "reports", seeded)
 
 	// The CEL kinds are watched when served (tally's CRDs, or Kyverno's
 	// beside it); an older Kyverno has none, and classic policies go on.

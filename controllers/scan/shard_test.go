@@ -121,7 +121,7 @@ func TestASeedReadsOnlyTheShardsReports(t *testing.T) {
 		final("a", "uid-a"), final("theirs", "uid-theirs"))
 	w, _, _ := newTestWriter(client)
 	w.owns = mine
-	seeded, err := w.seed(context.Background())
+	seeded, err := seedAll(w)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,3 +155,43 @@ spec:
 		t.Errorf("%s = %v, want 1", metricResources, n)
 	}
 }
+
+// A resource that waited for the policies, and that a policy's application
+// queued again, is evaluated once: when it is taken from the queue after
+// the policies are listed, it no longer waits.
+func TestAWaitingResourceEvaluatedBeforeItsReleaseIsNotQueuedAgain(t *testing.T) {
+	p := compiledPolicy(t, `
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  rules:
+  - name: named
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate: {pattern: {metadata: {name: "?*"}}}
+`)
+	s := testScanner(t, Options{}, p)
+	synced := sourceKey{gvr: apiresources.ClusterPolicy}
+	delete(s.kinds.synced, synced)
+	ctx := context.Background()
+	pod := benchPod(t, 1)
+	uid := string(pod.GetUID())
+	s.upsertResource(ctx, gvrPods, pod)
+	drain(s)
+	if err := s.reconcile(ctx, uid); err != nil { // waits
+		t.Fatal(err)
+	}
+	// The policies' list is applied (queuing the pod again), then marked
+	// listed; the worker takes the pod before the waiting ones are released.
+	s.kinds.synced[synced] = true
+	if err := s.reconcile(ctx, uid); err != nil {
+		t.Fatal(err)
+	}
+	s.listedIn(apiresources.ClusterPolicy, "")
+	if got := drain(s); len(got) != 0 {
+		t.Errorf("queued again after its evaluation: %v", got)
+	}
+	if n := testutil.ToFloat64(s.metrics.resources); n != 1 {
+		t.Errorf("%s = %v, want 1", metricResources, n)
+	}
+}

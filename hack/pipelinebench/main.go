@@ -219,9 +219,12 @@ func (ps pairs) print(since map[*daemon]float64) {
 		owned, _ := p.scanner.Value("tally_shard_namespaces_owned")
 		// Evaluations since the pair's current shard started (its metrics
 		// registry is the shard's): as many as the resources held when
-		// each was evaluated once.
+		// each was evaluated once. A policy's periodic scan counts each
+		// resource again (for that policy alone): the first periodic scans
+		// are spread over the interval (an hour) by the policies' names, and
+		// some of the 17 fall due within the first minutes.
 		evaluated, _ := p.scanner.Value("tally_scan_resources_processed_total")
-		fmt.Printf("  pair %d: tally-scanner %.1f s, peak %.0f MiB (anonymous %.0f), %.0f resources in %.0f namespaces, %.0f evaluations; tally-merger %.1f s, peak %.0f MiB (anonymous %.0f)\n",
+		fmt.Printf("  pair %d: tally-scanner %.1f s, peak %.0f MiB (anonymous %.0f), %.0f resources in %.0f namespaces, %.0f evaluations (periodic scans' included); tally-merger %.1f s, peak %.0f MiB (anonymous %.0f)\n",
 			i, p.scanner.cpu()-since[p.scanner], p.scanner.rss(), p.scanner.anon(), held, owned, evaluated, p.merger.cpu()-since[p.merger], p.merger.rss(), p.merger.anon())
 	}
 }
