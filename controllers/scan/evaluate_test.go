@@ -113,16 +113,7 @@ func testScanner(t *testing.T, opts Options, policies ...*engine.Policy) *Scanne
 }
 
 func TestAResourceEvaluationHasADeadline(t *testing.T) {
-	p := compiledPolicy(t, `
-apiVersion: kyverno.io/v1
-kind: ClusterPolicy
-metadata: {name: p}
-spec:
-  rules:
-  - name: named
-    match: {any: [{resources: {kinds: [Pod]}}]}
-    validate: {pattern: {metadata: {name: "?*"}}}
-`)
+	p := namedPodsPolicy(t)
 	s := testScanner(t, Options{EvalTimeout: time.Nanosecond}, p)
 	pod := benchPod(t, 1)
 	s.upsertResource(context.Background(), gvrPods, pod)

@@ -10,20 +10,12 @@ import (
 
 	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
 )
 
 func TestADeletedPolicyLeavesNoSeries(t *testing.T) {
-	p := compiledPolicy(t, `
-apiVersion: kyverno.io/v1
-kind: ClusterPolicy
-metadata: {name: p}
-spec:
-  rules:
-  - name: named
-    match: {any: [{resources: {kinds: [Pod]}}]}
-    validate: {pattern: {metadata: {name: "?*"}}}
-`)
+	p := namedPodsPolicy(t)
 	s := testScanner(t, Options{}, p)
 	s.kinds.sources[sourceKey{gvr: apiresources.Namespace}] = &watch.Source{} // listed: Synced holds once the queue is idle
 	for i := range 3 {
@@ -59,4 +51,20 @@ spec:
 	if n := testutil.CollectAndCount(s.metrics.policyErrors); n != 0 {
 		t.Errorf("%d policy-error series left, want 0", n)
 	}
+}
+
+// namedPodsPolicy is a ClusterPolicy p whose one rule, named, passes every
+// Pod with a name.
+func namedPodsPolicy(t *testing.T) *engine.Policy {
+	t.Helper()
+	return compiledPolicy(t, `
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  rules:
+  - name: named
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate: {pattern: {metadata: {name: "?*"}}}
+`)
 }

@@ -114,16 +114,7 @@ func settle(t *testing.T, s *Scanner) {
 // shard's resources while its policies are still being applied: each
 // evaluated twice was 6-14% more work).
 func TestAResourceMetBeforeThePoliciesIsQueuedOnceWhenTheyAreListed(t *testing.T) {
-	p := compiledPolicy(t, `
-apiVersion: kyverno.io/v1
-kind: ClusterPolicy
-metadata: {name: p}
-spec:
-  rules:
-  - name: named
-    match: {any: [{resources: {kinds: [Pod]}}]}
-    validate: {pattern: {metadata: {name: "?*"}}}
-`)
+	p := namedPodsPolicy(t)
 	s := testScanner(t, Options{}, p)
 	delete(s.kinds.synced, sourceKey{gvr: apiresources.ClusterPolicy})
 	ctx := context.Background()
@@ -160,16 +151,7 @@ spec:
 // queued again, is evaluated once: when it is taken from the queue after
 // the policies are listed, it no longer waits.
 func TestAWaitingResourceEvaluatedBeforeItsReleaseIsNotQueuedAgain(t *testing.T) {
-	p := compiledPolicy(t, `
-apiVersion: kyverno.io/v1
-kind: ClusterPolicy
-metadata: {name: p}
-spec:
-  rules:
-  - name: named
-    match: {any: [{resources: {kinds: [Pod]}}]}
-    validate: {pattern: {metadata: {name: "?*"}}}
-`)
+	p := namedPodsPolicy(t)
 	s := testScanner(t, Options{}, p)
 	synced := sourceKey{gvr: apiresources.ClusterPolicy}
 	delete(s.kinds.synced, synced)
