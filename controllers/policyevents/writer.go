@@ -20,11 +20,10 @@ import (
 	"k8s.io/client-go/tools/record/util"
 	"k8s.io/client-go/tools/reference"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/clock"
 )
 
 // Writer is an EventRecorder that creates each Event (events.k8s.io/v1)
-// itself, with at most Inflight creations at once: a Queue in front of it
+// itself, with at most DefaultInflightEvents creations at once: a Queue in front of it
 // paces and bounds what waits, so nothing else needs to.
 //
 // client-go's event broadcaster, which wrote them before, keeps a copy of
@@ -41,11 +40,11 @@ import (
 // one that did not reach it is, a few times.
 type Writer struct {
 	ctx        context.Context
+	log        logr.Logger
 	client     typedeventsv1.EventsGetter
 	scheme     *runtime.Scheme
 	controller string
 	instance   string
-	clock      clock.Clock
 	backoff    wait.Backoff
 	slots      chan struct{}
 	wg         sync.WaitGroup
@@ -60,18 +59,16 @@ const DefaultInflightEvents = 8
 // controller, until ctx ends.
 func NewWriter(ctx context.Context, client typedeventsv1.EventsGetter, scheme *runtime.Scheme, controller string) *Writer {
 	hostname, _ := os.Hostname()
-	return &Writer{ctx: ctx, client: client, scheme: scheme, controller: controller, instance: controller + "-" + hostname,
-		clock:   clock.RealClock{},
+	return &Writer{ctx: ctx, log: logr.FromContextOrDiscard(ctx), client: client, scheme: scheme, controller: controller, instance: controller + "-" + hostname,
 		backoff: wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.25, Steps: 5},
 		slots:   make(chan struct{}, DefaultInflightEvents)}
 }
 
-// Eventf creates the Event, waiting while Inflight creations are running.
+// Eventf creates the Event, waiting while DefaultInflightEvents creations are running.
 func (w *Writer) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
-	log := logr.FromContextOrDiscard(w.ctx)
 	ev, err := w.event(regarding, related, eventtype, reason, action, note, args...)
 	if err != nil {
-		log.Error(err, "an Event could not be made; not recorded", "reason", reason)
+		w.log.Error(err, "an Event could not be made; not recorded", "reason", reason)
 		return
 	}
 	select {
@@ -83,7 +80,7 @@ func (w *Writer) Eventf(regarding, related runtime.Object, eventtype, reason, ac
 	go func() {
 		defer func() { <-w.slots; w.wg.Done() }()
 		if err := w.create(ev); err != nil {
-			log.Error(err, "an Event could not be written", "reason", ev.Reason, "regarding", ev.Regarding.Name)
+			w.log.Error(err, "an Event could not be written", "reason", ev.Reason, "regarding", ev.Regarding.Name)
 		}
 	}()
 }
@@ -99,14 +96,12 @@ func (w *Writer) event(regarding, related runtime.Object, eventtype, reason, act
 	}
 	var relatedRef *corev1.ObjectReference
 	if related != nil {
-		if relatedRef, err = reference.GetReference(w.scheme, related); err != nil {
-			relatedRef = nil // as the recorder: the Event goes without it
-		}
+		relatedRef, _ = reference.GetReference(w.scheme, related) // as the recorder: without it if it has none
 	}
 	if !util.ValidateEventType(eventtype) {
-		return nil, &unsupportedType{eventtype}
+		return nil, fmt.Errorf("unsupported Event type %q", eventtype)
 	}
-	now := w.clock.Now()
+	now := time.Now()
 	namespace := ref.Namespace
 	if namespace == "" {
 		namespace = metav1.NamespaceDefault
@@ -142,7 +137,3 @@ func (w *Writer) create(ev *eventsv1.Event) error {
 		return err
 	})
 }
-
-type unsupportedType struct{ eventtype string }
-
-func (u *unsupportedType) Error() string { return "unsupported Event type " + u.eventtype }

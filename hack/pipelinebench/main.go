@@ -64,6 +64,10 @@ type options struct {
 	// replicas are the scanner pairs, sharding the namespaces (--sharding)
 	// when more than one.
 	replicas int
+	// scannerFlags are added to each scanner's command line; heapProfiles
+	// is where the heap profiles go ("": nowhere).
+	scannerFlags []string
+	heapProfiles string
 }
 
 func main() {
@@ -82,10 +86,10 @@ func main() {
 	flag.IntVar(&o.replicas, "replicas", 1, "scanner pairs (tally-scanner + tally-merger) sharing the namespaces through membership Leases (--sharding); 1 runs one unsharded pair; more measures each pair and, in place of the restart, the hand-over when one pair is killed")
 	flag.DurationVar(&o.idle, "idle", time.Minute, "the idle stretch measured after the full scan")
 	flag.Func("scanner-flag", "a flag added to each tally-scanner's command line (repeat it: --scanner-flag=--omit-events=PolicyViolation)", func(v string) error {
-		scannerFlags = append(scannerFlags, v)
+		o.scannerFlags = append(o.scannerFlags, v)
 		return nil
 	})
-	flag.StringVar(&heapProfiles, "heap-profiles", "", "a directory to save each scanner's and merger's heap profile in, taken with the live heaps after the full scan (scanner-N.pb.gz, merger-N.pb.gz; go tool pprof reads them)")
+	flag.StringVar(&o.heapProfiles, "heap-profiles", "", "a directory to save each scanner's and merger's heap profile in, taken with the live heaps after the full scan (scanner-N.pb.gz, merger-N.pb.gz; go tool pprof reads them)")
 	gomemlimit := flag.String("gomemlimit", "", "GOMEMLIMIT of tally's processes (the chart sets 460MiB for the scanner, 230MiB for the merger); empty: none")
 	flag.Parse()
 	if *gomemlimit != "" {
@@ -103,12 +107,6 @@ type daemon struct {
 	// anonPeak is the largest anonymous resident set sampled (KiB).
 	anonPeak atomic.Int64
 }
-
-// heapProfiles is --heap-profiles; scannerFlags are the --scanner-flag.
-var (
-	heapProfiles string
-	scannerFlags []string
-)
 
 // processEnv is added to the environment of tally's processes (--gomemlimit).
 var processEnv []string
@@ -231,12 +229,13 @@ func (ps pairs) print(since map[*daemon]float64) {
 
 // liveHeaps prints each scanner's and merger's heap in use after a
 // garbage collection (asked through pprof's heap profile with gc=1): what
-// each holds, apart from the garbage its peak RSS also counts.
-func (ps pairs) liveHeaps() {
+// each holds, apart from the garbage its peak RSS also counts. The profiles
+// are saved in profiles, unless "".
+func (ps pairs) liveHeaps(profiles string) {
 	heap := func(d *daemon, name string) float64 {
 		out := os.DevNull
-		if heapProfiles != "" {
-			out = filepath.Join(heapProfiles, name+".pb.gz")
+		if profiles != "" {
+			out = filepath.Join(profiles, name+".pb.gz")
 		}
 		if err := benchutil.Fetch(d.Base+"/debug/pprof/heap?gc=1", out); err != nil {
 			return -1
@@ -336,7 +335,7 @@ func run(o options) error {
 					return err
 				}
 				args := append(append(slices.Clone(limits), webhook...), "--handover-listen", handover)
-				args = append(args, scannerFlags...)
+				args = append(args, o.scannerFlags...)
 				if o.replicas > 1 {
 					args = append(args, "--sharding", "--identity", fmt.Sprintf("bench-%d", i))
 				}
@@ -493,7 +492,7 @@ func run(o options) error {
 		fmt.Println(" of CPU")
 	}
 	if runsTally {
-		running.liveHeaps()
+		running.liveHeaps(o.heapProfiles)
 	}
 	fmt.Println("kept:")
 	if err := storage(ctx, kube, dyn); err != nil {
