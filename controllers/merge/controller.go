@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -328,6 +329,13 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	m.mu.Unlock()
 	if v != nil {
 		if err := m.verify(ctx, uid, v); err != nil {
+			var notYet *notYetError
+			if errors.As(err, &notYet) {
+				// Nothing merged, nothing deleted: the report waits for
+				// its resource (verify.go).
+				m.queue.AddAfter(uid, notYet.after)
+				return nil
+			}
 			if !unverifiable(err) {
 				return err // retried with backoff
 			}

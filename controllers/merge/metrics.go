@@ -13,6 +13,7 @@ const (
 	metricPanics     = "tally_merge_worker_panics_total"
 	metricDropped    = "tally_merge_report_writes_dropped_total"
 	metricMerged     = "tally_merge_admission_reports_deleted_total"
+	metricRechecks   = "tally_merge_admission_rechecks_total"
 )
 
 type metrics struct {
@@ -25,6 +26,7 @@ type metrics struct {
 	panics     prometheus.CounterFunc
 	dropped    *prometheus.CounterVec
 	merged     *prometheus.CounterVec
+	rechecks   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen, panics func() float64) *metrics {
@@ -57,6 +59,9 @@ func newMetrics(reg prometheus.Registerer, queueLen, panics func() float64) *met
 	m.merged = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricMerged, Help: "AdmissionReports deleted once the final report held them, by kind (their results stay in the final report).",
 	}, []string{"resource"})
-	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld, m.panics, m.dropped, m.merged)
+	m.rechecks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: metricRechecks, Help: "Checks of an admission report's resource that found it not stored yet, or not with the admitted content yet: the report is kept and checked again with backoff, within --orphan-grace.",
+	})
+	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld, m.panics, m.dropped, m.merged, m.rechecks)
 	return m
 }

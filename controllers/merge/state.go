@@ -48,8 +48,11 @@ type reportPart struct {
 	// results that last counted, for the content of lastGoodHash.
 	checkedHash, contentHash string
 	unverifiable             bool
-	lastGood                 []compactResult
-	lastGoodHash             string
+	// rechecks counts the checks that found the content not there yet
+	// (verify.go).
+	rechecks     int
+	lastGood     []compactResult
+	lastGoodHash string
 }
 
 // section is the admission results of one content hash.

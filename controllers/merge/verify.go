@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -38,6 +39,17 @@ import (
 // to content: they count while the resource exists (checked the same way
 // when it has no background report), so a report naming a resource that is
 // gone is never merged into a final report.
+//
+// An admission report may be read before its resource is persisted: Kyverno
+// 1.19's ValidatingPolicy handler creates its EphemeralReport before it
+// answers the API server, and a report of an UPDATE may come before the
+// update is stored. A GET that finds no resource of that name, or finds it
+// without any content a hashed section names, is then no answer yet: the
+// check is made again with backoff (recheckDelay) while the report is
+// younger than OrphanGrace, and nothing is merged or deleted meanwhile. Only
+// past OrphanGrace, or when the name holds an object of another UID (ours
+// was never stored, or is gone: UIDs are never reused), are the results
+// taken as those of content the resource does not have.
 
 // unhashed is the key an admission report without hashed sections is
 // checked under.
@@ -86,26 +98,94 @@ func admissionVerification(st *resourceState) *verification {
 	}}
 }
 
-// verify reads the resource and records whether v.hash is its content.
+// verify reads the resource and records whether v.hash is its content. It
+// returns a *notYetError when the content may still come (see above).
 func (m *Merger) verify(ctx context.Context, uid string, v *verification) error {
-	current, err := m.currentHash(ctx, uid, v.owner)
+	current, missing, err := m.currentHash(ctx, uid, v.owner)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if st := m.states[uid]; st != nil && st.admission.present && admissionKey(&st.admission) == v.hash {
-		st.admission.checkedHash, st.admission.contentHash = v.hash, current
+	st := m.states[uid]
+	if st == nil || !st.admission.present || admissionKey(&st.admission) != v.hash {
+		return nil // changed meanwhile: checked again as it is now
 	}
+	a := &st.admission
+	if m.awaitContent(st, current, missing) {
+		a.rechecks++
+		m.metrics.rechecks.Inc()
+		return &notYetError{after: recheckDelay(a.rechecks)}
+	}
+	a.checkedHash, a.contentHash, a.rechecks = v.hash, current, 0
 	return nil
 }
 
-// currentHash is the content hash of the resource now ("" when it no longer
-// exists: no admission result of it counts).
-func (m *Merger) currentHash(ctx context.Context, uid string, o ownerRef) (string, error) {
+// notYetError says that the resource an admission report names does not
+// exist yet, or not with the content the report was computed on: the check
+// is made again after the delay.
+type notYetError struct{ after time.Duration }
+
+func (e *notYetError) Error() string {
+	return fmt.Sprintf("the resource does not have the admitted content yet; checked again in %s", e.after)
+}
+
+// Backoff of the checks of content not there yet: 250 ms, doubled at each
+// try, at most 8 s (a report written before its resource is persisted is
+// found at the first or second try).
+const (
+	recheckFirst = 250 * time.Millisecond
+	recheckMax   = 8 * time.Second
+)
+
+// recheckDelay is the wait before the n-th check again (n >= 1).
+func recheckDelay(n int) time.Duration {
+	d := recheckFirst
+	for i := 1; i < n && d < recheckMax; i++ {
+		d *= 2
+	}
+	return min(d, recheckMax)
+}
+
+// awaitContent says whether what the GET found (current: the content hash,
+// "" when no object of the report's resource is there; missing: no object
+// of that name at all) may still change into what the admission part names:
+// while its report is younger than OrphanGrace, a resource not found may
+// not be stored yet, and one without the content of any hashed section may
+// not have its admitted update stored yet. Callers hold m.mu.
+func (m *Merger) awaitContent(st *resourceState, current string, missing bool) bool {
+	if m.opts.Now().Sub(st.updated) >= m.opts.OrphanGrace {
+		return false
+	}
+	if missing {
+		return true
+	}
+	if current == "" {
+		return false // another object of that name: ours is gone, or was never stored
+	}
+	if st.admission.lastGoodHash == current {
+		return false // content whose results counted before
+	}
+	hashed := false
+	for _, s := range st.admission.sections {
+		switch s.hash {
+		case current:
+			return false
+		case "", seededHash:
+		default:
+			hashed = true
+		}
+	}
+	return hashed
+}
+
+// currentHash is the content hash of the resource now: "" when it does not
+// exist, with missing set when no object of its name exists at all (rather
+// than one of another UID).
+func (m *Merger) currentHash(ctx context.Context, uid string, o ownerRef) (hash string, missing bool, err error) {
 	gvr, namespaced, err := m.ownerGVR(o)
 	if err != nil {
-		return "", fmt.Errorf("verify admission results of %s: %w: %w", uid, errCannotLocate, err)
+		return "", false, fmt.Errorf("verify admission results of %s: %w: %w", uid, errCannotLocate, err)
 	}
 	ns := ""
 	if namespaced {
@@ -114,17 +194,17 @@ func (m *Merger) currentHash(ctx context.Context, uid string, o ownerRef) (strin
 	obj, err := m.client.Resource(gvr).Namespace(ns).Get(ctx, o.name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", nil
+		return "", true, nil
 	case err != nil:
-		return "", fmt.Errorf("verify admission results of %s: get %s %s/%s: %w", uid, gvr, ns, o.name, err)
+		return "", false, fmt.Errorf("verify admission results of %s: get %s %s/%s: %w", uid, gvr, ns, o.name, err)
 	case obj.GetUID() != types.UID(uid):
-		return "", nil // deleted and created again: another resource
+		return "", false, nil // deleted and created again: another resource
 	}
 	h, err := report.AdmissionHash(obj.Object)
 	if err != nil {
-		return "", fmt.Errorf("verify admission results of %s: %w", uid, err)
+		return "", false, fmt.Errorf("verify admission results of %s: %w", uid, err)
 	}
-	return fmt.Sprintf("%x", h), nil
+	return fmt.Sprintf("%x", h), false, nil
 }
 
 // errCannotLocate: the resource's type cannot be told from the report.

@@ -2,8 +2,10 @@ package merge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -119,7 +121,8 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 				objs = append(objs, stored.DeepCopy())
 			}
 			client := dynfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
-			m := New(client, Options{Registry: prometheus.NewRegistry()})
+			now := time.Unix(1000, 0)
+			m := New(client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }})
 			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
 			if tc.background != nil {
 				m.Upsert(context.Background(), apiresources.BackgroundScanReport, tc.background)
@@ -129,7 +132,15 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 				v := admissionVerification(m.states["u1"])
 				m.mu.Unlock()
 				if v != nil {
-					if err := m.verify(context.Background(), "u1", v); err != nil {
+					err := m.verify(context.Background(), "u1", v)
+					var notYet *notYetError
+					if errors.As(err, &notYet) {
+						// The verdict once the resource had its time
+						// to be stored (TestAdmissionReportsWaitForTheirResource).
+						now = now.Add(m.opts.OrphanGrace)
+						err = m.verify(context.Background(), "u1", v)
+					}
+					if err != nil {
 						t.Fatal(err)
 					}
 				}
