@@ -199,6 +199,10 @@ type Request struct {
 	// NoWarnings says the admitted request gets no warning (an Audit
 	// failure of a policy without spec.emitWarning).
 	NoWarnings bool `json:"noWarnings,omitempty"`
+	// Copies, on a create, sends that many copies of Object back to back,
+	// named <name>-000, <name>-001, ..., each answered as this request says
+	// (a burst of admissions: issue 38).
+	Copies int `json:"copies,omitempty"`
 }
 
 // RejectedPolicy is a policy whose creation is refused, with substrings of
@@ -447,6 +451,12 @@ func (c *Case) validate() error {
 		for j, a := range s.When {
 			if n := a.count(); n != 1 {
 				return fmt.Errorf("steps[%d].when[%d]: exactly one action is needed, found %d", i, j, n)
+			}
+			if a.Update != nil && a.Update.Copies != 0 {
+				return fmt.Errorf("steps[%d].when[%d].update: copies is for creates only", i, j)
+			}
+			if a.Create != nil && (a.Create.Copies < 0 || a.Create.Copies > 1000) {
+				return fmt.Errorf("steps[%d].when[%d].create: copies must be between 0 and 1000, not %d", i, j, a.Create.Copies)
 			}
 			if f := a.Forge; f != nil {
 				if f.For.Kind == "" || f.For.Name == "" {

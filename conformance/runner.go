@@ -525,6 +525,16 @@ func (x *run) step(ctx context.Context, s Step) error {
 
 func (x *run) act(ctx context.Context, a Action) error {
 	switch {
+	case a.Create != nil && a.Create.Copies > 1:
+		for i := range a.Create.Copies {
+			c := *a.Create
+			c.Object = *a.Create.Object.DeepCopy()
+			c.Object.SetName(fmt.Sprintf("%s-%03d", a.Create.Object.GetName(), i))
+			if err := x.request(ctx, &c, false); err != nil {
+				return err
+			}
+		}
+		return nil
 	case a.Create != nil:
 		return x.request(ctx, a.Create, false)
 	case a.Update != nil:

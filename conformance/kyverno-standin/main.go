@@ -5,8 +5,9 @@
 //
 // It evaluates the policies with tally's engine behind a validating webhook
 // registered on the API server, denies as Kyverno does, and for every
-// admitted, recorded request writes one EphemeralReport (ClusterEphemeralReport
-// for a cluster-scoped resource) in exactly the shape Kyverno 1.19 writes
+// admitted, recorded request writes an EphemeralReport per Kyverno handler
+// that has results (ClusterEphemeralReport for a cluster-scoped resource),
+// each when Kyverno writes it (below), in exactly the shape Kyverno 1.19 writes
 // (../shared/kyverno-1.19/ephemeralreport-admission.yaml): generateName from
 // the request UID, an empty spec.owner and no ownerReferences, the resource
 // named only by audit.kyverno.io labels and annotations, and
@@ -14,6 +15,38 @@
 // Kyverno, it keeps the policies' Ready condition. Its webhook answers the
 // policy writes Kyverno's policy webhook refuses in its own words, or where
 // tally's webhook stores the policy, as Kyverno does (policywebhook.go).
+//
+// # When each report is written, beside Kyverno 1.19's order
+//
+// A test double that writes at other times than Kyverno hides races (issue
+// 38: the stand-in wrote every report after answering, so the suite passed
+// while, beside the real Kyverno, the merger took the ValidatingPolicy
+// reports, written before their resources were stored, for reports of
+// resources gone). Kyverno 1.19's order, read in its source (webhook
+// handlers and background controller), and the stand-in's:
+//
+//	handler (Kyverno 1.19)          Kyverno writes its EphemeralReport       the stand-in
+//	classic validate, Enforce       a goroutine not waited for (races the    the same: a goroutine
+//	                                persist); none when denied               started before the answer
+//	classic validate, Audit         a worker pool job, submitted after the   a goroutine (its own report),
+//	                                Enforce check; none when denied          none when denied
+//	ValidatingPolicy (and the       before the answer: the handler waits     before the answer: created
+//	namespaced kind)                for its report; none when a Deny policy  in the Sink, which the
+//	                                matched (see below)                      bridge calls before answering
+//	ImageValidatingPolicy           before the answer (waits)                not written: tally evaluates
+//	                                                                         no image policy (issue 42)
+//	ValidatingAdmissionPolicy       none (the API server evaluates VAPs;     none
+//	                                reported in the background only)
+//	classic mutate, verifyImages,   a goroutine not waited for               not written (issues 42, 43)
+//	MutatingPolicy
+//	background controller:          after the fact, when its UpdateRequest   not written (issue 43)
+//	generate, mutateExisting        is processed
+//
+// So one request may give up to three reports (ValidatingPolicy, classic
+// Enforce, classic Audit), each with the policy labels of its own results;
+// the merger folds them. order_test.go checks the order; the conformance
+// case R10-admission-burst-background-off creates 24 resources back to
+// back under background-off policies and requires every report.
 //
 // Like Kyverno 1.19 (measured beside it, issue 25), it reports no
 // ValidatingPolicy result of an admitted request that a ValidatingPolicy
@@ -59,6 +92,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/tally-dev/tally/api/apiresources"
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
@@ -111,7 +145,7 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 		return fmt.Errorf("create namespace %s: %w", namespace, err)
 	}
 	reg := prometheus.NewRegistry()
-	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, ctx: ctx,
+	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, ctx: ctx,
 		created: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kyverno_standin_reports_created_total", Help: "EphemeralReports and ClusterEphemeralReports written, by kind.",
 		}, []string{"kind"})}
@@ -228,9 +262,32 @@ type standin struct {
 	// deny holds the report names of the ValidatingPolicies and
 	// NamespacedValidatingPolicies whose validationActions include Deny.
 	deny map[string]bool
+	// enforce holds the report names of the classic policies Kyverno's
+	// policy cache files as Enforce (a rule or the policy failing with
+	// Enforce): their results go in the Enforce handler's report.
+	enforce map[string]bool
 }
 
-var gvrPolicy = schema.GroupVersionResource{Group: "kyverno.io", Version: "v1", Resource: "policies"}
+var (
+	gvrPolicy        = schema.GroupVersionResource{Group: "kyverno.io", Version: "v1", Resource: "policies"}
+	gvrClusterPolicy = schema.GroupVersionResource{Group: "kyverno.io", Version: "v1", Resource: "clusterpolicies"}
+)
+
+// enforces says whether a classic policy fails with Enforce: its
+// spec.validationFailureAction or a rule's validate.failureAction.
+func enforces(u *unstructured.Unstructured) bool {
+	if a, _, _ := unstructured.NestedString(u.Object, "spec", "validationFailureAction"); kyvernov1.ValidationFailureAction(a).Enforce() {
+		return true
+	}
+	rules, _, _ := unstructured.NestedSlice(u.Object, "spec", "rules")
+	for _, r := range rules {
+		rule, _ := r.(map[string]any)
+		if a, _, _ := unstructured.NestedString(rule, "validate", "failureAction"); kyvernov1.ValidationFailureAction(a).Enforce() {
+			return true
+		}
+	}
+	return false
+}
 
 // policyLoaded keeps the Ready condition, as Kyverno does, and remembers
 // the policy's background setting for properties.process and, for a CEL
@@ -257,6 +314,8 @@ func (s *standin) remember(gvr schema.GroupVersionResource, u *unstructured.Unst
 	defer s.mu.Unlock()
 	s.background[name] = background || !found
 	switch gvr {
+	case gvrPolicy, gvrClusterPolicy:
+		s.enforce[name] = enforces(u)
 	case gvrValidatingPolicy, gvrNamespacedValidatingPolicy:
 		resultName := u.GetName() // as its results name it
 		if gvr == gvrNamespacedValidatingPolicy {
@@ -267,21 +326,47 @@ func (s *standin) remember(gvr schema.GroupVersionResource, u *unstructured.Unst
 	}
 }
 
-// write creates the request's EphemeralReport as Kyverno 1.19 does:
+// Kyverno 1.19 writes the EphemeralReports of a request from one handler
+// each, each at its own time (measured in Kyverno's source, issue 38; the
+// comparison is in the package doc):
+//   - ValidatingPolicy (and ImageValidatingPolicy, which tally does not
+//     evaluate): created before the handler answers the API server, which
+//     waits for the create, so the report exists before the resource is
+//     stored;
+//   - classic policies: one report of the Enforce policies' results, created
+//     by a goroutine the handler does not wait for, and one of the Audit
+//     policies', created in a worker pool after the answer: they race the
+//     persist;
+//   - ValidatingAdmissionPolicy: none (the API server evaluates them; only
+//     Kyverno's reports controller reports them, in the background).
+//
+// The stand-in writes the same reports at the same points: write is
+// called before the answer is sent (controllers/admission's Sink).
+type reportGroup int
+
+const (
+	groupCEL     reportGroup = iota // ValidatingPolicy: before the answer
+	groupEnforce                    // classic, Enforce: a goroutine not waited for
+	groupAudit                      // classic, Audit: after the answer
+	groupCount
+)
+
+// creationTimeout bounds one report's create, as Kyverno's report writer
+// bounds its own (10 s).
+const creationTimeout = 10 * time.Second
+
+// write creates the request's EphemeralReports as Kyverno 1.19 does:
 // without the ValidatingPolicy results when a denying ValidatingPolicy gave
-// one (see deniedBy), and none when nothing is left.
+// one (see deniedBy), one per handler that has results, each when Kyverno
+// creates it.
 func (s *standin) write(a admission.Admitted) {
 	s.mu.Lock()
 	kept, policyLabels, withheld := s.reported(a)
 	if withheld {
 		s.withheld.Inc()
 	}
-	if len(kept) == 0 {
-		s.mu.Unlock()
-		return
-	}
-	results := make([]wgv1alpha2.PolicyReportResult, len(kept))
-	for i, r := range kept {
+	var groups [groupCount][]wgv1alpha2.PolicyReportResult
+	for _, r := range kept {
 		process := report.ProcessAdmission
 		if s.background[r.Policy] {
 			process = report.ProcessBackground // Kyverno derives it from the policy
@@ -291,9 +376,55 @@ func (s *standin) write(a admission.Admitted) {
 			r.Properties = map[string]string{}
 		}
 		r.Properties["process"] = process
-		results[i] = r
+		g := groupCEL
+		if r.Source == engine.SourceKyverno || r.Source == "" {
+			g = groupAudit
+			if s.enforce[r.Policy] {
+				g = groupEnforce
+			}
+		}
+		groups[g] = append(groups[g], r)
 	}
 	s.mu.Unlock()
+	for g, results := range groups {
+		if len(results) == 0 {
+			continue
+		}
+		gvr, obj, err := s.ephemeralReport(a, results, labelsOf(reportGroup(g), results, policyLabels))
+		if err != nil {
+			logr.FromContextOrDiscard(s.ctx).Error(err, "encode EphemeralReport")
+			continue
+		}
+		if reportGroup(g) == groupCEL {
+			s.create(gvr, obj) // before the answer
+			continue
+		}
+		go s.create(gvr, obj)
+	}
+}
+
+// labelsOf keeps of a request's policy labels those of the policies whose
+// results a report holds.
+func labelsOf(g reportGroup, results []wgv1alpha2.PolicyReportResult, policyLabels map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range policyLabels {
+		classic := strings.HasPrefix(k, "cpol.kyverno.io/") || strings.HasPrefix(k, "pol.kyverno.io/")
+		if classic == (g == groupCEL) {
+			continue
+		}
+		_, name, _ := strings.Cut(k, "/")
+		if slices.ContainsFunc(results, func(r wgv1alpha2.PolicyReportResult) bool {
+			return r.Policy == name || strings.HasSuffix(r.Policy, "/"+name)
+		}) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// ephemeralReport is an EphemeralReport (ClusterEphemeralReport for a
+// cluster-scoped resource) as Kyverno 1.19 writes one.
+func (s *standin) ephemeralReport(a admission.Admitted, results []wgv1alpha2.PolicyReportResult, policyLabels map[string]string) (schema.GroupVersionResource, *unstructured.Unstructured, error) {
 	labels := map[string]string{
 		"app.kubernetes.io/managed-by": "kyverno",
 		report.LabelResourceGroup:      a.GVR.Group, report.LabelResourceVersion: a.GVR.Version, report.LabelResourceKind: a.Subject.Kind,
@@ -316,21 +447,26 @@ func (s *standin) write(a admission.Admitted) {
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
-		logr.FromContextOrDiscard(s.ctx).Error(err, "encode EphemeralReport")
-		return
+		return gvr, nil, err
 	}
 	// Kyverno writes the owner as an empty object, every field present.
 	_ = unstructured.SetNestedMap(u, map[string]any{"apiVersion": "", "kind": "", "name": "", "uid": ""}, "spec", "owner")
-	go func() {
-		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-		defer cancel()
-		_, err := s.client.Resource(gvr).Namespace(a.Subject.Namespace).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{FieldManager: "kyverno"})
-		if err != nil && !errors.Is(ctx.Err(), context.Canceled) {
-			logr.FromContextOrDiscard(s.ctx).Error(err, "create EphemeralReport", "namespace", a.Subject.Namespace, "resource", a.Subject.Name)
-			return
+	return gvr, &unstructured.Unstructured{Object: u}, nil
+}
+
+// create writes one report, within creationTimeout.
+func (s *standin) create(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	ctx, cancel := context.WithTimeout(s.ctx, creationTimeout)
+	defer cancel()
+	namespace, _, _ := unstructured.NestedString(u.Object, "metadata", "namespace")
+	_, err := s.client.Resource(gvr).Namespace(namespace).Create(ctx, u, metav1.CreateOptions{FieldManager: "kyverno"})
+	if err != nil {
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			logr.FromContextOrDiscard(s.ctx).Error(err, "create EphemeralReport", "namespace", namespace, "resource", u.GetAnnotations()[report.AnnotationResourceName])
 		}
-		s.created.WithLabelValues(gvr.Resource).Inc()
-	}()
+		return
+	}
+	s.created.WithLabelValues(gvr.Resource).Inc()
 }
 
 // reported returns the results of a request that Kyverno 1.19 reports, and

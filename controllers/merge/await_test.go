@@ -15,6 +15,7 @@ import (
 
 	"github.com/tally-dev/tally/api/apiresources"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/engine"
 )
 
 // Issue 38: Kyverno 1.19's ValidatingPolicy handler writes its
@@ -163,4 +164,63 @@ func intermediateExists(t *testing.T, m *Merger, gvr schema.GroupVersionResource
 		t.Fatal(err)
 	}
 	return err == nil
+}
+
+// Kyverno 1.19 writes a report per handler for one request (the
+// ValidatingPolicy handler's before the answer, the classic handlers'
+// after): the first may be merged and deleted before the next arrives. The
+// next stands for the policies it names, never for the other handler's:
+// both handlers' results stay in the final report, through a later
+// request's reports too.
+func TestOneRequestsReportsFromSeveralHandlersAllCount(t *testing.T) {
+	ctx := context.Background()
+	stored := podObject("a")
+	vp := kyvernoEphemeral("vp", "", "", wgv1alpha2.ResultFail, 10)
+	setResult(vp, "vp-audit", "", engine.SourceValidatingPolicy)
+	classic := kyvernoEphemeral("classic", "", "require-team", wgv1alpha2.ResultFail, 10)
+	client := fakeClient(stored.DeepCopy(), vp.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
+	m.policies = map[string]PolicyInfo{"p": pol(false, true, "require-team"),
+		PolicyKey(engine.SourceValidatingPolicy, "vp-audit"): {Admission: true, AnyRule: true, Scored: true}}
+	m.Upsert(ctx, apiresources.EphemeralReport, vp)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if intermediateExists(t, m, apiresources.EphemeralReport, "vp") {
+		t.Fatal("the ValidatingPolicy handler's report was not merged and deleted")
+	}
+	m.Remove(ctx, apiresources.EphemeralReport, vp) // the watch tells the delete
+	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("ns").Create(ctx, classic.DeepCopy(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.Upsert(ctx, apiresources.EphemeralReport, classic)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	const want = "p/require-team=fail admission review;vp-audit/=fail admission review;"
+	if got := finalResults(t, m); got != want {
+		t.Fatalf("final %q, want %q: the classic handler's report took the ValidatingPolicy's results", got, want)
+	}
+	// A later request (an UPDATE) whose classic report passes: the
+	// ValidatingPolicy's result stays until its own handler's report.
+	later := kyvernoEphemeral("later", "", "require-team", wgv1alpha2.ResultPass, 20)
+	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("ns").Create(ctx, later.DeepCopy(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.Upsert(ctx, apiresources.EphemeralReport, later)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	const want2 = "p/require-team=pass admission review;vp-audit/=fail admission review;"
+	if got := finalResults(t, m); got != want2 {
+		t.Fatalf("after a later request: final %q, want %q", got, want2)
+	}
+}
+
+// setResult renames the one result of a report.
+func setResult(u *unstructured.Unstructured, policy, rule, source string) {
+	results, _, _ := unstructured.NestedSlice(u.Object, "spec", "results")
+	r := results[0].(map[string]any)
+	r["policy"], r["rule"], r["source"] = policy, rule, source
+	_ = unstructured.SetNestedSlice(u.Object, results, "spec", "results") // a slice of JSON values always sets
 }

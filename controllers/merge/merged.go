@@ -95,8 +95,60 @@ func carryRetained(prev *reportPart, next []section) []section {
 			}
 		}
 	}
+	out = carryOtherHandlers(prev, out)
 	sortNewestFirst(out)
 	return out
+}
+
+// carryOtherHandlers carries the retained results without a content hash
+// (Kyverno's) of the policies the newer sections do not name. Kyverno 1.19
+// writes a report per webhook handler for one request (classic Enforce,
+// classic Audit, ValidatingPolicy: kyverno-standin's doc), at other times:
+// a report merged and deleted before the next one of the same request
+// arrived must not take the other handlers' results with it. A newer
+// report stands for the policies it names (a rule of theirs it no longer
+// has is dropped), as Kyverno's reports controller replaces a policy's
+// entries. Callers hold m.mu.
+func carryOtherHandlers(prev *reportPart, next []section) []section {
+	type policyKey struct{ source, policy string }
+	named := map[policyKey]bool{}
+	unhashed := -1
+	for i, s := range next {
+		if s.hash == "" {
+			unhashed = i
+			for _, r := range s.results {
+				named[policyKey{r.meta.source, r.meta.policy}] = true
+			}
+		}
+	}
+	var carried []compactResult
+	newest := metav1.Timestamp{}
+	for _, s := range prev.sections {
+		if s.hash != "" {
+			continue
+		}
+		for _, r := range s.results {
+			if !named[policyKey{r.meta.source, r.meta.policy}] {
+				carried = append(carried, r)
+			}
+		}
+		if after(s.newest, newest) {
+			newest = s.newest
+		}
+	}
+	if len(carried) == 0 {
+		return next
+	}
+	if unhashed < 0 {
+		return append(next, section{results: carried, newest: newest})
+	}
+	s := next[unhashed]
+	s.results = append(slices.Clone(s.results), carried...)
+	if after(newest, s.newest) {
+		s.newest = newest
+	}
+	next[unhashed] = s
+	return next
 }
 
 // seededHash marks the section of admission results read back from a final
