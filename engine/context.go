@@ -151,10 +151,15 @@ func (e *evaluation) loadContext(entries []kyvernov1.ContextEntry, data map[stri
 			if _, ok := lookupPath(data, entry.Name); ok {
 				continue // supplied by a ValueSource
 			}
+			if e.req.Loader == nil {
+				// Offline with nothing to load it from (no values, no
+				// context file): not loaded, as Kyverno's CLI loads no
+				// configMap or apiCall entry of its own. The variable is
+				// then undefined: a default ("{{ cm.data.x || '' }}")
+				// covers it, any other read is an unknown key (issue 40).
+				continue
+			}
 			load := func() (any, error) {
-				if e.req.Loader == nil {
-					return nil, fmt.Errorf("%s: nothing to load it from offline: give %s a value in a values file", describeEntry(entry), entry.Name)
-				}
 				return e.req.Loader.Load(e.ctx, e.policy.policyKey(), *entry, data)
 			}
 			if !strings.Contains(entry.Name, ".") {

@@ -27,8 +27,10 @@ func imagesOf(obj map[string]any) (map[string]any, error) {
 		for _, c := range containers {
 			cm, _ := c.(map[string]any)
 			name, _ := cm["name"].(string)
-			image, _ := cm["image"].(string)
-			if image == "" {
+			// A container without an image has none to list; an empty one
+			// is an invalid reference, as in Kyverno (issue 40).
+			image, ok := cm["image"].(string)
+			if !ok {
 				continue
 			}
 			if err := checkImage(image); err != nil {

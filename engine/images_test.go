@@ -46,6 +46,12 @@ func TestImagesOfAnInvalidReference(t *testing.T) {
 			rule: `    validate: {message: m, pattern: {spec: {containers: [{name: "?*"}]}}}`, image: "*",
 			want: engine.RuleResult{Result: engine.Pass, Message: "validation rule 'r' passed."},
 		},
+		"an empty image is an invalid reference too (issue 40: Kyverno answers error, not skip)": {
+			rule: reads, image: "",
+			want: engine.RuleResult{Result: engine.Error, Message: "failed to evaluate preconditions: failed to substitute variables in condition key: " +
+				"failed to resolve images.containers.*.registry at path : invalid image '' (bad image: docker.io/, " +
+				"defaultRegistry: docker.io, enableDefaultRegistryMutation: true: invalid reference format)"},
+		},
 		"a valid image reads as before": {
 			rule: reads, image: "ghcr.io/org/app:1",
 			want: engine.RuleResult{Result: engine.Skip, Message: "preconditions not met"},

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/engine"
 )
 
@@ -88,18 +89,39 @@ func TestContextEntriesLoadWhenRead(t *testing.T) {
 	}
 }
 
-// Offline, with nothing to load an entry from, reading it is an error that
-// names it and says how to give it a value, never a silent empty value.
-func TestContextEntriesOfflineAreNeverSilent(t *testing.T) {
-	p := compile(t, policy("", `    context:
+// Offline, with nothing to load an entry from (no values, no context
+// file), the entry is not loaded, as Kyverno's CLI loads no configMap or
+// apiCall entry of its own (issue 40): the variable is undefined, so a
+// default covers it and any other read is an unknown key, never a silent
+// empty value.
+func TestContextEntriesOfflineWithNothingToLoadThemFrom(t *testing.T) {
+	rule := func(key string) string {
+		return `    context:
     - name: allowed
       configMap: {name: allowed-registries, namespace: platform}
     validate:
       message: m
-      deny: {conditions: {any: [{key: "{{ request.object.metadata.name }}", operator: AnyNotIn, value: "{{ allowed.data.names }}"}]}}`))
-	got := p.Evaluate(context.Background(), &engine.Request{Object: resource(t, podWithTwoContainers), Background: true})
-	if len(got) != 1 || got[0].Result != engine.Error || !strings.Contains(got[0].Message, "configMap platform/allowed-registries") ||
-		!strings.Contains(got[0].Message, "values file") {
-		t.Fatalf("got %+v, want an error naming the configMap", got)
+      deny: {conditions: {any: [{key: "` + key + `", operator: Equals, value: forbid}]}}`
+	}
+	tests := map[string]struct {
+		key, message string
+		result       wgv1alpha2.Result
+	}{
+		"read without a default: an unknown key": {
+			key: "{{ allowed.data.names }}", result: engine.Error,
+			message: `failed to check deny conditions: failed to substitute variables in condition key: failed to resolve allowed.data.names at path : JMESPath query failed: Unknown key "allowed" in path`,
+		},
+		"read with a default: the default": {
+			key: `{{ allowed.data.\"some-key\" || \"\" }}`, result: engine.Pass, message: "validation rule 'r' passed.",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := compile(t, policy("", rule(tc.key)))
+			got := p.Evaluate(context.Background(), &engine.Request{Object: resource(t, podWithTwoContainers), Background: true})
+			if len(got) != 1 || got[0].Result != tc.result || got[0].Message != tc.message {
+				t.Fatalf("got %+v, want %s %q", got, tc.result, tc.message)
+			}
+		})
 	}
 }

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/tally-dev/tally/engine"
 )
 
 // OracleFileName is the corpus file holding what Kyverno's CLI printed for
@@ -26,6 +29,13 @@ type OracleEntry struct {
 	Resource string `json:"resource"` // Kind/namespace/name
 	Result   string `json:"result"`
 	Message  string `json:"message"`
+	// expected, of tally's own results: the test's expectation when the
+	// rule reads apiCall entries and the test's values give every one of
+	// them (valuesGiveCalls): `kyverno test` then never calls the API,
+	// while `kyverno apply`, which wrote ORACLE.jsonl, called it anyway
+	// (and failed, or read the objects it was given).
+	valuesGiveCalls bool
+	expected        string
 }
 
 // OracleDiff is one (policy, rule, resource) where tally and Kyverno differ.
@@ -45,6 +55,12 @@ type OracleCounts struct {
 	Different int // a result on both sides, not the same
 	Missing   int // Kyverno's results tally did not give
 	Extra     int // tally's results Kyverno did not give
+	// ValuesApplied are the keys compared with the test's expectation
+	// rather than with `kyverno apply`'s answer: the rule's apiCall data is
+	// given by the test's values, as `kyverno test` applies them
+	// (OracleEntry.expected). Their messages count as the same when the
+	// result is: the test names no message.
+	ValuesApplied int
 }
 
 // ResultRate is the share of keys with the same result.
@@ -61,8 +77,8 @@ func rate(n, of int) float64 {
 }
 
 func (c OracleCounts) String() string {
-	return fmt.Sprintf("%d same result, %d different, %d missing, %d extra; %d same message (of %d: %.2f%% same result, %.2f%% same message)",
-		c.Results, c.Different, c.Missing, c.Extra, c.Messages, c.Keys, 100*c.ResultRate(), 100*c.MessageRate())
+	return fmt.Sprintf("%d same result, %d different, %d missing, %d extra; %d same message (of %d: %.2f%% same result, %.2f%% same message; %d compared with the test's expectation, the values giving their apiCall data)",
+		c.Results, c.Different, c.Missing, c.Extra, c.Messages, c.Keys, 100*c.ResultRate(), 100*c.MessageRate(), c.ValuesApplied)
 }
 
 // OracleReport is tally's agreement with ORACLE.jsonl, per tier.
@@ -121,6 +137,11 @@ func CompareOracle(ctx context.Context, corpus string, tiers ...string) (*Oracle
 			seen[key] = true
 			g := got[key]
 			counts.Keys++
+			if g.valuesGiveCalls && g.expected != "" {
+				// As `kyverno test` answers: the values give the data.
+				counts.ValuesApplied++
+				e.Result, e.Message = g.expected, g.Message
+			}
 			d := OracleDiff{Test: f.suite + "/" + f.test, Policy: e.Policy, Rule: e.Rule, Resource: e.Resource,
 				WantResult: e.Result, WantMessage: e.Message, GotResult: g.Result, GotMessage: g.Message}
 			switch {
@@ -201,6 +222,13 @@ func applyFolder(ctx context.Context, file string) (map[string]OracleEntry, erro
 	if err != nil {
 		return nil, err
 	}
+	// The test's expectations, by policy, rule and resource name.
+	outcomes, _ := RunFile(ctx, file) // a file that cannot run has none
+	expected := map[string]string{}
+	for _, o := range outcomes {
+		name := o.Resource[strings.LastIndex(o.Resource, "/")+1:]
+		expected[o.Policy+"\x00"+o.Rule+"\x00"+name] = o.Expected
+	}
 	out := map[string]OracleEntry{}
 	for _, d := range docs {
 		t, err := testOf(file, d)
@@ -215,14 +243,63 @@ func applyFolder(ctx context.Context, file string) (map[string]OracleEntry, erro
 			for _, r := range l.resources {
 				kind, _ := r.obj["kind"].(string)
 				resource := kind + "/" + r.namespace + "/" + r.name
+				vs := &valueSource{spec: l.test.Values, resource: r.name}
 				for _, rr := range l.evaluate(ctx, lp, r, "") {
 					out[oracleKey(rr.Policy, rr.Rule, resource)] = OracleEntry{
 						Policy: rr.Policy, Rule: rr.Rule, Resource: resource,
 						Result: string(rr.Result), Message: rr.Message,
+						valuesGiveCalls: valuesGiveCalls(lp.Policy, rr.Rule, vs, lp.Name),
+						expected:        expectedOf(expected, rr.Policy, rr.Rule, r.name),
 					}
 				}
 			}
 		}
 	}
 	return out, nil
+}
+
+// expectedOf is the test's expectation of a result; an expectation of a
+// rule stands for the rules autogen derives from it, as in Kyverno's CLI.
+func expectedOf(expected map[string]string, policy, rule, resource string) string {
+	if e, ok := expected[policy+"\x00"+rule+"\x00"+resource]; ok {
+		return e
+	}
+	base := strings.TrimPrefix(strings.TrimPrefix(rule, "autogen-cronjob-"), "autogen-")
+	return expected[policy+"\x00"+base+"\x00"+resource]
+}
+
+// valuesGiveCalls says whether a rule reads apiCall context entries and the
+// test's values give every one of them (for the rule, or the resource).
+func valuesGiveCalls(p *engine.Policy, rule string, vs *valueSource, policy string) bool {
+	given := map[string]bool{}
+	for k := range vs.policyValues(policy) {
+		root, _, _ := strings.Cut(k, ".")
+		given[root] = true
+	}
+	for k := range vs.RuleValues(policy, rule) {
+		root, _, _ := strings.Cut(k, ".")
+		given[root] = true
+	}
+	calls := 0
+	for _, r := range p.Rules {
+		if r.Name != rule {
+			continue
+		}
+		entries := r.Raw.Context
+		if v := r.Raw.Validate; v != nil {
+			for _, fe := range v.ForEach { // a foreach's entries, loaded per element
+				entries = append(slices.Clone(entries), fe.Context...)
+			}
+		}
+		for _, c := range entries {
+			if c.APICall == nil {
+				continue
+			}
+			calls++
+			if !given[c.Name] {
+				return false
+			}
+		}
+	}
+	return calls > 0
 }

@@ -324,7 +324,7 @@ func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op 
 	}
 	vs := &valueSource{spec: l.test.Values, resource: r.name, drop: l.contextNames}
 	if op == "" {
-		if v, ok := vs.PolicyValues(lp.Name)["request.operation"].(string); ok {
+		if v, ok := vs.policyValues(lp.Name)[operationKey].(string); ok {
 			op = strings.ToUpper(v)
 		}
 	}

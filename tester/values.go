@@ -17,20 +17,29 @@ type valueSource struct {
 	drop map[string]bool
 }
 
-// kept is values without those naming a dropped entry.
+// kept is values without those naming a dropped entry, and without
+// request.operation: the operation is the request's (evaluate reads it from
+// the values, a CREATE when it is empty, as Kyverno's CLI runs a resource
+// whose values say `request.operation: ""`: issue 40).
 func (v *valueSource) kept(values map[string]any) map[string]any {
-	if len(v.drop) == 0 || len(values) == 0 {
+	if len(values) == 0 {
+		return values
+	}
+	if _, ok := values[operationKey]; !ok && len(v.drop) == 0 {
 		return values
 	}
 	out := make(map[string]any, len(values))
 	for k, val := range values {
 		root, _, _ := strings.Cut(k, ".")
-		if !v.drop[root] {
+		if !v.drop[root] && k != operationKey {
 			out[k] = val
 		}
 	}
 	return out
 }
+
+// operationKey is the values key of the request's operation.
+const operationKey = "request.operation"
 
 func (v *valueSource) policy(name string) *PolicyValues {
 	if v.spec == nil {

@@ -247,9 +247,9 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml"), "--context-file", in("pod.yaml")}, code: 1,
 			stdout: []string{"configmap default/settings not found in the context", "error: 1"},
 		},
-		"without values or context, reading the cluster is an error naming it, never a silent value": {
+		"without values or context, the entry is not loaded, as in Kyverno's CLI: reading it is an unknown key, never a silent value": {
 			args: []string{"apply", in("allowed.yaml"), "-r", in("pod.yaml")}, code: 1,
-			stdout: []string{"configMap default/settings", "values file", "error: 1"},
+			stdout: []string{`failed to resolve settings.data.image at path : JMESPath query failed: Unknown key "settings" in path`, "error: 1"},
 		},
 		"scan takes the context file too": {
 			args: []string{"scan", in("allowed.yaml"), in("pod.yaml"), "--context-file", in("context.yaml"), "-o", "yaml"}, code: 0,

@@ -112,21 +112,22 @@ func rootReads(n parsing.ASTNode, names *[]string, whole *bool) {
 }
 
 // requiredReads collects the names an expression reads from the top of the
-// data (as rootReads) except those on the left of an "||": a missing name
-// there gives the right side, the default ("{{ foo || 'x' }}").
+// data (as rootReads) except those of an "||": a missing name on its left
+// gives the right side, the default ("{{ foo || 'x' }}"), and its right side
+// is evaluated only when the left is empty, as Kyverno's JMESPath does
+// ("{{ a || b }}" is a's value, b undefined or not: issue 40); a missing
+// last alternative is found once the whole is null (nullPath). The quoted
+// identifier of an empty name ("") names no variable.
 func requiredReads(n parsing.ASTNode, names *[]string) {
 	switch n.NodeType {
 	case parsing.ASTField:
-		if key, ok := n.Value.(string); ok {
+		if key, ok := n.Value.(string); ok && key != "" {
 			*names = append(*names, key)
 		}
 		return
 	case parsing.ASTCurrentNode, parsing.ASTIdentity, parsing.ASTRootNode, parsing.ASTLiteral, parsing.ASTExpRef:
 		return
 	case parsing.ASTOrExpression:
-		if len(n.Children) == 2 {
-			requiredReads(n.Children[1], names)
-		}
 		return
 	case parsing.ASTSubexpression, parsing.ASTIndexExpression, parsing.ASTPipe, parsing.ASTFlatten,
 		parsing.ASTProjection, parsing.ASTFilterProjection, parsing.ASTValueProjection:

@@ -141,6 +141,13 @@ func nullPath(n parsing.ASTNode) []step {
 	if !simplePath(n, &out) {
 		return nil
 	}
+	if len(out) == 1 && !out[0].isIdx && out[0].key == "" {
+		// "" is JMESPath's quoted identifier of an empty name, which
+		// policies write meaning an empty default ("{{ a || \"\" }}"): no
+		// variable has that name, and Kyverno's tests expect the default,
+		// not an unknown key (issue 40).
+		return nil
+	}
 	return out
 }
 

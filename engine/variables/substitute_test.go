@@ -81,12 +81,18 @@ func TestSubstitute(t *testing.T) {
 		"a variable nothing defines is an error in a multiselect": {in: "{{ [undefined, request.operation] }}", wantErr: ErrUnresolved},
 		"a variable nothing defines is an error as the default":   {in: "{{ request.object.metadata.labels.tier || undefined.x }}", wantErr: ErrUnresolved},
 		"a variable nothing defines takes the default after ||":   {in: "{{ undefined.tier || 'none' }}", want: "none"},
-		"a defined variable in a comparison is read as usual":     {in: "{{ config.data.key == 'app' }}", want: true},
-		"a missing field under a defined variable is null there":  {in: "{{ request.object.metadata.labels.tier == 'x' }}", want: false},
-		"names read inside a projection are not variables":        {in: "{{ request.object.spec.containers[?nothing == 'x'] | length(@) }}", want: float64(0)},
-		"a malformed expression is an error":                      {in: "{{ request.[ }}", wantErr: errAny},
-		"a function type error is an error":                       {in: "{{ to_upper(request.object.spec.replicas) }}", wantErr: errAny},
-		"an empty variable is an error":                           {in: "{{}}", wantErr: errAny},
+		// Issue 40: the right side of || is read only when the left is
+		// empty; "" (an empty quoted name) is written for an empty default.
+		"the right of || is not read when the left has a value":  {in: "{{ request.object.metadata.labels.app || undefined.x }}", want: "shop"},
+		`a quoted key with a "" default reads the value`:         {in: `{{ request.object.metadata.annotations."corp.com/team" || "" }}`, want: "blue"},
+		`a missing key with a "" default is null, no error`:      {in: `{{ request.object.metadata.annotations."corp.com/owner" || "" }}`, want: nil},
+		`an undefined variable with a "" default is null`:        {in: `{{ mydata.data."some-key" || "" }}`, want: nil},
+		"a defined variable in a comparison is read as usual":    {in: "{{ config.data.key == 'app' }}", want: true},
+		"a missing field under a defined variable is null there": {in: "{{ request.object.metadata.labels.tier == 'x' }}", want: false},
+		"names read inside a projection are not variables":       {in: "{{ request.object.spec.containers[?nothing == 'x'] | length(@) }}", want: float64(0)},
+		"a malformed expression is an error":                     {in: "{{ request.[ }}", wantErr: errAny},
+		"a function type error is an error":                      {in: "{{ to_upper(request.object.spec.replicas) }}", wantErr: errAny},
+		"an empty variable is an error":                          {in: "{{}}", wantErr: errAny},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
