@@ -70,6 +70,13 @@ func (x *CELException) applies(e *evaluation, in *cel.Input) (bool, error) {
 	if x.prog == nil {
 		return true, nil
 	}
+	if ns, _, ok := strings.Cut(x.Key, "/"); ok && ns != "" && in.Data != nil {
+		// A PolicyException is namespaced: its conditions' resource calls
+		// read only its own namespace (R47).
+		copied := *in
+		copied.OwnNamespace = ns
+		in = &copied
+	}
 	o := x.prog.Evaluate(e.ctx, in)
 	if o.ConditionErr != nil {
 		return false, o.ConditionErr

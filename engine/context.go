@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"path"
 	"strings"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/variables"
 )
 
@@ -160,6 +163,9 @@ func (e *evaluation) loadContext(entries []kyvernov1.ContextEntry, data map[stri
 				continue
 			}
 			load := func() (any, error) {
+				if err := e.entryAllowed(entry, data); err != nil {
+					return nil, err // R47: no call made
+				}
 				return e.req.Loader.Load(e.ctx, e.policy.policyKey(), *entry, data)
 			}
 			if !strings.Contains(entry.Name, ".") {
@@ -177,6 +183,71 @@ func (e *evaluation) loadContext(entries []kyvernov1.ContextEntry, data map[stri
 		}
 	}
 	return nil
+}
+
+// entryAllowed refuses, before any call is made with tally's identity, what
+// R47 forbids: an apiCall method other than GET or POST (any policy; the
+// CRDs refuse them, this is for policies stored before), and for a
+// namespaced Policy a configMap or an apiCall urlPath outside its own
+// namespace. External services, global context entries and image
+// registries read nothing of the cluster with tally's identity.
+func (e *evaluation) entryAllowed(entry *kyvernov1.ContextEntry, data map[string]any) error {
+	if c := entry.APICall; c != nil {
+		switch c.Method {
+		case "", "GET", "POST":
+		default:
+			return fmt.Errorf("apiCall.method %q is not allowed: GET or POST only (no call made)", c.Method)
+		}
+	}
+	own := e.policy.Namespace
+	if own == "" {
+		return nil
+	}
+	switch {
+	case entry.ConfigMap != nil:
+		ns, err := variables.SubstituteString(entry.ConfigMap.Namespace, data)
+		if err != nil {
+			return fmt.Errorf("configMap.namespace: %w", err)
+		}
+		if ns == "" {
+			ns = "default" // as the loader reads it
+		}
+		if ns != own {
+			return fmt.Errorf("configMap %s/%s: %s", ns, entry.ConfigMap.Name, cel.OutsideNamespace(own, ns))
+		}
+	case entry.APICall != nil && entry.APICall.Service == nil:
+		p, err := variables.SubstituteString(entry.APICall.URLPath, data)
+		if err != nil {
+			return fmt.Errorf("apiCall.urlPath: %w", err)
+		}
+		if !InNamespacePath(p, own) {
+			return fmt.Errorf("apiCall.urlPath %s: a namespaced policy of namespace %s may read only paths under /api/v1/namespaces/%s/ or /apis/<group>/<version>/namespaces/%s/ (no call made)", p, own, own, own)
+		}
+	}
+	return nil
+}
+
+// InNamespacePath says whether an API path reads only namespace ns: the
+// namespace itself (/api/v1/namespaces/<ns>), or objects under
+// /api/<version>/namespaces/<ns>/ or /apis/<group>/<version>/namespaces/<ns>/,
+// written plainly (no host, no dot segments, no doubled or encoded
+// slashes). A query string is allowed.
+func InNamespacePath(p, ns string) bool {
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" || ns == "" {
+		return false
+	}
+	if u.RawPath != "" || u.Path != path.Clean(u.Path) || !strings.HasPrefix(u.Path, "/") {
+		return false // escaped characters, "..", "//", a relative path
+	}
+	segs := strings.Split(u.Path[1:], "/")
+	switch {
+	case len(segs) >= 4 && segs[0] == "api" && segs[2] == "namespaces":
+		return segs[3] == ns
+	case len(segs) >= 6 && segs[0] == "apis" && segs[3] == "namespaces":
+		return segs[4] == ns
+	}
+	return false
 }
 
 // describeEntry names what a context entry reads.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/engine"
@@ -123,5 +125,99 @@ func TestContextEntriesOfflineWithNothingToLoadThemFrom(t *testing.T) {
 				t.Fatalf("got %+v, want %s %q", got, tc.result, tc.message)
 			}
 		})
+	}
+}
+
+// R47: a namespaced Policy's context entries read only its own namespace,
+// and no policy calls the API with a method other than GET or POST: the
+// rule is an error saying why, and the loader is never called.
+func TestContextEntriesStayInThePolicysNamespace(t *testing.T) {
+	namespaced := func(entry string) string {
+		return `
+apiVersion: kyverno.io/v1
+kind: Policy
+metadata: {name: p, namespace: team-a}
+spec:
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    context:
+    - name: leaked
+      ` + entry + `
+    validate:
+      message: "leaked: {{ leaked }}"
+      deny: {conditions: {any: [{key: "{{ leaked }}", operator: Equals, value: x}]}}`
+	}
+	pod := "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: team-a}\nspec: {containers: [{name: c, image: nginx}]}\n"
+	tests := map[string]struct {
+		doc     string
+		loads   int
+		result  wgv1alpha2.Result
+		message string
+	}{
+		"an apiCall into another namespace": {
+			doc: namespaced(`apiCall: {urlPath: "/api/v1/namespaces/team-b/configmaps/secret-ish", jmesPath: data.password}`), result: engine.Error,
+			message: "apiCall.urlPath /api/v1/namespaces/team-b/configmaps/secret-ish: a namespaced policy of namespace team-a may read only paths under /api/v1/namespaces/team-a/",
+		},
+		"an apiCall that climbs out of its namespace": {
+			doc: namespaced(`apiCall: {urlPath: "/api/v1/namespaces/team-a/../team-b/configmaps/x"}`), result: engine.Error, message: "may read only paths under",
+		},
+		"an apiCall to a cluster-wide path": {
+			doc: namespaced(`apiCall: {urlPath: "/api/v1/nodes"}`), result: engine.Error, message: "may read only paths under",
+		},
+		"a configMap of another namespace": {
+			doc: namespaced(`configMap: {name: secret-ish, namespace: team-b}`), result: engine.Error,
+			message: "configMap team-b/secret-ish: a namespaced policy of namespace team-a may read only its own namespace, not namespace team-b (no call made)",
+		},
+		"an apiCall of its own namespace is made": {
+			doc: namespaced(`apiCall: {urlPath: "/apis/apps/v1/namespaces/team-a/deployments"}`), loads: 1, result: engine.Pass,
+		},
+		"a DELETE is never made, whatever the policy": {
+			doc:    namespaced(`apiCall: {method: DELETE, urlPath: "/apis/wgpolicyk8s.io/v1alpha2/namespaces/team-a/policyreports/x"}`),
+			result: engine.Error, message: `apiCall.method "DELETE" is not allowed: GET or POST only (no call made)`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var p kyvernov1.Policy
+			if err := yaml.Unmarshal([]byte(tc.doc), &p); err != nil {
+				t.Fatal(err)
+			}
+			c, err := engine.CompilePolicy(&p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := &countingLoader{answers: map[string]any{"/apis/apps/v1/namespaces/team-a/deployments": "y"}}
+			got := c.Evaluate(context.Background(), &engine.Request{Object: resource(t, pod), Background: true, Loader: l})
+			if len(got) != 1 || got[0].Result != tc.result || !strings.Contains(got[0].Message, tc.message) {
+				t.Fatalf("got %+v, want %s containing %q", got, tc.result, tc.message)
+			}
+			if len(l.loads) != tc.loads {
+				t.Errorf("loads %v, want %d", l.loads, tc.loads)
+			}
+		})
+	}
+}
+
+func TestInNamespacePath(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/api/v1/namespaces/team-a":                                true,
+		"/api/v1/namespaces/team-a/configmaps/x":                   true,
+		"/api/v1/namespaces/team-a/pods?labelSelector=app%3Dweb":   true,
+		"/apis/apps/v1/namespaces/team-a/deployments":              true,
+		"/api/v1/namespaces/team-b/configmaps/x":                   false,
+		"/api/v1/namespaces/team-a/../team-b/configmaps/x":         false,
+		"/api/v1/namespaces/team-a%2F..%2Fteam-b/configmaps/x":     false,
+		"/api/v1/namespaces//team-a/configmaps":                    false,
+		"/api/v1/nodes":                                            false,
+		"/api/v1/namespaces":                                       false,
+		"/apis/apps/v1/namespaces/team-a":                          false,
+		"https://evil.example/api/v1/namespaces/team-a/configmaps": false,
+		"api/v1/namespaces/team-a/configmaps":                      false,
+		"/api/v1/namespaces/team-ab/configmaps":                    false,
+	} {
+		if got := engine.InNamespacePath(p, "team-a"); got != want {
+			t.Errorf("InNamespacePath(%q) = %v, want %v", p, got, want)
+		}
 	}
 }

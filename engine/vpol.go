@@ -214,9 +214,10 @@ func (v *validatingPolicy) evaluateVariant(e *evaluation, variant *vpolVariant) 
 	if exceptionErr != nil && !v.ignore {
 		return e.vpolResult(Error, RuleEvaluation, "failed to load context: "+exceptionErr.Error(), nil)
 	}
-	if len(images) > 0 || len(values) > 0 {
+	if len(images) > 0 || len(values) > 0 || e.policy.Namespace != "" {
 		copied := *in
 		copied.AllowedImages, copied.AllowedValues = images, values
+		copied.OwnNamespace = e.policy.Namespace // R47
 		in = &copied
 	}
 	ctx := e.ctx

@@ -25,6 +25,11 @@ type Input struct {
 	Params    any
 	// Data serves the `resource` library (ModeKyverno); nil offline.
 	Data ClusterData
+	// OwnNamespace, for a namespaced policy, is the one namespace its
+	// `resource` calls may read (R47): a call naming another namespace, or
+	// none (a cluster-scoped kind, every namespace), is an error and no read
+	// is made with tally's identity. Empty for a cluster-wide policy.
+	OwnNamespace string
 	// AllowedImages and AllowedValues are `exceptions.allowedImages` and
 	// `exceptions.allowedValues` (ModeKyverno).
 	AllowedImages, AllowedValues []string
@@ -143,6 +148,7 @@ type activation struct {
 	variables                                     *varMap
 	vars                                          varMap // variables points here: one allocation
 	data                                          ClusterData
+	ownNamespace                                  string
 	mode                                          Mode
 	budget                                        int64
 }
@@ -156,6 +162,8 @@ func (p *Program) activation(ctx context.Context, in *Input) *activation {
 		params:    in.Params,
 		data:      in.Data,
 		mode:      p.mode,
+		// the namespace a namespaced policy's resource calls may read
+		ownNamespace: in.OwnNamespace,
 		budget:    celconfig.RuntimeCELCostBudget,
 	}
 	if in.Namespace != nil {
@@ -234,7 +242,7 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	case varExceptions:
 		return a.exceptions, a.exceptions != nil
 	case varResource:
-		return resourceLib{ctx: a.ctx, data: a.data}, a.mode == ModeKyverno
+		return resourceLib{ctx: a.ctx, data: a.data, ownNamespace: a.ownNamespace}, a.mode == ModeKyverno
 	case varGlobalContext:
 		g, _ := a.data.(GlobalData)
 		return globalLib{typ: globalLibType, ctx: a.ctx, data: g}, a.mode == ModeKyverno

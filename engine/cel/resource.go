@@ -31,6 +31,8 @@ var resourceLibType = types.NewOpaqueType("kyverno.resource")
 type resourceLib struct {
 	ctx  context.Context
 	data ClusterData
+	// ownNamespace: see Input.OwnNamespace.
+	ownNamespace string
 }
 
 func (r resourceLib) ConvertToNative(t reflect.Type) (any, error) {
@@ -82,6 +84,11 @@ func resourceCall(name string, args []ref.Val, call func(resourceLib, []string) 
 		}
 		s[i] = v
 	}
+	if r.ownNamespace != "" && s[2] != r.ownNamespace {
+		// R47: checked before anything else, offline too, so that a
+		// policy behaves the same wherever it runs.
+		return types.NewErr("%s(%s): %s", name, strings.Join(s, ", "), OutsideNamespace(r.ownNamespace, s[2]))
+	}
 	if r.data == nil {
 		return types.NewErr("%s(%s): no cluster data: tally reads it in a cluster only", name, strings.Join(s, ", "))
 	}
@@ -90,4 +97,14 @@ func resourceCall(name string, args []ref.Val, call func(resourceLib, []string) 
 		return types.NewErr("%s(%s): %v", name, strings.Join(s, ", "), err)
 	}
 	return types.DefaultTypeAdapter.NativeToValue(Normalize(obj))
+}
+
+// OutsideNamespace is the refusal of a read a namespaced policy may not
+// make (R47): it reaches only its own namespace.
+func OutsideNamespace(own, read string) string {
+	where := "namespace " + read
+	if read == "" {
+		where = "the whole cluster"
+	}
+	return fmt.Sprintf("a namespaced policy of namespace %s may read only its own namespace, not %s (no call made)", own, where)
 }

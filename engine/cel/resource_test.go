@@ -57,3 +57,57 @@ func TestResourceLibrary(t *testing.T) {
 		}
 	}
 }
+
+// countingData counts the calls that reach the cluster.
+type countingData struct {
+	fakeData
+	calls int
+}
+
+func (c *countingData) GetResource(ctx context.Context, apiVersion, resource, namespace, name string) (map[string]any, error) {
+	c.calls++
+	return c.fakeData.GetResource(ctx, apiVersion, resource, namespace, name)
+}
+
+func (c *countingData) ListResources(ctx context.Context, apiVersion, resource, namespace string) (map[string]any, error) {
+	c.calls++
+	return c.fakeData.ListResources(ctx, apiVersion, resource, namespace)
+}
+
+// R47: a namespaced policy's resource calls read only its own namespace;
+// another namespace, or none (the whole cluster), is an error and no call
+// reaches the cluster.
+func TestResourceLibraryOfANamespacedPolicy(t *testing.T) {
+	data := &countingData{fakeData: fakeData{
+		"v1/configmaps/team-a/settings":   {"data": map[string]any{"team": "a"}},
+		"v1/configmaps/team-b/secret-ish": {"data": map[string]any{"password": "hunter2"}},
+	}}
+	for _, tc := range []struct {
+		expr    string
+		calls   int
+		errPart string
+	}{
+		{"resource.Get('v1', 'configmaps', 'team-a', 'settings').data.team == 'a'", 1, ""},
+		{"size(resource.List('v1', 'configmaps', 'team-a').items) == 1", 1, ""},
+		{"resource.Get('v1', 'configmaps', 'team-b', 'secret-ish').data.password == 'x'", 0,
+			"a namespaced policy of namespace team-a may read only its own namespace, not namespace team-b (no call made)"},
+		{"size(resource.List('v1', 'configmaps', '').items) > 0", 0, "not the whole cluster"},
+		{"resource.Get('v1', 'nodes', '', 'node-1') != null", 0, "not the whole cluster"},
+	} {
+		data.calls = 0
+		p, err := Compile(Spec{Mode: ModeKyverno, Validations: []admissionregistrationv1.Validation{{Expression: tc.expr}}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.expr, err)
+		}
+		out := p.Evaluate(context.Background(), &Input{Object: map[string]any{}, Data: data, OwnNamespace: "team-a"})
+		if data.calls != tc.calls {
+			t.Errorf("%s: %d calls reached the cluster, want %d", tc.expr, data.calls, tc.calls)
+		}
+		if tc.errPart == "" && out.Failed != -1 {
+			t.Errorf("%s: does not hold (error %v)", tc.expr, out.Err)
+		}
+		if tc.errPart != "" && (out.Err == nil || !strings.Contains(out.Err.Error(), tc.errPart)) {
+			t.Errorf("%s: error %v, want one saying %q", tc.expr, out.Err, tc.errPart)
+		}
+	}
+}

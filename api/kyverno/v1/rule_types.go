@@ -127,7 +127,10 @@ type ConfigMapReference struct {
 
 // ContextAPICall loads the result of a Kubernetes API or service call.
 type ContextAPICall struct {
-	URLPath  string         `json:"urlPath,omitempty"`
+	URLPath string `json:"urlPath,omitempty"`
+	// Method is GET (the default) or POST, as in Kyverno's CRD: tally
+	// makes no other call (R47).
+	// +kubebuilder:validation:Enum=GET;POST
 	Method   string         `json:"method,omitempty"`
 	Data     *apiextv1.JSON `json:"data,omitempty"`
 	Service  *apiextv1.JSON `json:"service,omitempty"`
