@@ -166,3 +166,10 @@ func (x *Exception) withExclusions(rule *Rule) (*podsecurity.Compiled, error) {
 	x.psCache.Store(rule, c)
 	return c, nil
 }
+
+// ExceptionNamespaceAllowed says whether a PolicyException of namespace ns
+// applies when exceptions are taken from namespace allowed ("" or "*":
+// every namespace), as Kyverno's --exceptionNamespace (R47).
+func ExceptionNamespaceAllowed(allowed, ns string) bool {
+	return allowed == "" || allowed == "*" || allowed == ns
+}

@@ -64,10 +64,12 @@ type options struct {
 	policyStatus    bool
 	successEvents   bool
 	omitEvents      map[string]bool
-	webhook         webhookOptions
-	handover        handoverOptions
-	http            data.HTTPOptions
-	images          data.RegistryOptions
+	// exceptionNamespace is --exception-namespace (R47).
+	exceptionNamespace string
+	webhook            webhookOptions
+	handover           handoverOptions
+	http               data.HTTPOptions
+	images             data.RegistryOptions
 }
 
 type webhookOptions struct {
@@ -122,6 +124,7 @@ func main() {
 	flag.BoolVar(&o.sharding, "sharding", false, "divide the namespaces among the live replicas through a membership Lease each (tally-member-<identity>): each replica scans, and its merger writes, only its shard; off, one replica leads (--leader-elect) and the others wait")
 	flag.StringVar(&o.shardGroup, "shard-group", "tally-scanner", "the replicas that shard together (the tally.dev/shard-member label of their Leases)")
 	flag.StringVar(&o.podUID, "pod-uid", "", "with --sharding, the UID of the Pod this replica runs in, whose name is --identity: the Pod owns the membership Lease, and the garbage collector deletes the Lease of a Pod deleted without warning")
+	flag.StringVar(&o.exceptionNamespace, "exception-namespace", "", "the one namespace PolicyExceptions are taken from, as Kyverno's --exceptionNamespace (empty or *: every namespace, Kyverno's default); exceptions elsewhere are ignored, with a Warning Event and tally_scan_exceptions_ignored_total")
 	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
 	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
@@ -248,6 +251,7 @@ func run(ctx context.Context, o options) error {
 			Loader: loader,
 			Data:   loader,
 			Shard:  owns, StateReadOnly: !clusterShard,
+			ExceptionNamespace: o.exceptionNamespace,
 		})
 		if o.webhook.listen != "" && o.webhook.manageRules && o.webhook.configuration != "" {
 			s.SetWebhookConfigured(func(policy string, generation int64) bool { return bridge.WebhookConfigured(policy, generation) })
@@ -334,7 +338,7 @@ func run(ctx context.Context, o options) error {
 			WebhookConfiguration: o.webhook.configuration, Timeout: o.webhook.timeout,
 			ManageRules: o.webhook.manageRules, Leading: leading, ClientCAFile: o.webhook.clientCA, Recorder: recorder, Registry: reg,
 			Loader: loader, Data: loader, Events: emitter(policyevents.ControllerAdmission),
-			Scanned: scanned,
+			Scanned: scanned, ExceptionNamespace: o.exceptionNamespace,
 		})
 		o.ReadyChecks = append(o.ReadyChecks, func() string {
 			if !bridge.Serving() {

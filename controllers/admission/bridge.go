@@ -104,6 +104,10 @@ type Options struct {
 	CAValidity, CertValidity, CertCheckInterval time.Duration
 	Registry                                    prometheus.Registerer
 	Clock                                       clock.WithTicker
+	// ExceptionNamespace, when set (not "*"), is the one namespace
+	// PolicyExceptions are taken from (Kyverno's --exceptionNamespace; by
+	// default every namespace, as Kyverno's).
+	ExceptionNamespace string
 }
 
 // DefaultMaxRequestBytes bounds an AdmissionReview body: the API server's
@@ -193,6 +197,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 	}
 	b.metrics = newMetrics(opts.Registry)
 	b.policies = newPolicySet(b.metrics.policyErrors.Inc)
+	b.policies.exceptionNamespace = opts.ExceptionNamespace
 	b.policies.catalog = opts.Catalog
 	b.policies.onPolicy = opts.OnPolicy
 	b.policies.onChange = func() {

@@ -80,6 +80,8 @@ type policySet struct {
 
 	snap       atomic.Pointer[snapshot]
 	namespaces sync.Map // name -> map[string]string (labels)
+	// exceptionNamespace is Options.ExceptionNamespace.
+	exceptionNamespace string
 }
 
 var _ watch.Sink = (*policySet)(nil)
@@ -214,10 +216,14 @@ func (ps *policySet) Upsert(ctx context.Context, gvr schema.GroupVersionResource
 		if err == nil {
 			ex, err = engine.CompileException(&pe)
 		}
+		allowed := engine.ExceptionNamespaceAllowed(ps.exceptionNamespace, u.GetNamespace())
 		ps.mu.Lock()
 		defer ps.mu.Unlock()
-		if err != nil {
-			logr.FromContextOrDiscard(ctx).Error(err, "PolicyException is invalid; ignored at admission", "exception", name)
+		if err != nil || !allowed {
+			if err == nil {
+				err = fmt.Errorf("not in --exception-namespace %s", ps.exceptionNamespace)
+			}
+			logr.FromContextOrDiscard(ctx).Error(err, "PolicyException ignored at admission", "exception", name)
 			delete(ps.exceptions, name)
 		} else {
 			ps.exceptions[name] = ex

@@ -27,7 +27,13 @@ type exceptionSet struct {
 	store *memstore.Store
 	// rescan queues every resource the named policies can match.
 	rescan func(policies []string)
+	// namespace, when set, is the one namespace exceptions are taken from
+	// (--exception-namespace, Kyverno's --exceptionNamespace; "" or "*":
+	// every namespace). ignored tells of one from elsewhere.
+	namespace string
+	ignored   func(u *unstructured.Unstructured)
 }
+
 
 // celExceptionKey keeps CEL PolicyExceptions apart from kyverno.io ones in
 // the store.
@@ -46,6 +52,13 @@ func exceptionKey(gvr schema.GroupVersionResource, namespace, name string) strin
 // error is a store write that failed.
 func (es *exceptionSet) upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error {
 	name := exceptionKey(gvr, u.GetNamespace(), u.GetName())
+	if !engine.ExceptionNamespaceAllowed(es.namespace, u.GetNamespace()) {
+		logr.FromContextOrDiscard(ctx).Info("PolicyException outside --exception-namespace; ignored", "name", name, "exception-namespace", es.namespace)
+		if es.ignored != nil {
+			es.ignored(u)
+		}
+		return es.remove(name)
+	}
 	var compiled any
 	var policies []string
 	var err error

@@ -8,21 +8,22 @@ import (
 
 // Metric names.
 const (
-	metricResults          = "tally_scan_results"
-	metricScanDuration     = "tally_scan_duration_seconds"
-	metricResources        = "tally_scan_resources_processed_total"
-	metricQueueDepth       = "tally_scan_queue_depth"
-	metricSinceLastScan    = "tally_scan_seconds_since_last_complete_scan"
-	metricReportWrites     = "tally_scan_report_writes_total"
-	metricPolicyErrors     = "tally_scan_policy_errors_total"
-	metricKindErrors       = "tally_scan_kind_errors_total"
-	metricStoredResources  = "tally_scan_stored_resources"
-	metricEvalPanics       = "tally_scan_evaluation_panics_total"
-	metricEvalDeadlines    = "tally_scan_evaluation_deadline_exceeded_total"
-	metricWorkerPanics     = "tally_scan_worker_panics_total"
-	labelPolicy, labelRule = "policy", "rule"
-	labelResult, labelOp   = "result", "operation"
-	labelReason, labelKind = "reason", "kind"
+	metricResults           = "tally_scan_results"
+	metricScanDuration      = "tally_scan_duration_seconds"
+	metricResources         = "tally_scan_resources_processed_total"
+	metricQueueDepth        = "tally_scan_queue_depth"
+	metricSinceLastScan     = "tally_scan_seconds_since_last_complete_scan"
+	metricReportWrites      = "tally_scan_report_writes_total"
+	metricPolicyErrors      = "tally_scan_policy_errors_total"
+	metricKindErrors        = "tally_scan_kind_errors_total"
+	metricExceptionsIgnored = "tally_scan_exceptions_ignored_total"
+	metricStoredResources   = "tally_scan_stored_resources"
+	metricEvalPanics        = "tally_scan_evaluation_panics_total"
+	metricEvalDeadlines     = "tally_scan_evaluation_deadline_exceeded_total"
+	metricWorkerPanics      = "tally_scan_worker_panics_total"
+	labelPolicy, labelRule  = "policy", "rule"
+	labelResult, labelOp    = "result", "operation"
+	labelReason, labelKind  = "reason", "kind"
 )
 
 type metrics struct {
@@ -48,6 +49,9 @@ type metrics struct {
 	// evalDeadlines the evaluations cut by their deadline.
 	evalPanics, evalDeadlines prometheus.Counter
 	workerPanics              prometheus.CounterFunc
+	// exceptionsIgnored counts PolicyExceptions outside
+	// --exception-namespace (R47).
+	exceptionsIgnored prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics func() float64) *metrics {
@@ -91,8 +95,11 @@ func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics fun
 			Name: metricWorkerPanics, Help: "Reconciles that panicked outside evaluation (the resource is retried after 30 s or more) and watch deliveries that panicked (the object is skipped), recovered.",
 		}, workerPanics),
 	}
+	m.exceptionsIgnored = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: metricExceptionsIgnored, Help: "PolicyExceptions (created or changed) ignored because their namespace is not --exception-namespace.",
+	})
 	reg.MustRegister(m.results, m.scanDuration, m.resources, m.queueDepth, m.sinceLastScan,
 		m.reportWrites, m.policyErrors, m.kindErrors, m.stored,
-		m.evalPanics, m.evalDeadlines, m.workerPanics)
+		m.evalPanics, m.evalDeadlines, m.workerPanics, m.exceptionsIgnored)
 	return m
 }

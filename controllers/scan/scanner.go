@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -92,6 +93,10 @@ type Options struct {
 	// replica that does not own the cluster-scoped shard: one replica
 	// writes it).
 	StateReadOnly bool
+	// ExceptionNamespace, when set (not "*"), is the one namespace
+	// PolicyExceptions are taken from, as Kyverno's --exceptionNamespace
+	// (R47); by default, as Kyverno's, every namespace.
+	ExceptionNamespace string
 }
 
 // SetWebhookConfigured sets Options.WebhookConfigured, for a bridge made
@@ -162,7 +167,14 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		policies: newPolicySet(),
 	}
 	s.control = newControlQueue(s.applyEvent, s.dropMissing, func(gvr schema.GroupVersionResource) { s.listedIn(gvr, "") })
-	s.exceptions = &exceptionSet{store: store, rescan: s.enqueuePolicies}
+	s.exceptions = &exceptionSet{store: store, rescan: s.enqueuePolicies, namespace: opts.ExceptionNamespace,
+		ignored: func(u *unstructured.Unstructured) {
+			s.metrics.exceptionsIgnored.Inc()
+			if s.opts.Recorder != nil { // the replica keeping the policies' status tells
+				s.opts.Recorder.Eventf(u, corev1.EventTypeWarning, "PolicyExceptionIgnored",
+					"tally takes PolicyExceptions only from namespace %s (--exception-namespace): this one does not apply", opts.ExceptionNamespace)
+			}
+		}}
 	s.vaps = newVAPSet(s.upsertPolicy, s.removePolicy)
 	s.kinds = newKindWatch(client, disc, s)
 	s.kinds.owns = opts.Shard

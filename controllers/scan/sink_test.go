@@ -177,3 +177,42 @@ func TestAWaitingResourceEvaluatedBeforeItsReleaseIsNotQueuedAgain(t *testing.T)
 		t.Errorf("%s = %v, want 1", metricResources, n)
 	}
 }
+
+// R47: with --exception-namespace, a PolicyException of another namespace
+// (a tenant's) exempts nothing: ignored, counted, and one stored before
+// goes; one of that namespace applies. Kyverno's default is every
+// namespace.
+func TestExceptionsOnlyFromTheExceptionNamespace(t *testing.T) {
+	policy := compiledPolicy(t, `
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: pods}
+spec:
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate: {pattern: {metadata: {name: "?*"}}}
+`)
+	s := testScanner(t, Options{ExceptionNamespace: "platform"}, policy)
+	tenants := exception("pods") // in namespace ns
+	s.Upsert(context.Background(), apiresources.PolicyException, tenants)
+	settle(t, s)
+	if xs := s.exceptions.compiled(); len(xs) != 0 {
+		t.Errorf("an exception of namespace ns applies under --exception-namespace platform")
+	}
+	if got := testutil.ToFloat64(s.metrics.exceptionsIgnored); got != 1 {
+		t.Errorf("exceptions ignored = %v, want 1", got)
+	}
+	platform := exception("pods")
+	platform.SetNamespace("platform")
+	s.Upsert(context.Background(), apiresources.PolicyException, platform)
+	settle(t, s)
+	if xs := s.exceptions.compiled(); len(xs) != 1 {
+		t.Errorf("%d exceptions apply, want the platform namespace's", len(xs))
+	}
+	for allowed, want := range map[string]bool{"": true, "*": true, "ns": true, "platform": false} {
+		if got := engine.ExceptionNamespaceAllowed(allowed, "ns"); got != want {
+			t.Errorf("ExceptionNamespaceAllowed(%q, ns) = %v, want %v", allowed, got, want)
+		}
+	}
+}
