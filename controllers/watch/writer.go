@@ -46,6 +46,12 @@ func (w *Writer) Write(ctx context.Context, gvr schema.GroupVersionResource, nam
 	body func() ([]byte, error), ops []PatchOp) (created bool, err error) {
 	if exists {
 		err := w.patch(ctx, gvr, namespace, name, ops)
+		if err != nil && !apierrors.IsNotFound(err) && w.missing(ctx, gvr, namespace, name) {
+			// A PATCH of a missing object may fail otherwise than with "not
+			// found" (reports-server answers 500): read before trying the
+			// patch again, or the object is never created again.
+			err = apierrors.NewNotFound(gvr.GroupResource(), name)
+		}
 		if !apierrors.IsNotFound(err) {
 			return false, err
 		}
@@ -59,6 +65,18 @@ func (w *Writer) Write(ctx context.Context, gvr schema.GroupVersionResource, nam
 		return false, w.patch(ctx, gvr, namespace, name, ops)
 	}
 	return err == nil, err
+}
+
+// missing says whether a GET answers that the object does not exist (any
+// other answer: it may).
+func (w *Writer) missing(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) bool {
+	var err error
+	if w.Raw != nil {
+		err = w.Raw.Get().NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).Name(name).Do(ctx).Error()
+	} else {
+		_, err = w.Client.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	return apierrors.IsNotFound(err)
 }
 
 func (w *Writer) create(ctx context.Context, gvr schema.GroupVersionResource, namespace string, body []byte) error {

@@ -3,13 +3,16 @@ package watch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestWriterCreatesOrPatches(t *testing.T) {
@@ -53,6 +56,40 @@ func TestWriterCreatesOrPatches(t *testing.T) {
 			}
 			if got.Object["results"] != "new" {
 				t.Errorf("results %v, want new", got.Object["results"])
+			}
+		})
+	}
+}
+
+// A server that answers a PATCH of a missing object with something else
+// than "not found" (reports-server answers 500) must not leave the object
+// missing for good: the writer reads it, and creates it once it is gone.
+func TestWriterReadsBeforePatchingAgain(t *testing.T) {
+	gvr := schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"}
+	body, _ := json.Marshal(map[string]any{"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+		"metadata": map[string]any{"name": "r", "namespace": "ns"}, "results": "new"})
+	for name, exists := range map[string]bool{"missing: created": false, "present: the error is returned": true} {
+		t.Run(name, func(t *testing.T) {
+			var objs []runtime.Object
+			if exists {
+				u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+					"metadata": map[string]any{"name": "r", "namespace": "ns"}}}
+				objs = append(objs, u)
+			}
+			client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "PolicyReportList"}, objs...)
+			client.PrependReactor("patch", "policyreports", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewInternalError(errors.New("record not found"))
+			})
+			w := &Writer{Client: client, FieldManager: "test"}
+			created, err := w.Write(context.Background(), gvr, "ns", "r", true, func() ([]byte, error) { return body, nil }, []PatchOp{Set("/results", "new")})
+			if exists {
+				if err == nil {
+					t.Error("the PATCH's failure on an object that exists was not returned")
+				}
+				return
+			}
+			if err != nil || !created {
+				t.Fatalf("Write = %v, %v; want it created", created, err)
 			}
 		})
 	}
