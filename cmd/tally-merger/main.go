@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/flowcontrol"
@@ -105,6 +106,11 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed, scan
 	reg := prometheus.NewRegistry()
 	mo.Filter, mo.Registry, mo.RESTConfig = filter, reg, cfg
 	mo.Mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	// The final reports' metadata, watched so that one someone else
+	// changes is put right (R48).
+	if mo.Metadata, err = metadata.NewForConfig(cfg); err != nil {
+		return err
+	}
 	u, err := url.Parse(scannerURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("--scanner-url %q is not an http(s) URL", scannerURL)

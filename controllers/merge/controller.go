@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/tally-dev/tally/api/apiresources"
@@ -71,6 +72,11 @@ type Options struct {
 	// (shard.Assignment.Owns). Reports of other namespaces are neither
 	// read back, merged, written nor deleted. Nil merges everything.
 	Shard func(namespace string) bool
+	// Metadata, when set, watches the final reports' metadata (selected by
+	// ManagedBy), so that one someone else edits, creates or deletes is put
+	// right within seconds (owned.go, R48); nil: they are put right at
+	// their resource's next change or a restart.
+	Metadata metadata.Interface
 	// Ingest makes the merger read the admission reports of a Kyverno
 	// admission controller beside it (EphemeralReports, and kyverno.io
 	// AdmissionReports of Kyverno 1.10-1.12) and merge them, with tally's
@@ -122,6 +128,10 @@ type Merger struct {
 type writtenReport struct {
 	namespace string
 	digest    uint64
+	// rv is the resourceVersion the merger's last write (or the read at
+	// start-up) gave it: a watch event of another is someone else's
+	// (owned.go).
+	rv string
 }
 
 // SetBackground sets Options.Background for the next Run: the hand-over of
@@ -266,6 +276,13 @@ func (m *Merger) Run(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.kinds = kinds
+	if m.opts.Metadata != nil {
+		owned := &finalReports{m: m, listed: map[schema.GroupVersionResource]bool{}}
+		namespaced, cluster := m.opts.ReportAPI.FinalGVRs()
+		for _, gvr := range []schema.GroupVersionResource{namespaced, cluster} {
+			m.sources = append(m.sources, watch.StartMetadata(ctx, m.opts.Metadata, gvr, report.LabelManagedBy+"="+m.opts.ManagedBy, owned))
+		}
+	}
 	for _, gvr := range kinds {
 		client := m.client
 		if gvr == apiresources.BackgroundScanReport || gvr == apiresources.ClusterBackgroundScanReport {
@@ -407,9 +424,17 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	if hadReport && prev.digest == digest {
 		return done()
 	}
+	if !hadReport {
+		// Deleted by someone else: written again only while its resource
+		// exists (owned.go).
+		if ok, err := m.recreateAllowed(ctx, uid); err != nil || !ok {
+			return err
+		}
+	}
 	gvr := m.opts.ReportAPI.FinalGVR(subject.Namespace)
 	name := final.Metadata.Name
-	if err := m.writeFinal(ctx, gvr, &final, body, hadReport); err != nil {
+	rv, err := m.writeFinal(ctx, gvr, &final, body, hadReport)
+	if err != nil {
 		if reason := watch.Refused(err); reason != "" {
 			// Refused for good (namespace gone or terminating, invalid,
 			// forbidden, kind not served): retrying the same write cannot
@@ -426,7 +451,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	}
 	m.metrics.writes.WithLabelValues(op).Inc()
 	m.mu.Lock()
-	m.written[uid] = writtenReport{namespace: subject.Namespace, digest: digest}
+	m.written[uid] = writtenReport{namespace: subject.Namespace, digest: digest, rv: rv}
 	m.mu.Unlock()
 	return done()
 }
@@ -452,16 +477,31 @@ func (m *Merger) seed(ctx context.Context) error {
 					continue // another replica's shard
 				}
 				var r wgv1alpha2.PolicyReport
-				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil || r.Scope == nil {
-					continue // not ours to repair: rewritten on the next change of its resource
+				err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r)
+				if err != nil || !trustedSeed(&list.Items[i], &r) {
+					// Not what the merger wrote (R48): its content counts
+					// for nothing, and the merge writes it again, or
+					// deletes it when its name is no resource's.
+					m.mu.Lock()
+					m.written[list.Items[i].GetName()] = writtenReport{namespace: list.Items[i].GetNamespace()}
+					m.mu.Unlock()
+					m.metrics.putRight.WithLabelValues("read-back-refused").Inc()
+					continue
 				}
 				s := report.Subject{APIVersion: r.Scope.APIVersion, Kind: r.Scope.Kind, Namespace: r.Scope.Namespace, Name: r.Scope.Name, UID: r.Scope.UID}
 				_, _, d, err := finalBody(m.opts.ReportAPI, s, r.Results, m.opts.ManagedBy)
 				if err != nil {
 					continue
 				}
+				// A time in the future would win every merge: clamped.
+				now := metav1.Timestamp{Seconds: m.opts.Now().Unix()}
+				for j := range r.Results {
+					if after(r.Results[j].Timestamp, now) {
+						r.Results[j].Timestamp = now
+					}
+				}
 				m.mu.Lock()
-				m.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d}
+				m.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d, rv: list.Items[i].GetResourceVersion()}
 				// Admission results live on in the final report once their
 				// AdmissionReport is deleted: read back (seedAdmission, once
 				// the policies are listed).
@@ -474,6 +514,17 @@ func (m *Merger) seed(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// trustedSeed says whether a final report read back at start-up is one
+// the merger wrote (R48): its last writer is the merger, it is named by the
+// UID of the resource its scope names, and that resource is of the
+// report's own namespace (the shard was checked by the caller).
+func trustedSeed(u *unstructured.Unstructured, r *wgv1alpha2.PolicyReport) bool {
+	if r.Scope == nil || string(r.Scope.UID) != u.GetName() || r.Scope.Namespace != u.GetNamespace() {
+		return false
+	}
+	return lastWriter(u, fieldManager)
 }
 
 // watchedKinds are the kinds watched (before Run: the classic ones). The

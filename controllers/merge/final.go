@@ -61,8 +61,8 @@ func metaOf(m metav1.ObjectMeta) applyMeta {
 
 // writeFinal writes a final report (watch.Writer): created when the merger
 // has not written it (body is the whole object), else the fields the merger
-// owns replaced by a JSON patch.
-func (m *Merger) writeFinal(ctx context.Context, gvr schema.GroupVersionResource, r *applyReport, body []byte, exists bool) error {
+// owns replaced by a JSON patch. It returns the report's resourceVersion.
+func (m *Merger) writeFinal(ctx context.Context, gvr schema.GroupVersionResource, r *applyReport, body []byte, exists bool) (string, error) {
 	ops := []watch.PatchOp{
 		watch.Set("/metadata/labels", r.Metadata.Labels),
 		watch.Set("/summary", r.Summary),
@@ -74,6 +74,6 @@ func (m *Merger) writeFinal(ctx context.Context, gvr schema.GroupVersionResource
 	if r.Scope != nil {
 		ops = append(ops, watch.Set("/scope", r.Scope))
 	}
-	_, err := m.out.Write(ctx, gvr, r.Metadata.Namespace, r.Metadata.Name, exists, func() ([]byte, error) { return body, nil }, ops)
-	return err
+	rv, _, err := m.out.Write(ctx, gvr, r.Metadata.Namespace, r.Metadata.Name, exists, func() ([]byte, error) { return body, nil }, ops)
+	return rv, err
 }

@@ -14,6 +14,7 @@ const (
 	metricDropped    = "tally_merge_report_writes_dropped_total"
 	metricMerged     = "tally_merge_admission_reports_deleted_total"
 	metricRechecks   = "tally_merge_admission_rechecks_total"
+	metricPutRight   = "tally_merge_reports_put_right_total"
 )
 
 type metrics struct {
@@ -27,6 +28,7 @@ type metrics struct {
 	dropped    *prometheus.CounterVec
 	merged     *prometheus.CounterVec
 	rechecks   prometheus.Counter
+	putRight   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen, panics func() float64) *metrics {
@@ -62,6 +64,9 @@ func newMetrics(reg prometheus.Registerer, queueLen, panics func() float64) *met
 	m.rechecks = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: metricRechecks, Help: "Checks of an admission report's resource that found it not stored yet, or not with the admitted content yet: the report is kept and checked again with backoff, within --orphan-grace.",
 	})
-	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld, m.panics, m.dropped, m.merged, m.rechecks)
+	m.putRight = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricPutRight, Help: "Final reports someone else edited, created or deleted, which the merger puts right (R48), by what was done.",
+	}, []string{"change"})
+	reg.MustRegister(m.writes, m.queueDepth, m.orphans, m.checks, m.unusable, m.withheld, m.panics, m.dropped, m.merged, m.rechecks, m.putRight)
 	return m
 }

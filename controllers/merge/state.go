@@ -25,6 +25,9 @@ type resourceState struct {
 	// updated is when an intermediate report of the resource last changed;
 	// checked when the orphan check last found the resource alive.
 	updated, checked time.Time
+	// reportDeleted: its final report was deleted by someone else
+	// (owned.go): written again only once its resource is found.
+	reportDeleted bool
 }
 
 // reportPart is one intermediate report of a resource.

@@ -34,7 +34,6 @@ type exceptionSet struct {
 	ignored   func(u *unstructured.Unstructured)
 }
 
-
 // celExceptionKey keeps CEL PolicyExceptions apart from kyverno.io ones in
 // the store.
 func celExceptionKey(namespace, name string) string { return "cel:" + namespace + "/" + name }

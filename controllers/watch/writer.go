@@ -41,11 +41,13 @@ func Set(path string, value any) PatchOp { return PatchOp{Op: "add", Path: path,
 
 // Write writes one object: patched with ops when the controller knows it
 // exists, else created from body (called only then). created says which
-// write succeeded.
+// write succeeded; rv is the object's resourceVersion after it (read from
+// the answer's metadata alone), so that the controller can tell its own
+// writes from others' in a watch.
 func (w *Writer) Write(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, exists bool,
-	body func() ([]byte, error), ops []PatchOp) (created bool, err error) {
+	body func() ([]byte, error), ops []PatchOp) (rv string, created bool, err error) {
 	if exists {
-		err := w.patch(ctx, gvr, namespace, name, ops)
+		rv, err := w.patch(ctx, gvr, namespace, name, ops)
 		if err != nil && !apierrors.IsNotFound(err) && w.missing(ctx, gvr, namespace, name) {
 			// A PATCH of a missing object may fail otherwise than with "not
 			// found" (reports-server answers 500): read before trying the
@@ -53,18 +55,31 @@ func (w *Writer) Write(ctx context.Context, gvr schema.GroupVersionResource, nam
 			err = apierrors.NewNotFound(gvr.GroupResource(), name)
 		}
 		if !apierrors.IsNotFound(err) {
-			return false, err
+			return rv, false, err
 		}
 	}
 	data, err := body()
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
-	err = w.create(ctx, gvr, namespace, data)
+	rv, err = w.create(ctx, gvr, namespace, data)
 	if apierrors.IsAlreadyExists(err) {
-		return false, w.patch(ctx, gvr, namespace, name, ops)
+		rv, err = w.patch(ctx, gvr, namespace, name, ops)
+		return rv, false, err
 	}
-	return err == nil, err
+	return rv, err == nil, err
+}
+
+// resourceVersionOf reads metadata.resourceVersion of an object's JSON
+// without decoding the rest.
+func resourceVersionOf(raw []byte) string {
+	var o struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	_ = json.Unmarshal(raw, &o) // an answer without it: "" (unknown)
+	return o.Metadata.ResourceVersion
 }
 
 // missing says whether a GET answers that the object does not exist (any
@@ -79,28 +94,42 @@ func (w *Writer) missing(ctx context.Context, gvr schema.GroupVersionResource, n
 	return apierrors.IsNotFound(err)
 }
 
-func (w *Writer) create(ctx context.Context, gvr schema.GroupVersionResource, namespace string, body []byte) error {
+func (w *Writer) create(ctx context.Context, gvr schema.GroupVersionResource, namespace string, body []byte) (string, error) {
 	if w.Raw != nil {
-		return w.Raw.Post().NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).
-			Param("fieldManager", w.FieldManager).Body(body).Do(ctx).Error()
+		raw, err := w.Raw.Post().NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).
+			Param("fieldManager", w.FieldManager).Body(body).Do(ctx).Raw()
+		if err != nil {
+			return "", err
+		}
+		return resourceVersionOf(raw), nil
 	}
 	var obj map[string]any
 	if err := json.Unmarshal(body, &obj); err != nil {
-		return err
+		return "", err
 	}
-	_, err := w.Client.Resource(gvr).Namespace(namespace).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: w.FieldManager})
-	return err
+	out, err := w.Client.Resource(gvr).Namespace(namespace).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: w.FieldManager})
+	if err != nil {
+		return "", err
+	}
+	return out.GetResourceVersion(), nil
 }
 
-func (w *Writer) patch(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, ops []PatchOp) error {
+func (w *Writer) patch(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, ops []PatchOp) (string, error) {
 	data, err := json.Marshal(ops)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if w.Raw != nil {
-		return w.Raw.Patch(types.JSONPatchType).NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).Name(name).
-			Param("fieldManager", w.FieldManager).Body(data).Do(ctx).Error()
+		raw, err := w.Raw.Patch(types.JSONPatchType).NamespaceIfScoped(namespace, namespace != "").Resource(gvr.Resource).Name(name).
+			Param("fieldManager", w.FieldManager).Body(data).Do(ctx).Raw()
+		if err != nil {
+			return "", err
+		}
+		return resourceVersionOf(raw), nil
 	}
-	_, err = w.Client.Resource(gvr).Namespace(namespace).Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
-	return err
+	out, err := w.Client.Resource(gvr).Namespace(namespace).Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
+	if err != nil {
+		return "", err
+	}
+	return out.GetResourceVersion(), nil
 }

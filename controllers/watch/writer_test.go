@@ -45,7 +45,7 @@ func TestWriterCreatesOrPatches(t *testing.T) {
 			}
 			client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "PolicyReportList"}, objs...)
 			w := &Writer{Client: client, FieldManager: "test"}
-			created, err := w.Write(ctx, gvr, "ns", "r", tc.known, func() ([]byte, error) { return object("new"), nil },
+			_, created, err := w.Write(ctx, gvr, "ns", "r", tc.known, func() ([]byte, error) { return object("new"), nil },
 				[]PatchOp{Set("/results", "new")})
 			if err != nil || created != tc.wantCreated {
 				t.Fatalf("Write = %v, %v; want created %v", created, err, tc.wantCreated)
@@ -81,7 +81,7 @@ func TestWriterReadsBeforePatchingAgain(t *testing.T) {
 				return true, nil, apierrors.NewInternalError(errors.New("record not found"))
 			})
 			w := &Writer{Client: client, FieldManager: "test"}
-			created, err := w.Write(context.Background(), gvr, "ns", "r", true, func() ([]byte, error) { return body, nil }, []PatchOp{Set("/results", "new")})
+			_, created, err := w.Write(context.Background(), gvr, "ns", "r", true, func() ([]byte, error) { return body, nil }, []PatchOp{Set("/results", "new")})
 			if exists {
 				if err == nil {
 					t.Error("the PATCH's failure on an object that exists was not returned")

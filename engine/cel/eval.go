@@ -164,7 +164,7 @@ func (p *Program) activation(ctx context.Context, in *Input) *activation {
 		mode:      p.mode,
 		// the namespace a namespaced policy's resource calls may read
 		ownNamespace: in.OwnNamespace,
-		budget:    celconfig.RuntimeCELCostBudget,
+		budget:       celconfig.RuntimeCELCostBudget,
 	}
 	if in.Namespace != nil {
 		a.namespace = in.Namespace

@@ -1,0 +1,204 @@
+package merge
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tally-dev/tally/controllers/watch"
+)
+
+// The final reports are tally's (R48).
+//
+// The merger watches the final reports labelled as its own (metadata only:
+// Options.Metadata) and puts right, within seconds, one someone else
+// changed: a report at another resourceVersion than the merger's last
+// write gave it is taken as unknown content and written again (a JSON
+// patch of the same content changes nothing: a write of the merger's seen
+// before its answer costs one patch that does nothing); one the merger did
+// not write is deleted, or overwritten when its resource has results; one
+// deleted behind its back is created again, once a GET has found its
+// resource still there (the garbage collector deletes the report of a
+// deleted resource: that one stays gone, and the resource's retained
+// admission results go with it).
+//
+// At start-up, a report read back counts as the merger's only when the
+// merger made its last write (managedFields: their times have a precision
+// of a second, so an edit made while tally was down in the same second as
+// the merger's last write passes), its name is the UID its scope names,
+// and that resource is of the report's namespace.
+
+// finalReports is the Sink of the final reports' metadata watch.
+type finalReports struct {
+	m *Merger
+	// listed says the first list was seen (seed read the same reports:
+	// deletions are looked for in later lists only).
+	listed map[schema.GroupVersionResource]bool
+}
+
+var _ watch.Sink = (*finalReports)(nil)
+
+// lastWriter says whether manager made the last write of an object, by its
+// managedFields (an object without any: yes, it cannot be told).
+func lastWriter(u *unstructured.Unstructured, manager string) bool {
+	fields := u.GetManagedFields()
+	if len(fields) == 0 {
+		return true
+	}
+	var ours, theirs time.Time
+	hasOurs := false
+	for _, f := range fields {
+		var at time.Time
+		if f.Time != nil {
+			at = f.Time.Time
+		}
+		if f.Manager == manager {
+			hasOurs = true
+			if at.After(ours) {
+				ours = at
+			}
+		} else if at.After(theirs) {
+			theirs = at
+		}
+	}
+	return hasOurs && !theirs.After(ours)
+}
+
+// onlyManager says whether manager is the only one in an object's
+// managedFields (none at all: no).
+func onlyManager(u *unstructured.Unstructured, manager string) bool {
+	fields := u.GetManagedFields()
+	for _, f := range fields {
+		if f.Manager != manager {
+			return false
+		}
+	}
+	return len(fields) > 0
+}
+
+// Upsert: a report the merger did not write as it is now (its
+// resourceVersion is not the one the merger's last write gave it, and
+// someone else manages fields of it) is written again.
+func (f *finalReports) Upsert(ctx context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
+	m := f.m
+	if !m.owns(u.GetNamespace()) {
+		return
+	}
+	uid := u.GetName()
+	m.mu.Lock()
+	w, had := m.written[uid]
+	// A write of the merger's whose answer is not recorded yet is known by
+	// its managedFields, the merger's alone.
+	if (had && w.rv != "" && w.rv == u.GetResourceVersion()) || onlyManager(u, fieldManager) {
+		m.mu.Unlock()
+		return
+	}
+	// Its content is unknown: whatever the merge gives differs from it.
+	m.written[uid] = writtenReport{namespace: u.GetNamespace()}
+	m.mu.Unlock()
+	what := "edited"
+	if !had {
+		what = "created"
+	}
+	m.metrics.putRight.WithLabelValues(what).Inc()
+	logr.FromContextOrDiscard(ctx).Info("a final report was "+what+" by someone else; put right", "namespace", u.GetNamespace(), "name", uid)
+	m.queue.Add(uid)
+}
+
+// Remove: a report the merger wrote, deleted by someone else, is written
+// again (reconcile checks first that its resource still exists).
+func (f *finalReports) Remove(ctx context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
+	f.deleted(ctx, u.GetNamespace(), u.GetName())
+}
+
+func (f *finalReports) deleted(ctx context.Context, namespace, uid string) {
+	m := f.m
+	if !m.owns(namespace) {
+		return
+	}
+	m.mu.Lock()
+	w, had := m.written[uid]
+	had = had && w.namespace == namespace
+	if had {
+		delete(m.written, uid)
+		if st := m.states[uid]; st != nil {
+			st.reportDeleted = true
+		}
+	}
+	m.mu.Unlock()
+	if !had {
+		return // the merger deleted it (or never wrote it)
+	}
+	m.metrics.putRight.WithLabelValues("deleted").Inc()
+	logr.FromContextOrDiscard(ctx).V(1).Info("a final report was deleted by someone else", "namespace", namespace, "name", uid)
+	m.queue.Add(uid)
+}
+
+// Replace: after the first list, a report the merger wrote that a list no
+// longer has was deleted while the watch was down.
+func (f *finalReports) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	present := make(map[string]bool, len(objs))
+	for _, u := range objs {
+		present[u.GetNamespace()+"/"+u.GetName()] = true
+		f.Upsert(ctx, gvr, u)
+	}
+	if !f.listed[gvr] {
+		f.listed[gvr] = true
+		return
+	}
+	namespaced, _ := f.m.opts.ReportAPI.FinalGVRs()
+	var gone [][2]string
+	f.m.mu.Lock()
+	for uid, w := range f.m.written {
+		if (w.namespace != "") == (gvr == namespaced) && !present[w.namespace+"/"+uid] {
+			gone = append(gone, [2]string{w.namespace, uid})
+		}
+	}
+	f.m.mu.Unlock()
+	for _, g := range gone {
+		f.deleted(ctx, g[0], g[1])
+	}
+}
+
+func (f *finalReports) Listed(context.Context, schema.GroupVersionResource) {}
+
+// recreateAllowed says, for a resource whose final report someone else
+// deleted, whether it still exists (its report is then written again);
+// when it is gone its retained admission results go too. Callers hold no
+// lock.
+func (m *Merger) recreateAllowed(ctx context.Context, uid string) (bool, error) {
+	m.mu.Lock()
+	st := m.states[uid]
+	if st == nil || !st.reportDeleted {
+		m.mu.Unlock()
+		return true, nil
+	}
+	o := subjectRef(st)
+	m.mu.Unlock()
+	gone, err := m.resourceGone(ctx, uid, o)
+	if err != nil && !unverifiable(err) {
+		return false, err // tried again with backoff
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st := m.states[uid]; st != nil {
+		st.reportDeleted = false
+		if gone {
+			m.dropRetained(uid)
+		}
+	}
+	return !gone, nil
+}
+
+// subjectRef locates the resource of a state for a GET. Callers hold m.mu.
+func subjectRef(st *resourceState) ownerRef {
+	label := st.background.ref.gvrLabel
+	if label == "" {
+		label = st.admission.ref.gvrLabel
+	}
+	return ownerRef{gvrLabel: label, apiVersion: st.subject.APIVersion, kind: st.subject.Kind,
+		namespace: st.subject.Namespace, name: st.subject.Name}
+}
