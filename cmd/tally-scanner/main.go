@@ -267,7 +267,8 @@ func run(ctx context.Context, o options) error {
 	var leading func() bool
 	if o.sharding {
 		sd := &shardedDaemon{newScanner: newScanner, current: &current, hubs: hubs, metrics: &process.Switch{},
-			opts: shard.Options{Client: kube, Namespace: o.Namespace, Group: o.shardGroup, Identity: o.Identity, Registry: reg}}
+			opts: shard.Options{Client: kube, Namespace: o.Namespace, Group: o.shardGroup, Identity: o.Identity, Registry: reg,
+				Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"})}}
 		if o.podUID != "" {
 			sd.opts.Owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: o.Identity, UID: types.UID(o.podUID)}
 		}

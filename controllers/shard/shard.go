@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
@@ -130,6 +131,8 @@ type Options struct {
 	LeaseDuration, RenewDeadline, RenewPeriod time.Duration
 	Clock                                     clock.WithTicker
 	Registry                                  prometheus.Registerer
+	// Recorder, when set, tells of the Leases that do not count (verify.go).
+	Recorder record.EventRecorder
 }
 
 func (o *Options) defaults() error {
@@ -179,6 +182,12 @@ type member struct {
 	changed   chan struct{}
 	// own is this replica's Lease as last written (renewLoop's only).
 	own *coordinationv1.Lease
+	// pods are the verdicts on the other members' Pods, by identity; self
+	// this replica's Pod's labels; ignored the Lease versions told of
+	// (verify.go).
+	pods    map[string]podVerdict
+	self    map[string]string
+	ignored map[string]bool
 }
 
 // Run holds this replica's membership Lease and runs work with each
@@ -191,7 +200,7 @@ func Run(ctx context.Context, o Options, work Work) error {
 		return err
 	}
 	m := &member{o: o, log: logr.FromContextOrDiscard(ctx).WithName("shard"),
-		seen: map[string]observed{}, changed: make(chan struct{}, 1)}
+		seen: map[string]observed{}, changed: make(chan struct{}, 1), pods: map[string]podVerdict{}, ignored: map[string]bool{}}
 	m.metrics = newMetrics(o.Registry)
 	informer := m.watchLeases(ctx)
 	m.leases = informer.GetStore()
@@ -346,6 +355,12 @@ func (m *member) view() Assignment {
 			continue
 		}
 		listed[id] = true
+		if ok, reason := m.vet(l, id); !ok {
+			if reason != "" {
+				m.ignoreLease(l, reason)
+			}
+			continue
+		}
 		renew := ""
 		if l.Spec.RenewTime != nil {
 			renew = l.Spec.RenewTime.String() + "/" + l.ResourceVersion
@@ -366,6 +381,11 @@ func (m *member) view() Assignment {
 	for id := range m.seen {
 		if !listed[id] {
 			delete(m.seen, id) // its Lease went
+		}
+	}
+	for id, v := range m.pods {
+		if !listed[id] && !v.pending {
+			delete(m.pods, id)
 		}
 	}
 	a := Assignment{}
@@ -468,6 +488,7 @@ type metrics struct {
 	members, member prometheus.Gauge
 	changes         prometheus.Counter
 	renewFailures   prometheus.Counter
+	ignored         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -481,6 +502,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		renewFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_shard_renew_failures_total",
 			Help: "Renewals of this replica's membership Lease that failed."}),
 	}
-	reg.MustRegister(m.members, m.member, m.changes, m.renewFailures)
+	m.ignored = prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_shard_members_ignored_total",
+		Help: "Membership Leases that do not count (a duration other than the configured one, not owned by a live Pod of tally's), once per Lease version."})
+	reg.MustRegister(m.members, m.member, m.changes, m.renewFailures, m.ignored)
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,12 +12,17 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 )
 
 func namespaces(n int) []string {
@@ -244,4 +250,95 @@ func TestTheMembershipLeaseIsOwnedByThePod(t *testing.T) {
 	stop = run("second")
 	waitFor(t, "the second Pod owns the Lease left by the first", func() bool { return ownedBy("second") })
 	stop()
+}
+
+// Issue 39: a forged membership Lease (a duration of 68 years, no owner, an
+// owner that is not a live Pod of tally's) takes no namespace: ignored,
+// counted, told in an Event; a Lease of a Pod of tally's counts.
+func TestOnlyLeasesOfTallysPodsCount(t *testing.T) {
+	labels := map[string]string{"app.kubernetes.io/name": "tally", "app.kubernetes.io/instance": "tally", "app.kubernetes.io/component": "scanner"}
+	newPod := func(name, uid string, l map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tally-system", UID: types.UID(uid), Labels: l}}
+	}
+	kube := fake.NewClientset(newPod("a", "uid-a", labels), newPod("b", "uid-b", labels),
+		newPod("stranger", "uid-s", map[string]string{"app.kubernetes.io/name": "other"}))
+	lease := func(id string, seconds int32, owner *metav1.OwnerReference) {
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: LeaseName(id), Namespace: "tally-system", Labels: map[string]string{LabelMember: "tally-scanner"}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(id), LeaseDurationSeconds: ptr.To(seconds), RenewTime: ptr.To(metav1.NowMicro())},
+		}
+		if owner != nil {
+			l.OwnerReferences = []metav1.OwnerReference{*owner}
+		}
+		if _, err := kube.CoordinationV1().Leases("tally-system").Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	podRef := func(name, uid string) *metav1.OwnerReference {
+		return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: name, UID: types.UID(uid)}
+	}
+	lease("ghost", 2147483647, podRef("ghost", "uid-g"))   // a duration of its own
+	lease("orphan", 2, nil)                                // no owner
+	lease("stranger", 2, podRef("stranger", "uid-s"))      // a Pod that is not tally's
+	lease("impostor", 2, podRef("impostor", "uid-nobody")) // a Pod that does not exist
+	lease("b", 2, podRef("b", "uid-b"))                    // a replica of tally's
+	// b renews its Lease, as a live replica does.
+	renewing, stopRenewing := context.WithCancel(context.Background())
+	defer stopRenewing()
+	go func() {
+		for renewing.Err() == nil {
+			if l, err := kube.CoordinationV1().Leases("tally-system").Get(renewing, LeaseName("b"), metav1.GetOptions{}); err == nil {
+				l.Spec.RenewTime = ptr.To(metav1.NowMicro())
+				_, _ = kube.CoordinationV1().Leases("tally-system").Update(renewing, l, metav1.UpdateOptions{}) // the next renewal tries again
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	rec := &recorder{seen: map[string][]Assignment{}, live: map[string]Assignment{}}
+	events := record.NewFakeRecorder(20)
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(logr.NewContext(ctx, testr.New(t)), Options{Client: kube, Namespace: "tally-system", Group: "tally-scanner", Identity: "a",
+			Owner: podRef("a", "uid-a"), Recorder: events, Registry: reg,
+			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RenewPeriod: 200 * time.Millisecond}, rec.work)
+	}()
+	waitFor(t, "a works with b alone", func() bool {
+		a, ok := rec.running()["a"]
+		return ok && len(a.Members) == 2 && a.Members[0] == "a" && a.Members[1] == "b"
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(counter(t, reg, "tally_shard_members_ignored_total")); n < 4 {
+		t.Errorf("ignored %v Leases, want the 4 forged ones", n)
+	}
+	got := ""
+	for len(events.Events) > 0 {
+		got += <-events.Events + "\n"
+	}
+	for _, want := range []string{"its duration is not the configured 2s", "it is not owned by the Pod of its holder",
+		"its Pod is not one of tally's", "its Pod does not exist"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no Event says %q; Events:\n%s", want, got)
+		}
+	}
+}
+
+// counter finds a registered counter by name.
+func counter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: "copy"}, func() float64 { return mf.GetMetric()[0].GetCounter().GetValue() })
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return nil
 }
