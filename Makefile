@@ -40,6 +40,7 @@ generate:
 	   config/rbac/scanner_role.yaml config/rbac/merger_cluster_role.yaml charts/tally/files/rbac/
 	cp config/webhook/rbac.yaml charts/tally/files/rbac/webhook.yaml
 	cp config/rbac/ingest-kyverno-reports/cluster_role.yaml charts/tally/files/rbac/ingest_kyverno_reports.yaml
+	cp config/rbac/tenants/aggregate_roles.yaml charts/tally/files/rbac/tenant_roles.yaml
 	cp config/crd/bases/*.yaml charts/tally/files/crd/
 
 ## verify-generate: fail if the generated files are stale

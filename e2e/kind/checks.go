@@ -120,6 +120,13 @@ func CheckLeastPrivilege(objs []*unstructured.Unstructured) []error {
 				errs = append(errs, fmt.Errorf("%s: %w", Describe(o), err))
 				continue
 			}
+			if userRole(&r) {
+				// Aggregated into admin, edit or view: users' rights, not
+				// tally's. Never bound here, and only over namespaced
+				// policies, exceptions and reports.
+				errs = append(errs, checkUserRole(&r, objs)...)
+				continue
+			}
 			rules = r.Rules
 		default:
 			continue
@@ -127,6 +134,51 @@ func CheckLeastPrivilege(objs []*unstructured.Unstructured) []error {
 		for i, rule := range rules {
 			for _, err := range checkRule(rule, roleOnly) {
 				errs = append(errs, fmt.Errorf("%s rule %d: %w", Describe(o), i, err))
+			}
+		}
+	}
+	return errs
+}
+
+// userRole says whether a ClusterRole is aggregated into Kubernetes'
+// admin, edit or view roles.
+func userRole(r *rbacv1.ClusterRole) bool {
+	for _, k := range []string{"admin", "edit", "view"} {
+		if r.Labels["rbac.authorization.k8s.io/aggregate-to-"+k] == "true" {
+			return true
+		}
+	}
+	return false
+}
+
+// userKinds are what the roles aggregated for users may cover.
+var userKinds = map[string]bool{
+	"kyverno.io/policies": true, "kyverno.io/policyexceptions": true,
+	"policies.kyverno.io/namespacedvalidatingpolicies": true, "policies.kyverno.io/policyexceptions": true,
+	"wgpolicyk8s.io/policyreports": true, "openreports.io/reports": true,
+}
+
+// checkUserRole: a role aggregated for users binds to no one here and
+// covers only namespaced policies, exceptions and reports, by name.
+func checkUserRole(r *rbacv1.ClusterRole, objs []*unstructured.Unstructured) []error {
+	var errs []error
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRoleBinding" && o.GetKind() != "RoleBinding" {
+			continue
+		}
+		if ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name"); ref == r.Name {
+			errs = append(errs, fmt.Errorf("ClusterRole %s is for users (aggregated): %s binds it", r.Name, Describe(o)))
+		}
+	}
+	for i, rule := range r.Rules {
+		if len(rule.NonResourceURLs) > 0 {
+			errs = append(errs, fmt.Errorf("ClusterRole %s rule %d: a non-resource URL", r.Name, i))
+		}
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				if !userKinds[g+"/"+res] {
+					errs = append(errs, fmt.Errorf("ClusterRole %s rule %d: %s.%s is not a namespaced policy, exception or report", r.Name, i, res, g))
+				}
 			}
 		}
 	}
