@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -129,7 +130,10 @@ type certSource interface {
 // Bridge is the admission webhook: it serves /validate, keeps its own view
 // of the policies, records results and manages its certificate.
 type Bridge struct {
-	pool     *evalPool
+	pool *evalPool
+	// decoding bounds the reviews read and decoded at once to what the pool
+	// can evaluate (handler.go).
+	decoding chan struct{}
 	opts     Options
 	client   dynamic.Interface
 	kube     kubernetes.Interface
@@ -189,7 +193,8 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	b := &Bridge{pool: newEvalPool(poolWorkers, poolOverflow), opts: opts, client: client, kube: kube, disc: disc, clock: opts.Clock, kick: make(chan struct{}, 1)}
+	b := &Bridge{pool: newEvalPool(poolWorkers, poolOverflow), opts: opts, client: client, kube: kube, disc: disc, clock: opts.Clock, kick: make(chan struct{}, 1),
+		decoding: make(chan struct{}, poolWorkers+poolOverflow)}
 	b.recorder = opts.Recorder
 	if b.recorder == nil {
 		b.recorder = NewRecorder(client, RecorderOptions{FlushInterval: opts.FlushInterval, Workers: opts.WriteWorkers, Registry: opts.Registry, Clock: opts.Clock})
@@ -327,6 +332,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.mu.Unlock()
 	mux := http.NewServeMux()
 	mux.Handle("/validate", b)
+	// At most maxConnections connections at once (the API server sends
+	// its reviews over a few, HTTP/2): a flood of others waits in the
+	// listen backlog instead of holding memory here.
+	ln = netutil.LimitListener(ln, maxConnections)
 	srv := &http.Server{
 		Handler: mux,
 		// Requests carry Run's logger; a shutdown lets them finish.

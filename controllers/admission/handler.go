@@ -50,6 +50,18 @@ func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Bounded before any work: no more reviews are read and decoded at
+	// once than the pool can evaluate. The rest are answered at once,
+	// unread (429): the API server applies the webhook's failurePolicy, as
+	// for any webhook that cannot answer.
+	select {
+	case b.decoding <- struct{}{}:
+		defer func() { <-b.decoding }()
+	default:
+		b.metrics.evalRefused.Inc()
+		http.Error(w, "every evaluation slot of the webhook is busy: the request is not read (the webhook's failurePolicy applies)", http.StatusTooManyRequests)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, b.opts.MaxRequestBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError

@@ -2,6 +2,9 @@ package admission
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -81,5 +84,41 @@ func TestAFullPoolAnswersAsATimeout(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(b.metrics.evalRefused); n != 1 {
 		t.Errorf("%s = %v, want 1", metricEvalRefused, n)
+	}
+}
+
+// countingReader counts the bytes read of a body.
+type countingReader struct{ n int }
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	c.n += len(p)
+	return 0, io.EOF
+}
+
+// Issue 39: the webhook bounds before it works: with as many reviews in
+// hand as the pool can evaluate, one more is answered at once (429, the
+// webhook's failurePolicy applies) without a byte of it read.
+func TestReviewsAreBoundedBeforeTheyAreRead(t *testing.T) {
+	b := testBridge(t)
+	for range cap(b.decoding) {
+		b.decoding <- struct{}{}
+	}
+	body := &countingReader{}
+	w := httptest.NewRecorder()
+	b.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/validate", body))
+	if w.Code != http.StatusTooManyRequests {
+		t.Errorf("status %d, want 429", w.Code)
+	}
+	if body.n != 0 {
+		t.Errorf("%d bytes of the body were read", body.n)
+	}
+	if n := testutil.ToFloat64(b.metrics.evalRefused); n != 1 {
+		t.Errorf("%s = %v, want 1", metricEvalRefused, n)
+	}
+	<-b.decoding // a slot frees: the next review is read and answered
+	w = httptest.NewRecorder()
+	b.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/validate", strings.NewReader("{}")))
+	if w.Code != http.StatusBadRequest {
+		t.Errorf("status %d with a free slot, want 400 for an empty review", w.Code)
 	}
 }

@@ -34,10 +34,12 @@ type evalPool struct {
 	wg      sync.WaitGroup
 }
 
-// Pool sizes: workers and the goroutines allowed beyond them.
+// Pool sizes: workers and the goroutines allowed beyond them; and the
+// webhook's connections at once (issue 39: a bound before any work).
 var (
-	poolWorkers  = 2 * runtime.GOMAXPROCS(0)
-	poolOverflow = 2 * poolWorkers
+	poolWorkers    = 2 * runtime.GOMAXPROCS(0)
+	poolOverflow   = 2 * poolWorkers
+	maxConnections = 4 * (poolWorkers + poolOverflow)
 )
 
 func newEvalPool(workers, overflow int) *evalPool {
