@@ -79,7 +79,29 @@ func (c *Coverage) Scanned(ctx context.Context, gvr schema.GroupVersionResource)
 		scanned = scanned && review.Status.Allowed
 	}
 	c.mu.Lock()
-	c.known[gr] = coverageEntry{scanned: scanned, at: now}
+	c.remember(gr, coverageEntry{scanned: scanned, at: now})
 	c.mu.Unlock()
 	return scanned
+}
+
+// maxCoverageEntries bounds what Coverage remembers: a review may name any
+// resource (a forged one, made-up kinds), and the answers must not grow
+// with them (issue 39).
+const maxCoverageEntries = 1024
+
+// remember keeps an answer: past the bound, expired answers are dropped
+// first, and with none to drop the answer is not kept (asked again next
+// time). Callers hold c.mu.
+func (c *Coverage) remember(gr schema.GroupResource, e coverageEntry) {
+	if _, ok := c.known[gr]; !ok && len(c.known) >= maxCoverageEntries {
+		for k, old := range c.known {
+			if e.at.Sub(old.at) >= c.ttl {
+				delete(c.known, k)
+			}
+		}
+		if len(c.known) >= maxCoverageEntries {
+			return
+		}
+	}
+	c.known[gr] = e
 }

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,5 +47,32 @@ func TestCoverageAsksOncePerKindAndSaysNoWhenUnsure(t *testing.T) {
 	clk.Step(2 * time.Minute)
 	if c.Scanned(ctx, pods) {
 		t.Error("a kind whose review failed counts as scanned: its results would be lost")
+	}
+}
+
+// What Coverage remembers is bounded whatever kinds reviews name (forged
+// reviews may name made-up ones): past the bound, expired answers go first,
+// and with none expired a new answer is not kept.
+func TestCoverageIsBounded(t *testing.T) {
+	kube := fake.NewSimpleClientset()
+	kube.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+		r.Status.Allowed = true
+		return true, r, nil
+	})
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	c := NewCoverage(kube.AuthorizationV1().SelfSubjectAccessReviews(), time.Minute)
+	c.clock = clk
+	ctx := context.Background()
+	for i := range maxCoverageEntries + 10 {
+		c.Scanned(ctx, schema.GroupVersionResource{Group: "made.up", Version: "v1", Resource: fmt.Sprintf("kind%d", i)})
+	}
+	if n := len(c.known); n != maxCoverageEntries {
+		t.Errorf("%d answers kept, want the bound %d", n, maxCoverageEntries)
+	}
+	clk.Step(2 * time.Minute)
+	c.Scanned(ctx, schema.GroupVersionResource{Version: "v1", Resource: "pods"})
+	if n := len(c.known); n != 1 {
+		t.Errorf("%d answers kept once the others expired, want 1", n)
 	}
 }
