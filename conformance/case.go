@@ -45,9 +45,24 @@ type Case struct {
 	// waits --orphan-grace for the scan to catch up); every other case ends
 	// with none of the case's resources (R20).
 	IntermediatesKept string `json:"intermediatesKept,omitempty"`
-	Given             Given  `json:"given"`
-	Steps             []Step `json:"steps"`
+	// Tenant, when set, is a namespace's admin (issue 39): the user
+	// conf-tenant, bound to Kubernetes' admin role in that namespace (which
+	// the roles of tally's chart, and Kyverno's, extend to namespaced
+	// policies, exceptions and reports). Every object of that namespace the
+	// case creates, changes or deletes, policies and rejected policies
+	// included, is written as that user.
+	Tenant *Tenant `json:"tenant,omitempty"`
+	Given  Given   `json:"given"`
+	Steps  []Step  `json:"steps"`
 }
+
+// Tenant names the namespace of a case's tenant.
+type Tenant struct {
+	Namespace string `json:"namespace"`
+}
+
+// TenantUser is the user a case's tenant acts as.
+const TenantUser = "conf-tenant"
 
 // Extension says why a case goes beyond Kyverno's documented behaviour.
 type Extension struct {
@@ -148,6 +163,11 @@ type Action struct {
 	// Failover stops the active replica of a component (merger) so that a
 	// standby takes over.
 	Failover string `json:"failover,omitempty"`
+	// Tamper changes the final report of a resource behind the
+	// implementation's back, as whoever may write it could (the tenant,
+	// in the tenant's namespace): every result set to Result with a time
+	// in 2099, or, with Delete, the report deleted (R48).
+	Tamper *Tamper `json:"tamper,omitempty"`
 	// Forge posts AdmissionReviews straight to the webhook, over TLS, as
 	// any Pod that reaches its Service could, without the client
 	// certificate the API server presents. Nothing is stored; the case
@@ -155,6 +175,14 @@ type Action struct {
 	// (capability webhook-client-auth) every forged review must be refused
 	// at the TLS handshake; elsewhere each must be answered.
 	Forge *Forgery `json:"forge,omitempty"`
+}
+
+// Tamper is a change of a final report made by someone else than the
+// implementation.
+type Tamper struct {
+	For    Ref    `json:"for"`
+	Result string `json:"result,omitempty"`
+	Delete bool   `json:"delete,omitempty"`
 }
 
 // Forgery is a review claiming to come from the API server.
@@ -458,6 +486,9 @@ func (c *Case) validate() error {
 			if a.Create != nil && (a.Create.Copies < 0 || a.Create.Copies > 1000) {
 				return fmt.Errorf("steps[%d].when[%d].create: copies must be between 0 and 1000, not %d", i, j, a.Create.Copies)
 			}
+			if tp := a.Tamper; tp != nil && (tp.For.Kind == "" || tp.For.Name == "" || (tp.Result == "") == !tp.Delete) {
+				return fmt.Errorf("steps[%d].when[%d].tamper: for needs kind and name, and either result or delete", i, j)
+			}
 			if f := a.Forge; f != nil {
 				if f.For.Kind == "" || f.For.Name == "" {
 					return fmt.Errorf("steps[%d].when[%d].forge: for needs kind and name", i, j)
@@ -493,7 +524,7 @@ func (c *Case) validate() error {
 
 func (a Action) count() int {
 	n := 0
-	for _, set := range []bool{a.Create != nil, a.Update != nil, a.Apply != nil, a.Delete != nil, a.Exec != nil, a.Scan, a.Restart != "", a.Failover != "", a.Forge != nil} {
+	for _, set := range []bool{a.Create != nil, a.Update != nil, a.Apply != nil, a.Delete != nil, a.Exec != nil, a.Scan, a.Restart != "", a.Failover != "", a.Forge != nil, a.Tamper != nil} {
 		if set {
 			n++
 		}

@@ -12,7 +12,9 @@ import (
 
 	"github.com/tally-dev/tally/report"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,6 +56,9 @@ type Runner struct {
 	kube     kubernetes.Interface
 	mapper   meta.RESTMapper
 	warnings *warningRecorder
+	// cfg is the runner's client configuration (a tenant's impersonates
+	// through it).
+	cfg *rest.Config
 }
 
 // NewRunner connects a runner to the provider's cluster.
@@ -79,7 +84,7 @@ func NewRunner(p Provider) (*Runner, error) {
 	}
 	return &Runner{
 		Provider: p, Timeout: 90 * time.Second, Settle: 3 * time.Second, ReportAPI: api,
-		dyn: dyn, kube: kube, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)), warnings: rec,
+		dyn: dyn, kube: kube, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)), warnings: rec, cfg: cfg,
 	}, nil
 }
 
@@ -115,6 +120,8 @@ type run struct {
 	c       *Case
 	uids    map[Ref]types.UID
 	created []Ref // cluster-scoped objects and policies to delete at the end
+	// tenant writes the objects of the case's tenant namespace (nil: none).
+	tenant dynamic.Interface
 }
 
 // Run executes a case: its given state, then each step's actions and
@@ -189,6 +196,9 @@ func (x *run) given(ctx context.Context) error {
 		if err := x.create(ctx, obj, false); err != nil {
 			return err
 		}
+	}
+	if err := x.setUpTenant(ctx); err != nil {
+		return err
 	}
 	for i := range x.c.Given.Resources {
 		if err := x.create(ctx, x.c.Given.Resources[i].DeepCopy(), false); err != nil {
@@ -454,9 +464,88 @@ func (x *run) resource(ref Ref) (dynamic.ResourceInterface, bool, error) {
 		if ns == "" {
 			ns = "default"
 		}
-		return x.dyn.Resource(m.Resource).Namespace(ns), true, nil
+		return x.clientOf(ns).Resource(m.Resource).Namespace(ns), true, nil
 	}
 	return x.dyn.Resource(m.Resource), false, nil
+}
+
+// clientOf is the client that writes the objects of a namespace: the
+// tenant's in the tenant's namespace.
+func (x *run) clientOf(namespace string) dynamic.Interface {
+	if x.tenant != nil && namespace == x.c.Tenant.Namespace {
+		return x.tenant
+	}
+	return x.dyn
+}
+
+// setUpTenant binds the tenant user to Kubernetes' admin role in its
+// namespace, and waits until the roles aggregated into admin let it create
+// Policies there.
+func (x *run) setUpTenant(ctx context.Context) error {
+	t := x.c.Tenant
+	if t == nil {
+		return nil
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: TenantUser, Namespace: t.Namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: TenantUser}},
+	}
+	if _, err := x.kube.RbacV1().RoleBindings(t.Namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("tenant: bind %s to admin in %s: %w", TenantUser, t.Namespace, err)
+	}
+	cfg := rest.CopyConfig(x.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: TenantUser}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		r, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: t.Namespace, Verb: "create", Group: "kyverno.io", Resource: "policies"},
+		}}, metav1.CreateOptions{})
+		return err == nil && r.Status.Allowed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("tenant: %s may not create kyverno.io Policies in %s: the roles aggregated into admin are missing", TenantUser, t.Namespace)
+	}
+	x.tenant = dyn
+	return nil
+}
+
+// tamper changes a resource's final report behind the implementation's
+// back (Tamper).
+func (x *run) tamper(ctx context.Context, tp *Tamper) error {
+	rep, err := x.finalReport(ctx, tp.For)
+	if err != nil {
+		return err
+	}
+	if rep == nil {
+		return fmt.Errorf("tamper: %s has no report", tp.For)
+	}
+	gvr := x.reportAPI().FinalGVR(rep.GetNamespace())
+	var ri dynamic.ResourceInterface = x.clientOf(rep.GetNamespace()).Resource(gvr)
+	if ns := rep.GetNamespace(); ns != "" {
+		ri = x.clientOf(ns).Resource(gvr).Namespace(ns)
+	}
+	if tp.Delete {
+		return ri.Delete(ctx, rep.GetName(), metav1.DeleteOptions{})
+	}
+	results, _, _ := unstructured.NestedSlice(rep.Object, "results")
+	future := time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	for _, r := range results {
+		if m, ok := r.(map[string]any); ok {
+			m["result"] = tp.Result
+			m["timestamp"] = map[string]any{"seconds": future, "nanos": int64(0)}
+		}
+	}
+	_ = unstructured.SetNestedSlice(rep.Object, results, "results") // a slice of JSON values always sets
+	_, err = ri.Update(ctx, rep, metav1.UpdateOptions{FieldManager: "conf-tamper"})
+	return err
 }
 
 func (x *run) get(ctx context.Context, ref Ref) (*unstructured.Unstructured, error) {
@@ -556,6 +645,8 @@ func (x *run) act(ctx context.Context, a Action) error {
 		return x.Provider.Failover(ctx, a.Failover)
 	case a.Forge != nil:
 		return x.forge(ctx, a.Forge)
+	case a.Tamper != nil:
+		return x.tamper(ctx, a.Tamper)
 	}
 	return errors.New("empty action")
 }

@@ -662,6 +662,16 @@ func (l *Local) installRBAC(ctx context.Context, root string) error {
 	if err != nil {
 		return fmt.Errorf("render config/overlays/%s: %w", overlay, err)
 	}
+	if l.mode == BesideKyverno {
+		// The roles Kyverno's chart aggregates into admin, edit and view
+		// (the tenant cases create Policies as a namespace's admin): what
+		// tally's standalone install grants, config/rbac/tenants.
+		tenants, err := kind.Render(filepath.Join(root, "config", "rbac", "tenants"))
+		if err != nil {
+			return fmt.Errorf("render config/rbac/tenants: %w", err)
+		}
+		objs = append(objs, tenants...)
+	}
 	var rbac []*unstructured.Unstructured
 	for _, o := range objs {
 		switch o.GetKind() {
