@@ -188,8 +188,8 @@ func (m *Merger) removeFolded(gvr schema.GroupVersionResource, namespace, name s
 		}
 		delete(m.folds, uid)
 		if st := m.states[uid]; st != nil && st.admission.present && !st.admission.retained && st.admission.ref.folded {
-			st.admission = reportPart{}
-			if !st.background.present {
+			st.admission = undone(&st.admission)
+			if !st.admission.present && !st.background.present {
 				delete(m.states, uid)
 			}
 		}

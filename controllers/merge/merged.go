@@ -40,6 +40,7 @@ func (m *Merger) deleteMerged(ctx context.Context, uid string, ref reportRef) er
 		return nil // a newer report arrived meanwhile: it is merged (and deleted) in its turn
 	}
 	st.admission.retained = true
+	st.admission.before = nil // merged: there is nothing to undo
 	m.mu.Unlock()
 	var err error
 	if ref.folded {
@@ -149,6 +150,19 @@ func carryOtherHandlers(prev *reportPart, next []section) []section {
 	}
 	next[unhashed] = s
 	return next
+}
+
+// undone is what an admission part becomes when its report is deleted by
+// someone else before the merger merged it: what it was before that report
+// came (a retained part: the results of an earlier merge), or nothing. A
+// forged review reusing a real UID, its report then deleted, must not take
+// the genuine results with it (issue 39); a report deleted before its
+// merge takes only its own results. Callers hold m.mu.
+func undone(p *reportPart) reportPart {
+	if p.before == nil {
+		return reportPart{}
+	}
+	return *p.before
 }
 
 // seededHash marks the section of admission results read back from a final

@@ -315,3 +315,53 @@ func TestSeededResultsSurviveAForgedReportFoundAtStartUp(t *testing.T) {
 		t.Fatalf("final %q, want the genuine fail", got)
 	}
 }
+
+// Issue 39: a forged review reusing a real UID writes a report of made-up
+// content; deleting that report (by anyone who may) before the merger does
+// must not take the genuine results retained from an earlier merge.
+func TestDeletingAForgedReportKeepsTheRetainedGenuineResults(t *testing.T) {
+	stored := podObject("a")
+	current, other := hashOf(t, stored), hashOf(t, podObject("forged"))
+	for name, kind := range map[string]string{"tally's AdmissionReport": "AdmissionReport", "Kyverno's EphemeralReport": "EphemeralReport"} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			gvr := apiresources.AdmissionReport
+			genuine := storedAdmission(intermediate("AdmissionReport", current, fail, 10), "1", "5")
+			forged := storedAdmission(intermediate("AdmissionReport", other, pass, 20), "2", "9")
+			forged.SetName("forged")
+			if kind == "EphemeralReport" {
+				gvr = apiresources.EphemeralReport
+				genuine = kyvernoEphemeral("genuine", "", "r", fail, 10)
+				forged = kyvernoEphemeral("forged", "", "r", pass, 20)
+			}
+			client := fakeClient(stored.DeepCopy(), genuine.DeepCopy())
+			m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: kind == "EphemeralReport"})
+			m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+			m.Upsert(ctx, gvr, genuine)
+			if err := m.reconcile(ctx, "u1"); err != nil {
+				t.Fatal(err)
+			}
+			const want = "p/r=fail admission review;"
+			if got := finalResults(t, m); got != want {
+				t.Fatalf("final %q, want %q", got, want)
+			}
+			m.Remove(ctx, gvr, genuine) // merged and deleted by the merger
+			if kind == "EphemeralReport" {
+				// Beside Kyverno results carry no content hash: a later
+				// report of the same policy stands for it (fold.go). The
+				// forged one is deleted before it is merged.
+				m.Upsert(ctx, gvr, forged)
+				m.Remove(ctx, gvr, forged)
+			} else {
+				m.Upsert(ctx, gvr, forged)
+				m.Remove(ctx, gvr, forged) // deleted by someone else, before its merge
+			}
+			if err := m.reconcile(ctx, "u1"); err != nil {
+				t.Fatal(err)
+			}
+			if got := finalResults(t, m); got != want {
+				t.Errorf("after a forged report came and was deleted: final %q, want %q", got, want)
+			}
+		})
+	}
+}

@@ -139,7 +139,17 @@ func (m *Merger) recordLocked(_ context.Context, gvr schema.GroupVersionResource
 		results = report.WithProcess(results, report.ProcessBackground)
 	}
 	prev := *part
+	// What to go back to if this report is deleted before its merge
+	// (merged.go's undone): the retained part it replaces.
+	var before *reportPart
+	switch {
+	case isAdmissionPart(gvr) && prev.present && prev.retained:
+		before = &prev
+	case isAdmissionPart(gvr) && prev.present:
+		before = prev.before
+	}
 	*part = reportPart{
+		before:   before,
 		present:  true,
 		hash:     labels[report.LabelResourceHash],
 		sections: sections,
@@ -233,9 +243,10 @@ func (m *Merger) removeLocked(uid string, gvr schema.GroupVersionResource, names
 	}
 	for _, part := range []*reportPart{&st.admission, &st.background} {
 		// A retained part's report was deleted by the merger once merged:
-		// its results stay (merged.go).
+		// its results stay (merged.go). Another goes back to what it was
+		// before its report came (undone).
 		if part.present && !part.retained && part.ref.gvr == gvr && part.ref.namespace == namespace && part.ref.name == name {
-			*part = reportPart{}
+			*part = undone(part)
 		}
 	}
 	if !st.admission.present && !st.background.present {

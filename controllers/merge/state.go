@@ -51,6 +51,10 @@ type reportPart struct {
 	// results that last counted, for the content of lastGoodHash.
 	checkedHash, contentHash string
 	unverifiable             bool
+	// before is the retained part this admission part replaced, restored
+	// if its report is deleted by someone else before the merge
+	// (merged.go's undone).
+	before *reportPart
 	// rechecks counts the checks that found the content not there yet
 	// (verify.go).
 	rechecks     int
