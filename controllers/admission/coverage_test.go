@@ -8,6 +8,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
@@ -74,5 +75,21 @@ func TestCoverageIsBounded(t *testing.T) {
 	c.Scanned(ctx, schema.GroupVersionResource{Version: "v1", Resource: "pods"})
 	if n := len(c.known); n != 1 {
 		t.Errorf("%d answers kept once the others expired, want 1", n)
+	}
+}
+
+// The scan's coverage is asked only of resources discovery serves: a
+// forged review naming a made-up resource does not reach it.
+func TestCoverageIsAskedOnlyOfServedResources(t *testing.T) {
+	kube := fake.NewSimpleClientset()
+	kube.Resources = []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "pods", Kind: "Pod", Namespaced: true}}}}
+	b := &Bridge{disc: kube.Discovery()}
+	if !b.servedKind(schema.GroupVersionResource{Version: "v1", Resource: "pods"}) {
+		t.Error("pods: want served")
+	}
+	for _, gvr := range []schema.GroupVersionResource{{Version: "v1", Resource: "widgets"}, {Group: "made.up", Version: "v1", Resource: "pods"}} {
+		if b.servedKind(gvr) {
+			t.Errorf("%s: want not served", gvr)
+		}
 	}
 }

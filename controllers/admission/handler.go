@@ -359,7 +359,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		b.opts.Sink(Admitted{Request: req, Subject: subject, GVR: gvr, Hash: fmt.Sprintf("%x", hash), PolicyLabels: labels, Results: record})
 		return resp, nil
 	}
-	if b.opts.Scanned != nil && slices.Contains(recomputed, true) && b.opts.Scanned(ctx, gvr) {
+	if b.opts.Scanned != nil && slices.Contains(recomputed, true) && b.servedKind(gvr) && b.opts.Scanned(ctx, gvr) {
 		kept := record[:0:0]
 		for i, r := range record {
 			if !recomputed[i] {
@@ -491,4 +491,16 @@ func ruleOrPolicy(rr engine.RuleResult) string {
 		return "validation"
 	}
 	return rr.Rule
+}
+
+// servedKind says whether discovery serves a request's resource (the
+// cached discovery: no call for a group version it knows). Only then is
+// the scan's coverage of it asked and remembered: a forged review may name
+// any resource (issue 39). Without discovery (tests), every resource is.
+func (b *Bridge) servedKind(gvr schema.GroupVersionResource) bool {
+	if b.disc == nil {
+		return true
+	}
+	out, _ := servedOnce(b.disc, gvr) // an error: not known to be served
+	return len(out) == 1
 }
