@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 
@@ -70,16 +71,35 @@ func (w *Writer) Write(ctx context.Context, gvr schema.GroupVersionResource, nam
 	return rv, err == nil, err
 }
 
-// resourceVersionOf reads metadata.resourceVersion of an object's JSON
-// without decoding the rest.
+// resourceVersionOf reads metadata.resourceVersion of an object's JSON,
+// decoding nothing past metadata: the API server writes apiVersion, kind
+// and metadata first, before the report's results. "" when it cannot tell.
 func resourceVersionOf(raw []byte) string {
-	var o struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
 	}
-	_ = json.Unmarshal(raw, &o) // an answer without it: "" (unknown)
-	return o.Metadata.ResourceVersion
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if key != "metadata" {
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return ""
+			}
+			continue
+		}
+		var m struct {
+			ResourceVersion string `json:"resourceVersion"`
+		}
+		if dec.Decode(&m) != nil {
+			return ""
+		}
+		return m.ResourceVersion
+	}
+	return ""
 }
 
 // missing says whether a GET answers that the object does not exist (any
