@@ -185,9 +185,12 @@ func (m *Merger) recreateAllowed(ctx context.Context, uid string) (bool, error) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if st := m.states[uid]; st != nil {
-		st.reportDeleted = false
 		if gone {
+			// Its background part goes once the scanner sees the delete:
+			// until then, every write is checked again.
 			m.dropRetained(uid)
+		} else {
+			st.reportDeleted = false
 		}
 	}
 	return !gone, nil
