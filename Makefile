@@ -52,10 +52,10 @@ verify-generate: generate
 image:
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
-## chart-version: set the chart's version and appVersion, and the kustomize Deployments' image tag, to VERSION
+## chart-version: set the chart's version and appVersion, and the kustomize Deployment's image tags (scanner and merger, one Pod), to VERSION
 chart-version:
 	sed -i -E 's/^version: .*/version: $(patsubst v%,%,$(VERSION))/; s/^appVersion: .*/appVersion: "$(VERSION)"/' charts/tally/Chart.yaml
-	sed -i -E 's|(image: ghcr.io/tally-dev/tally:).*|\1$(VERSION)|' config/scanner/deployment.yaml config/merger/deployment.yaml
+	sed -i -E 's|(image: ghcr.io/tally-dev/tally:).*|\1$(VERSION)|' config/scanner/deployment.yaml
 
 ## lint-chart: helm lint of charts/tally in both modes (helm pinned in go.mod; e2e's TestHelmChart renders it and dry-runs every object on the API server)
 lint-chart:
