@@ -110,6 +110,11 @@ func TestMergerPutsRightReportsChangedBehindItsBack(t *testing.T) {
 			cancel()
 			<-done
 			scanner.stop()
+			// The policy is cluster-wide: the other tests of the package
+			// (the webhook's rules among them) must not see it.
+			if err := cfg.Client().Resources().Delete(ctx, policy); err != nil {
+				t.Errorf("delete the policy: %v", err)
+			}
 			_ = cfg.Client().Resources().Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 			return ctx
 		}).Feature()
