@@ -85,19 +85,7 @@ func (m *Merger) orphanCandidates(now time.Time) []orphanCandidate {
 		if !unowned && !retained {
 			continue // the garbage collector deletes them with their resource
 		}
-		ref := st.admission.ref
-		if len(refs) > 0 {
-			ref = refs[0]
-		}
-		for _, r := range refs {
-			if r.gvrLabel != "" {
-				ref = r
-			}
-		}
-		out = append(out, orphanCandidate{uid: uid, reports: refs, subject: ownerRef{
-			gvrLabel: ref.gvrLabel, apiVersion: st.subject.APIVersion, kind: st.subject.Kind,
-			namespace: st.subject.Namespace, name: st.subject.Name,
-		}})
+		out = append(out, orphanCandidate{uid: uid, reports: refs, subject: subjectRef(st)})
 	}
 	return out
 }

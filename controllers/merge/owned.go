@@ -196,7 +196,10 @@ func (m *Merger) recreateAllowed(ctx context.Context, uid string) (bool, error) 
 	return !gone, nil
 }
 
-// subjectRef locates the resource of a state for a GET. Callers hold m.mu.
+// subjectRef locates the resource of a state for a GET (the orphan check,
+// the content check, the check before writing a deleted report again): its
+// type from either report's audit.kyverno.io/resource.gvr label, else from
+// apiVersion and kind. Callers hold m.mu.
 func subjectRef(st *resourceState) ownerRef {
 	label := st.background.ref.gvrLabel
 	if label == "" {

@@ -92,10 +92,7 @@ func admissionVerification(st *resourceState) *verification {
 	if !a.present || st.background.present || a.checkedHash == admissionKey(a) {
 		return nil
 	}
-	return &verification{hash: admissionKey(a), owner: ownerRef{
-		gvrLabel: a.ref.gvrLabel, apiVersion: st.subject.APIVersion, kind: st.subject.Kind,
-		namespace: st.subject.Namespace, name: st.subject.Name,
-	}}
+	return &verification{hash: admissionKey(a), owner: subjectRef(st)}
 }
 
 // verify reads the resource and records whether v.hash is its content. It
