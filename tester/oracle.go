@@ -2,6 +2,7 @@ package tester
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -222,18 +223,22 @@ func applyFolder(ctx context.Context, file string) (map[string]OracleEntry, erro
 	if err != nil {
 		return nil, err
 	}
-	// The test's expectations, by policy, rule and resource name.
-	outcomes, _ := RunFile(ctx, file) // a file that cannot run has none
-	expected := map[string]string{}
-	for _, o := range outcomes {
-		name := o.Resource[strings.LastIndex(o.Resource, "/")+1:]
-		expected[o.Policy+"\x00"+o.Rule+"\x00"+name] = o.Expected
-	}
 	out := map[string]OracleEntry{}
 	for _, d := range docs {
 		t, err := testOf(file, d)
 		if err != nil {
 			return nil, err
+		}
+		// The test's expectations, by policy, rule and resource name, read
+		// off the file (not evaluated again).
+		expected := map[string]string{}
+		for _, r := range t.Results {
+			for _, name := range append(slices.Clone(r.Resources), r.Resource) {
+				if name != "" {
+					name = name[strings.LastIndex(name, "/")+1:]
+					expected[r.Policy+"\x00"+r.Rule+"\x00"+name] = cmp.Or(r.Result, r.Status)
+				}
+			}
 		}
 		l, _ := load(file, t) // what could not be read simply yields no results, as for Kyverno
 		for _, lp := range l.policies {
