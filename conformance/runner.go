@@ -527,11 +527,8 @@ func (x *run) tamper(ctx context.Context, tp *Tamper) error {
 	if rep == nil {
 		return fmt.Errorf("tamper: %s has no report", tp.For)
 	}
-	gvr := x.reportAPI().FinalGVR(rep.GetNamespace())
-	var ri dynamic.ResourceInterface = x.clientOf(rep.GetNamespace()).Resource(gvr)
-	if ns := rep.GetNamespace(); ns != "" {
-		ri = x.clientOf(ns).Resource(gvr).Namespace(ns)
-	}
+	ns := rep.GetNamespace() // "" for a ClusterPolicyReport: Namespace("") is cluster-wide
+	ri := x.clientOf(ns).Resource(x.reportAPI().FinalGVR(ns)).Namespace(ns)
 	if tp.Delete {
 		return ri.Delete(ctx, rep.GetName(), metav1.DeleteOptions{})
 	}
