@@ -205,15 +205,12 @@ func (e *evaluation) entryAllowed(entry *kyvernov1.ContextEntry, data map[string
 	}
 	switch {
 	case entry.ConfigMap != nil:
-		ns, err := variables.SubstituteString(entry.ConfigMap.Namespace, data)
+		ns, name, err := ConfigMapOf(entry.ConfigMap, data)
 		if err != nil {
-			return fmt.Errorf("configMap.namespace: %w", err)
-		}
-		if ns == "" {
-			ns = "default" // as the loader reads it
+			return err
 		}
 		if ns != own {
-			return fmt.Errorf("configMap %s/%s: %s", ns, entry.ConfigMap.Name, cel.OutsideNamespace(own, ns))
+			return fmt.Errorf("configMap %s/%s: %s", ns, name, cel.OutsideNamespace(own, ns))
 		}
 	case entry.APICall != nil && entry.APICall.Service == nil:
 		p, err := variables.SubstituteString(entry.APICall.URLPath, data)
@@ -225,6 +222,21 @@ func (e *evaluation) entryAllowed(entry *kyvernov1.ContextEntry, data map[string
 		}
 	}
 	return nil
+}
+
+// ConfigMapOf is the namespace and name a configMap entry reads, its
+// variables substituted; the namespace defaults to "default", as Kyverno's.
+func ConfigMapOf(ref *kyvernov1.ConfigMapReference, data map[string]any) (namespace, name string, err error) {
+	if name, err = variables.SubstituteString(ref.Name, data); err != nil {
+		return "", "", fmt.Errorf("configMap.name: %w", err)
+	}
+	if namespace, err = variables.SubstituteString(ref.Namespace, data); err != nil {
+		return "", "", fmt.Errorf("configMap.namespace: %w", err)
+	}
+	if namespace == "" {
+		namespace = "default"
+	}
+	return namespace, name, nil
 }
 
 // InNamespacePath says whether an API path reads only namespace ns: the

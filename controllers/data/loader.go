@@ -199,25 +199,10 @@ func (l *Loader) Load(ctx context.Context, policy string, entry kyvernov1.Contex
 	return nil, fmt.Errorf("unknown context entry type")
 }
 
-// configMapOf is the namespace and name a configMap entry reads, its
-// variables substituted; the namespace defaults to "default", as Kyverno's.
-func configMapOf(ref *kyvernov1.ConfigMapReference, data map[string]any) (namespace, name string, err error) {
-	if name, err = variables.SubstituteString(ref.Name, data); err != nil {
-		return "", "", fmt.Errorf("configMap.name: %w", err)
-	}
-	if namespace, err = variables.SubstituteString(ref.Namespace, data); err != nil {
-		return "", "", fmt.Errorf("configMap.namespace: %w", err)
-	}
-	if namespace == "" {
-		namespace = "default"
-	}
-	return namespace, name, nil
-}
-
 // configMap serves a configMap entry from the watch's cache: the
 // ConfigMap's data and metadata, as Kyverno gives them.
 func (l *Loader) configMap(ctx context.Context, policy string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
-	namespace, name, err := configMapOf(entry.ConfigMap, data)
+	namespace, name, err := engine.ConfigMapOf(entry.ConfigMap, data)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/variables"
 )
@@ -84,7 +85,7 @@ var _ cel.ClusterData = (*Offline)(nil)
 func (o *Offline) Load(ctx context.Context, _ string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
 	switch {
 	case entry.ConfigMap != nil:
-		namespace, name, err := configMapOf(entry.ConfigMap, data)
+		namespace, name, err := engine.ConfigMapOf(entry.ConfigMap, data)
 		if err != nil {
 			return nil, err
 		}
