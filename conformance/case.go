@@ -211,6 +211,11 @@ type Forgery struct {
 	// MadeUp sends as many more reviews, each for an object that does not
 	// exist (name ghost-<n>, a made-up UID), with For's kind and namespace.
 	MadeUp int `json:"madeUp,omitempty"`
+	// DeleteReports, where the reviews are answered, deletes the admission
+	// reports of For's UID as soon as they appear, for five seconds after
+	// the reviews, as whoever may delete AdmissionReports could: a forged
+	// review's report deleted before or after its merge.
+	DeleteReports bool `json:"deleteReports,omitempty"`
 }
 
 // Request is an object sent through admission, and what the API server must

@@ -706,7 +706,43 @@ func (x *run) forge(ctx context.Context, f *Forgery) error {
 	}
 	if authenticated {
 		x.logf("forge: all %d forged reviews refused at the TLS handshake", len(reviews))
+		return nil
 	}
+	if f.DeleteReports {
+		return x.deleteAdmissionReports(ctx, real.GetNamespace(), string(real.GetUID()))
+	}
+	return nil
+}
+
+// deleteAdmissionReports deletes, for five seconds, every admission report
+// of the resource uid in namespace as soon as it appears.
+func (x *run) deleteAdmissionReports(ctx context.Context, namespace, uid string) error {
+	deleted := 0
+	selector := metav1.ListOptions{LabelSelector: labelResourceUID + "=" + uid}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, gvr := range []schema.GroupVersionResource{gvrEphemeralReports, {Group: "kyverno.io", Version: "v2", Resource: "admissionreports"}} {
+			list, err := x.dyn.Resource(gvr).Namespace(namespace).List(ctx, selector)
+			if err != nil {
+				continue // not served
+			}
+			for _, u := range list.Items {
+				err := x.dyn.Resource(gvr).Namespace(namespace).Delete(ctx, u.GetName(), metav1.DeleteOptions{})
+				switch {
+				case err == nil:
+					deleted++
+				case !apierrors.IsNotFound(err): // merged and deleted meanwhile
+					return fmt.Errorf("forge: delete %s %s/%s: %w", gvr.Resource, namespace, u.GetName(), err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	x.logf("forge: %d admission reports of %s deleted behind the merger", deleted, uid)
 	return nil
 }
 

@@ -258,7 +258,9 @@ func (l *Local) args(name string) (binary string, args []string) {
 	if name == "scanner" {
 		// The scanner hands its reports to the mergers on loopback, and
 		// reads its results back from their final reports after a restart.
-		common = append(common, "--handover-listen", handover, "--report-api", string(l.reportAPI))
+		common = append(common, "--handover-listen", handover, "--report-api", string(l.reportAPI),
+			// as the kind install: exceptions only from the platform's namespace
+			"--exception-namespace", kind.ExceptionNamespace)
 		if l.mode == BesideKyverno {
 			common = append(common, "--managed-by=kyverno")
 		}

@@ -55,6 +55,11 @@ const (
 	// webhookClientCASecret holds the CA of the API server's webhook client
 	// certificate, for tally-scanner --webhook-client-ca.
 	webhookClientCASecret = "tally-webhook-client-ca"
+	// ExceptionNamespace is the one namespace the installs of the tests
+	// take PolicyExceptions from (--exception-namespace, the chart's
+	// exceptionNamespace), as a platform team whose tenants may create
+	// exceptions in their own namespaces sets it (R47).
+	ExceptionNamespace = "conf-policy-exceptions"
 )
 
 // ClusterName is the kind cluster of a run: $TALLY_KIND_CLUSTER, or "tally".
@@ -121,7 +126,8 @@ func Setup(clusterName string) env.Func {
 		if err := run(ctx, root, "go", "tool", "helm", "install", "tally", Chart,
 			"--kubeconfig", cfg.KubeconfigFile(), "--namespace", Namespace,
 			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
-			"--set", "webhook.clientCA.secretName="+webhookClientCASecret, "--set", "scanner.rescanEndpoint=true"); err != nil {
+			"--set", "webhook.clientCA.secretName="+webhookClientCASecret, "--set", "scanner.rescanEndpoint=true",
+			"--set", "exceptionNamespace="+ExceptionNamespace); err != nil {
 			return ctx, err
 		}
 		start = time.Now()
