@@ -40,6 +40,9 @@ type Policy struct {
 	Kind string
 	// Source is the results' source: kyverno, or KyvernoValidatingPolicy.
 	Source string
+	// LeftOut are the rules of the policy tally does not evaluate (mutate,
+	// generate, verifyImages), in the policy's order (R46).
+	LeftOut []LeftOutRule
 
 	// vpol is set for ValidatingPolicies, vap for ValidatingAdmissionPolicies:
 	// neither has rules of its own.
@@ -117,7 +120,67 @@ func compile(kind, name, namespace string, annotations map[string]string, spec k
 		}
 		p.Rules = append(p.Rules, compileRule(rules[i]))
 	}
+	for _, r := range spec.Rules {
+		if r.Validate == nil {
+			p.LeftOut = append(p.LeftOut, LeftOutRule{Name: r.Name, Type: ruleType(r)})
+		}
+	}
 	return p, nil
+}
+
+// LeftOutRule is a rule tally does not evaluate, and its type.
+type LeftOutRule struct {
+	Name string
+	// Type is mutate, generate or verifyImages.
+	Type string
+}
+
+// NotEvaluatedNote is what tally says of the rules it leaves out (R46).
+const NotEvaluatedNote = "reported by Kyverno's controllers beside Kyverno; not evaluated by tally"
+
+func ruleType(r kyvernov1.Rule) string {
+	switch {
+	case r.VerifyImages != nil:
+		return "verifyImages"
+	case r.Mutate != nil:
+		return "mutate"
+	case r.Generate != nil:
+		return "generate"
+	}
+	return "unknown"
+}
+
+// LeftOutOf finds the rule an expectation or a result names among the
+// rules left out, autogen names included.
+func (p *Policy) LeftOutOf(name string) (LeftOutRule, bool) {
+	if p == nil {
+		return LeftOutRule{}, false
+	}
+	for _, r := range p.LeftOut {
+		if name == r.Name || name == "autogen-"+r.Name || name == "autogen-cronjob-"+r.Name {
+			return r, true
+		}
+	}
+	return LeftOutRule{}, false
+}
+
+// EvaluatesNothing says that every rule of the policy is left out.
+func (p *Policy) EvaluatesNothing() bool {
+	return p != nil && p.vpol == nil && p.vap == nil && len(p.Rules) == 0 && len(p.LeftOut) > 0
+}
+
+// DescribeLeftOut names the rules left out: "rules a (verifyImages), b
+// (mutate)", or "rule a (verifyImages)".
+func DescribeLeftOut(rules []LeftOutRule) string {
+	parts := make([]string, len(rules))
+	for i, r := range rules {
+		parts[i] = fmt.Sprintf("%s (%s)", r.Name, r.Type)
+	}
+	word := "rules "
+	if len(rules) == 1 {
+		word = "rule "
+	}
+	return word + strings.Join(parts, ", ")
 }
 
 func compileRule(raw kyvernov1.Rule) *Rule {

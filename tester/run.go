@@ -210,6 +210,14 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 		o.Status, o.Reason = Skipped, "invalid policy: "+lp.Invalid.Error()
 		return
 	}
+	// R46: an expectation of a rule tally does not evaluate is never a pass.
+	if lr, ok := lp.Policy.LeftOutOf(tr.Rule); ok || (tr.Rule == "" && lp.Policy.EvaluatesNothing()) {
+		if !ok {
+			lr = lp.Policy.LeftOut[0]
+		}
+		o.Status, o.Reason = Unsupported, fmt.Sprintf("rule %s is a %s rule: %s", lr.Name, lr.Type, engine.NotEvaluatedNote)
+		return
+	}
 	expected := o.Expected
 	if expected == "fail" && !lp.Policy.Scored {
 		expected = "warn"

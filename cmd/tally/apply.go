@@ -146,6 +146,9 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 			fmt.Fprintln(stderr, "invalid policy:", lp.Invalid)
 		default:
 			policies = append(policies, lp.Policy)
+			if len(lp.Policy.LeftOut) > 0 { // R46: named, never silently passed
+				fmt.Fprintf(stderr, "skipped: policy %s: %s: %s\n", lp.Policy.Name, engine.DescribeLeftOut(lp.Policy.LeftOut), engine.NotEvaluatedNote)
+			}
 		}
 	}
 	exceptions, err := tester.LoadExceptions(o.exceptions)

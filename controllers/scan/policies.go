@@ -99,7 +99,7 @@ func (s *Scanner) upsertPolicy(ctx context.Context, gvr schema.GroupVersionResou
 		if rerr := s.removePolicy(ctx, name); rerr != nil {
 			return rerr
 		}
-		s.setPolicyStatus(ctx, gvr, u, err, false)
+		s.setPolicyStatus(ctx, gvr, u, err, "", false)
 		return nil
 	}
 	var scanned []schema.GroupVersionResource // the kinds the policy is scanned on
@@ -112,7 +112,8 @@ func (s *Scanner) upsertPolicy(ctx context.Context, gvr schema.GroupVersionResou
 		if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
 			more = CELConditions(compiled.AdmissionEnabled(), s.kinds.forbiddenOf(scanned))
 		}
-		s.setPolicyStatus(ctx, gvr, u, nil, compiled.AdmissionEnabled(), more...)
+		s.tellLeftOut(obj, compiled)
+		s.setPolicyStatus(ctx, gvr, u, leftOutError(compiled), loadedMessage(compiled), compiled.AdmissionEnabled(), more...)
 	}()
 	if !compiled.BackgroundEnabled() {
 		// R19: background entries go when background is turned off.

@@ -113,7 +113,10 @@ func (s *Scanner) SetWebhookConfigured(f func(policy string, generation int64) b
 // the periodic scans (sched) and the report writer (reports); the store
 // holds resources and results.
 type Scanner struct {
-	opts   Options
+	// leftOutTold: the generation of each policy whose rules left out were
+	// told in an Event (status.go tellLeftOut).
+	leftOutTold sync.Map
+	opts        Options
 	client dynamic.Interface
 	store  *memstore.Store
 	// queue holds the UIDs of resources to evaluate; control the changes

@@ -10,9 +10,12 @@ import (
 
 	"github.com/go-logr/logr"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -20,6 +23,7 @@ import (
 
 	"github.com/tally-dev/tally/api/apiresources"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/engine"
 )
 
 // Values of the Ready condition tally keeps on the policies it reads, as
@@ -45,6 +49,67 @@ type Condition struct {
 	Type    string
 	True    bool
 	Message string
+	// Reason, when set, is the condition's reason (else Loaded, Rejected
+	// or Failed).
+	Reason string
+}
+
+// reasonNotEvaluated is the reason of Ready False on a policy none of whose
+// rules tally evaluates (R46).
+const reasonNotEvaluated = "NotEvaluated"
+
+// notEvaluated is the Ready condition's error of a policy whose every rule
+// tally leaves out.
+type notEvaluated struct{ rules []engine.LeftOutRule }
+
+func (e *notEvaluated) Error() string {
+	return "tally evaluates none of this policy's rules: " + engine.DescribeLeftOut(e.rules) + " " + verbOf(e.rules) + " " + engine.NotEvaluatedNote
+}
+
+func verbOf(rules []engine.LeftOutRule) string {
+	if len(rules) == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+// leftOutError is Ready's error for a policy tally evaluates nothing of, or
+// nil.
+func leftOutError(p *engine.Policy) error {
+	if p == nil || !p.EvaluatesNothing() {
+		return nil
+	}
+	return &notEvaluated{rules: p.LeftOut}
+}
+
+// loadedMessage is Ready's message for a policy tally evaluates: it names
+// the rules left out, if any.
+func loadedMessage(p *engine.Policy) string {
+	const loaded = "the policy is evaluated by tally"
+	if p == nil || len(p.LeftOut) == 0 {
+		return loaded
+	}
+	return loaded + ", but for " + engine.DescribeLeftOut(p.LeftOut) + ": " + engine.NotEvaluatedNote
+}
+
+// tellLeftOut records a Warning Event RulesNotEvaluated on a policy with
+// rules tally leaves out, once per generation, from the replica keeping
+// the policies' status (beside Kyverno, Kyverno evaluates them and tally
+// says nothing).
+func (s *Scanner) tellLeftOut(obj runtime.Object, p *engine.Policy) {
+	if p == nil || len(p.LeftOut) == 0 || s.opts.Recorder == nil || s.opts.NoPolicyStatus || obj == nil {
+		return
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	key := m.GetNamespace() + "/" + m.GetName()
+	if prev, ok := s.leftOutTold.Load(key); ok && prev.(int64) == m.GetGeneration() {
+		return
+	}
+	s.leftOutTold.Store(key, m.GetGeneration())
+	s.opts.Recorder.Eventf(obj, corev1.EventTypeWarning, "RulesNotEvaluated", "%s %s %s", engine.DescribeLeftOut(p.LeftOut), verbOf(p.LeftOut), engine.NotEvaluatedNote)
 }
 
 // CELConditions are the conditions Kyverno writes on a CEL policy that
@@ -75,7 +140,7 @@ const webhookWait = 2 * time.Minute
 // configuration sends the policy's requests to tally; if it does not within
 // webhookWait, Ready (or, for a CEL policy, WebhookConfigured) is False
 // saying so.
-func (s *Scanner) setPolicyStatus(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error, admission bool, more ...Condition) {
+func (s *Scanner) setPolicyStatus(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error, loaded string, admission bool, more ...Condition) {
 	parent := ctx
 	// A ValidatingAdmissionPolicy's status is the API server's; tests that
 	// drive the scanner without Run write none.
@@ -108,7 +173,7 @@ func (s *Scanner) setPolicyStatus(ctx context.Context, gvr schema.GroupVersionRe
 		}
 		ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 		defer cancel()
-		if err := WriteReady(ctx, s.client, gvr, u, rejected, "the policy is evaluated by tally", fieldManager, more...); err != nil && ctx.Err() == nil {
+		if err := WriteReady(ctx, s.client, gvr, u, rejected, loaded, fieldManager, more...); err != nil && ctx.Err() == nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "recording the policy's Ready condition failed", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()
@@ -156,6 +221,9 @@ func ReadyPatch(u *unstructured.Unstructured, rejected error, loaded string, mor
 	want := []Condition{{Type: conditionReady, True: rejected == nil, Message: loaded}}
 	if rejected != nil {
 		want[0].Message = rejected.Error()
+		if ne := (*notEvaluated)(nil); errors.As(rejected, &ne) {
+			want[0].Reason = reasonNotEvaluated
+		}
 	}
 	want = append(want, more...)
 	path := []string{"status"}
@@ -214,6 +282,8 @@ func conditionFields(c Condition) (status, reason string) {
 	switch {
 	case c.True:
 		return string(metav1.ConditionTrue), reasonLoaded
+	case c.Reason != "":
+		return string(metav1.ConditionFalse), c.Reason
 	case c.Type == conditionReady:
 		return string(metav1.ConditionFalse), reasonRejected
 	}

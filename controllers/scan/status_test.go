@@ -2,10 +2,15 @@ package scan
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/json" // numbers as int64, as the API server's objects hold them
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/engine"
 )
 
 // conditionsOf applies a ReadyPatch's status to a policy and returns its
@@ -86,6 +91,52 @@ func TestCELPoliciesGetKyvernosConditions(t *testing.T) {
 			got, ready = conditionsOf(t, u, patch)
 			if got["Ready"] != "False PolicyRejected does not compile" || ready {
 				t.Errorf("rejected: conditions = %v, ready = %v", got, ready)
+			}
+		})
+	}
+}
+
+// R46: a policy whose rules tally leaves out says so; one it evaluates
+// nothing of is not Ready.
+func TestRulesLeftOutAreNamedInTheStatus(t *testing.T) {
+	compile := func(rules string) *engine.Policy {
+		t.Helper()
+		var spec kyvernov1.Spec
+		if err := json.Unmarshal([]byte(`{"rules":`+rules+`}`), &spec); err != nil {
+			t.Fatal(err)
+		}
+		p, err := engine.CompileClusterPolicy(&kyvernov1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const (
+		validate = `{"name":"v","match":{"any":[{"resources":{"kinds":["ConfigMap"]}}]},"validate":{"message":"m","pattern":{"data":{"a":"?*"}}}}`
+		images   = `{"name":"signed","match":{"any":[{"resources":{"kinds":["Pod"]}}]},"verifyImages":[{"imageReferences":["*"]}]}`
+		mutate   = `{"name":"add-label","match":{"any":[{"resources":{"kinds":["Pod"]}}]},"mutate":{"patchStrategicMerge":{"metadata":{"labels":{"a":"b"}}}}}`
+	)
+	tests := map[string]struct {
+		rules, ready string
+	}{
+		"validate only": {"[" + validate + "]", "True Succeeded the policy is evaluated by tally"},
+		"validate and mutate": {"[" + validate + "," + mutate + "]",
+			"True Succeeded the policy is evaluated by tally, but for rule add-label (mutate): reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
+		"verifyImages and mutate only": {"[" + images + "," + mutate + "]",
+			"False NotEvaluated tally evaluates none of this policy's rules: rules signed (verifyImages), add-label (mutate) are reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := compile(tc.rules)
+			u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+				"metadata": map[string]any{"name": "p", "generation": int64(1), "resourceVersion": "3"}}}
+			patch, _ := ReadyPatch(u, leftOutError(p), loadedMessage(p))
+			got, ready := conditionsOf(t, u, patch)
+			if got["Ready"] != tc.ready {
+				t.Errorf("Ready = %q\nwant    %q", got["Ready"], tc.ready)
+			}
+			if ready != strings.HasPrefix(tc.ready, "True") {
+				t.Errorf("ready = %v", ready)
 			}
 		})
 	}
