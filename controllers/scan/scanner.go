@@ -117,8 +117,8 @@ type Scanner struct {
 	// told in an Event (status.go tellLeftOut).
 	leftOutTold sync.Map
 	opts        Options
-	client dynamic.Interface
-	store  *memstore.Store
+	client      dynamic.Interface
+	store       *memstore.Store
 	// queue holds the UIDs of resources to evaluate; control the changes
 	// of policies, exceptions and bindings to apply (control.go).
 	queue    *watch.Queue
