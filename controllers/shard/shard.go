@@ -422,6 +422,9 @@ func (m *member) loop(ctx context.Context, leasesSynced func() bool, work Work) 
 		case err := <-done:
 			running.cancel()
 			running = nil
+			if ctx.Err() != nil {
+				return nil // the work saw ctx end first: it was told to stop
+			}
 			if err != nil {
 				return err
 			}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -108,11 +109,47 @@ func (r *recorder) running() map[string]Assignment {
 	return out
 }
 
+// fakeStart is where the tests' fake clocks start.
+var fakeStart = time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+
+// stepUntil moves the fake clock on in steps of 50 ms, giving the members a
+// moment of real time after each, until cond holds; it fails the test when
+// the clock would pass limit (from its start) first. No bound is on real
+// time but a generous one against a hang.
+func stepUntil(t *testing.T, clk *clocktesting.FakeClock, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if clk.Since(fakeStart) >= limit {
+			t.Fatalf("%s: not by %s on the clock", what, limit)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the members did not move in 30s of real time", what)
+		}
+		clk.Step(50 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stepFor moves the fake clock on to at (from its start), as stepUntil
+// does, failing the test as soon as never holds.
+func stepFor(t *testing.T, clk *clocktesting.FakeClock, at time.Duration, what string, never func() bool) {
+	t.Helper()
+	for clk.Since(fakeStart) < at {
+		if never() {
+			t.Fatalf("%s, at %s on the clock", what, clk.Since(fakeStart))
+		}
+		clk.Step(50 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestMembersShareNamespacesAndHandThemOverFenced(t *testing.T) {
 	kube := fake.NewClientset()
+	clk := clocktesting.NewFakeClock(fakeStart)
 	rec := &recorder{seen: map[string][]Assignment{}, live: map[string]Assignment{}}
 	opts := func(id string) Options {
-		return Options{Client: kube, Namespace: "tally-system", Group: "tally-scanner", Identity: id,
+		return Options{Client: kube, Namespace: "tally-system", Group: "tally-scanner", Identity: id, Clock: clk,
 			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RenewPeriod: 200 * time.Millisecond}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -123,14 +160,19 @@ func TestMembersShareNamespacesAndHandThemOverFenced(t *testing.T) {
 		return done
 	}
 	aDone := run(ctx, "a")
-	start := time.Now()
-	waitFor(t, "a works alone", func() bool { a, ok := rec.running()["a"]; return ok && len(a.Members) == 1 })
-	if d := time.Since(start); d < 2*time.Second {
-		t.Errorf("a started working %s after joining: a new member waits a Lease duration (2s)", d)
+	waitFor(t, "a's Lease", func() bool {
+		_, err := kube.CoordinationV1().Leases("tally-system").Get(ctx, LeaseName("a"), metav1.GetOptions{})
+		return err == nil
+	})
+	working := func(id string) func() bool {
+		return func() bool { _, ok := rec.running()[id]; return ok }
 	}
+	// A new member waits a Lease duration (2 s) from joining.
+	stepFor(t, clk, 1500*time.Millisecond, "a started working before a Lease duration had passed since it joined", working("a"))
+	stepUntil(t, clk, 4*time.Second, "a works alone", func() bool { a, ok := rec.running()["a"]; return ok && len(a.Members) == 1 })
 	bCtx, bStop := context.WithCancel(ctx)
 	bDone := run(bCtx, "b")
-	waitFor(t, "a and b work on the same two-member view", func() bool {
+	stepUntil(t, clk, 10*time.Second, "a and b work on the same two-member view", func() bool {
 		r := rec.running()
 		return len(r["a"].Members) == 2 && len(r["b"].Members) == 2
 	})
@@ -143,16 +185,13 @@ func TestMembersShareNamespacesAndHandThemOverFenced(t *testing.T) {
 		t.Errorf("a worked on %d assignments, want 2 (alone, then with b)", len(rec.seen["a"]))
 	}
 	rec.mu.Unlock()
-	// b leaves: its Lease is deleted, and a takes everything at once.
+	// b leaves: its Lease is deleted, and a takes everything at once,
+	// with the clock standing still.
 	bStop()
 	if err := <-bDone; err != nil {
 		t.Fatal(err)
 	}
-	left := time.Now()
-	waitFor(t, "a works alone again", func() bool { a, ok := rec.running()["a"]; return ok && len(a.Members) == 1 })
-	if d := time.Since(left); d > 1500*time.Millisecond {
-		t.Errorf("a took b's namespaces %s after b left; a member that leaves deletes its Lease, so no wait is needed", d)
-	}
+	waitFor(t, "a works alone again, the clock not moved", func() bool { a, ok := rec.running()["a"]; return ok && len(a.Members) == 1 })
 	if _, err := kube.CoordinationV1().Leases("tally-system").Get(ctx, LeaseName("b"), metav1.GetOptions{}); err == nil {
 		t.Errorf("b's Lease is still there after b stopped")
 	}
@@ -185,23 +224,27 @@ func TestAMemberThatCannotRenewStopsWithinTheRenewDeadline(t *testing.T) {
 		}
 		return false, nil, nil
 	})
+	clk := clocktesting.NewFakeClock(fakeStart)
 	rec := &recorder{seen: map[string][]Assignment{}, live: map[string]Assignment{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{Client: kube, Namespace: "tally-system", Group: "tally-scanner", Identity: "a",
+		done <- Run(ctx, Options{Client: kube, Namespace: "tally-system", Group: "tally-scanner", Identity: "a", Clock: clk,
 			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RenewPeriod: 200 * time.Millisecond}, rec.work)
 	}()
-	waitFor(t, "a works", func() bool { _, ok := rec.running()["a"]; return ok })
+	working := func() bool { _, ok := rec.running()["a"]; return ok }
+	stepUntil(t, clk, 5*time.Second, "a works", working)
 	failing.Store(true)
-	cut := time.Now()
-	waitFor(t, "a stops", func() bool { _, ok := rec.running()["a"]; return !ok })
-	if d := time.Since(cut); d > 2*time.Second {
-		t.Errorf("a stopped %s after its renewals began to fail; the renew deadline is 1s, the Lease's duration 2s", d)
-	}
+	cut := clk.Since(fakeStart)
+	// Renewed at most a renew period (0.2 s) before the cut: it works on
+	// for a while, and has stopped once the renew deadline (1 s) has passed
+	// since, well before its Lease's duration (2 s) would let the others
+	// take its namespaces.
+	stepFor(t, clk, cut+700*time.Millisecond, "a stopped before its renew deadline", func() bool { return !working() })
+	stepUntil(t, clk, cut+1500*time.Millisecond, "a stops within its renew deadline and before its Lease expires", func() bool { return !working() })
 	failing.Store(false)
-	waitFor(t, "a works again, once renewed", func() bool { _, ok := rec.running()["a"]; return ok })
+	stepUntil(t, clk, cut+10*time.Second, "a works again, once renewed", working)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
