@@ -3,7 +3,10 @@
 //   - kyverno/v1: ClusterPolicy and Policy (read).
 //   - kyverno/v2: PolicyException (read) and the intermediate reports
 //     AdmissionReport, ClusterAdmissionReport, BackgroundScanReport and
-//     ClusterBackgroundScanReport (written by the scanner, read by the merger).
+//     ClusterBackgroundScanReport (AdmissionReports written by the admission
+//     bridge through the API server; BackgroundScanReports handed by the
+//     scanner to the merger on loopback, never stored; both read by the
+//     merger).
 //   - kyverno/v1alpha2: the older version of those intermediate reports.
 //   - kyverno/v2beta1: ClusterPolicy and Policy as the CRDs also serve
 //     them (the same spec as v1, through which tally reads them).

@@ -181,6 +181,18 @@ func TestHelmChart(t *testing.T) {
 							if image := c.(map[string]any)["image"]; image != wantImage {
 								t.Errorf("%s: %s runs %v, want %s", source, kind.Describe(o), image, wantImage)
 							}
+							// The replicas are shards in every install: an
+							// overlay that replaces the scanner's args keeps
+							// --sharding (else leader election runs, one
+							// active replica of two).
+							if c.(map[string]any)["name"] == "scanner" {
+								args, _ := json.Marshal(c.(map[string]any)["args"])
+								for _, want := range []string{`"--sharding"`, `"--identity=$(POD_NAME)"`, `"--pod-uid=$(POD_UID)"`} {
+									if !strings.Contains(string(args), want) {
+										t.Errorf("%s: %s's scanner lacks %s: %s", source, kind.Describe(o), want, args)
+									}
+								}
+							}
 						}
 					case "ValidatingWebhookConfiguration":
 						// While tally-scanner is not running (no image, no

@@ -6,6 +6,8 @@
 // match/exclude (package match), policy exceptions, context entries and
 // preconditions (packages variables and conditions), then the validation
 // itself: pattern/anyPattern (package pattern), deny conditions, foreach,
-// or podSecurity (package podsecurity). Constructs tally does not evaluate
-// (validate.cel, manifests, assert) give an error result that names them.
+// podSecurity (package podsecurity) or cel (celrule.go, with Kubernetes'
+// ValidatingAdmissionPolicy semantics). Constructs tally does not evaluate
+// (manifests, assert) give an error result that names them; mutate,
+// generate and verifyImages rules are left out and named (Policy.LeftOut).
 package engine

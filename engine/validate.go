@@ -67,7 +67,7 @@ func usesUserInfo(m kyvernov1.MatchResources) bool {
 // rule, known condition operators, well-formed anchors; see checkSpec), and
 // the rules that do not compile (a bad pattern, JMESPath, match...). Every
 // reason names its field path or rule. A construct the engine
-// does not support (validate.cel, manifests, assert) is not malformed: it
+// does not support (manifests, assert) is not malformed: it
 // gives error results where the rule matches (never a silent pass). The
 // scanner and the admission webhook both refuse such policies, so that they
 // agree on which policies exist.

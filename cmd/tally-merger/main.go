@@ -4,19 +4,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"strings"
-	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,15 +20,13 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2/textlogger"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
-	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/controllers/merge"
-	"github.com/tally-dev/tally/controllers/shard"
+	"github.com/tally-dev/tally/controllers/pair"
 	"github.com/tally-dev/tally/internal/process"
 	"github.com/tally-dev/tally/report"
 )
@@ -116,10 +109,8 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed, scan
 		return fmt.Errorf("--scanner-url %q is not an http(s) URL", scannerURL)
 	}
 	// The hand-over's client is made for each run of the scanner followed
-	// (paired.Run: under its incarnation).
-	base := strings.TrimSuffix(scannerURL, "/")
-	p := &paired{merger: merge.New(dyn, mo), scannerURL: base, readyURL: base + "/readyz", shardURL: base + "/shard", client: &http.Client{Timeout: 2 * time.Second}}
-	return process.Run(ctx, o, cfg, reg, p, nil)
+	// (under its incarnation).
+	return process.Run(ctx, o, cfg, reg, pair.NewFollower(merge.New(dyn, mo), scannerURL, nil), nil)
 }
 
 func parseAllowed(s string) (merge.Filter, error) {
@@ -137,173 +128,4 @@ func parseAllowed(s string) (merge.Filter, error) {
 		}
 	}
 	return f, nil
-}
-
-// paired runs the merger while the scanner beside it is ready: it leads
-// and has scanned everything. A standby Pod's merger waits (and is ready
-// for its probes: it has nothing to sync); when the scanner stops being
-// ready (it lost its Lease and exits, or restarts) the merger stops
-// writing within readyFailures probes and waits again, then starts afresh.
-type paired struct {
-	merger     *merge.Merger
-	scannerURL string
-	readyURL   string
-	shardURL   string
-	client     *http.Client
-	running    atomic.Bool
-}
-
-// Probing the scanner beside the merger.
-const (
-	readyProbeEvery = time.Second
-	readyFailures   = 3
-)
-
-func (p *paired) Run(ctx context.Context) error {
-	log := logr.FromContextOrDiscard(ctx)
-	for {
-		log.Info("waiting for the scanner beside the merger to be ready", "url", p.readyURL)
-		incarnation, ok := p.waitReady(ctx)
-		if !ok {
-			return nil
-		}
-		// The merger merges the namespaces the scanner scans.
-		sh, err := p.shard(ctx)
-		if err != nil || sh.Incarnation != incarnation {
-			if ctx.Err() != nil {
-				return nil
-			}
-			log.Info("the scanner's shard could not be read, or it changed meanwhile: asking again", "error", fmt.Sprint(err))
-			time.Sleep(readyProbeEvery)
-			continue
-		}
-		// The hand-over is read under the incarnation: a later run of the
-		// scanner (a new shard) answers Gone there rather than its reports.
-		bg, err := dynamic.NewForConfig(&rest.Config{Host: p.scannerURL + handover.IncarnationPath(incarnation), QPS: -1})
-		if err != nil {
-			return fmt.Errorf("--scanner-url: %w", err)
-		}
-		p.merger.SetBackground(bg)
-		if len(sh.Members) > 0 {
-			a := shard.Assignment{Self: sh.Self, Members: sh.Members}
-			p.merger.SetShard(a.Owns)
-			log.Info("merging the scanner's shard", "shard", a.String())
-		} else {
-			p.merger.SetShard(nil)
-		}
-		runCtx, cancel := context.WithCancel(ctx)
-		stopped := make(chan struct{})
-		go func() {
-			defer close(stopped)
-			p.watchReady(runCtx, cancel, incarnation)
-		}()
-		p.running.Store(true)
-		err = p.merger.Run(runCtx)
-		p.running.Store(false)
-		cancel()
-		<-stopped
-		if err != nil || ctx.Err() != nil {
-			return err
-		}
-		log.Info("the scanner beside the merger is not ready any more: merging paused")
-	}
-}
-
-func (p *paired) Synced() bool { return !p.running.Load() || p.merger.Synced() }
-
-// ready probes the scanner: whether it is ready, and which run of it
-// answered (its hand-over's incarnation).
-func (p *paired) ready(ctx context.Context) (id string, ok bool) {
-	id, ok, _ = p.probe(ctx)
-	return id, ok
-}
-
-// probe asks the scanner whether it is ready; notReady says it answered
-// that it is not (rather than not answering).
-func (p *paired) probe(ctx context.Context) (id string, ok, notReady bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.readyURL, nil)
-	if err != nil {
-		return "", false, false
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return "", false, false
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256))
-	_ = resp.Body.Close() // read already: a failed close loses nothing
-	if err != nil {
-		return "", false, false
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", false, resp.StatusCode == http.StatusServiceUnavailable
-	}
-	return strings.TrimSpace(strings.TrimPrefix(string(body), "ok")), true, false
-}
-
-// waitReady polls until the scanner is ready and returns its incarnation;
-// false when ctx ended first.
-// shard reads the shard of the scanner beside the merger (handover.Shard).
-func (p *paired) shard(ctx context.Context) (handover.Shard, error) {
-	var sh handover.Shard
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.shardURL, nil)
-	if err != nil {
-		return sh, err
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return sh, err
-	}
-	defer func() { _ = resp.Body.Close() }() // read already: a failed close loses nothing
-	if resp.StatusCode != http.StatusOK {
-		return sh, fmt.Errorf("%s: %s", p.shardURL, resp.Status)
-	}
-	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&sh)
-	return sh, err
-}
-
-func (p *paired) waitReady(ctx context.Context) (string, bool) {
-	t := time.NewTicker(readyProbeEvery / 2)
-	defer t.Stop()
-	for {
-		if id, ok := p.ready(ctx); ok {
-			return id, true
-		}
-		select {
-		case <-ctx.Done():
-			return "", false
-		case <-t.C:
-		}
-	}
-}
-
-// watchReady calls stop after readyFailures failed probes in a row, or at
-// once when another run of the scanner answers (one that restarted between
-// two probes): the merger then starts afresh from what that run scanned.
-func (p *paired) watchReady(ctx context.Context, stop context.CancelFunc, incarnation string) {
-	t := time.NewTicker(readyProbeEvery)
-	defer t.Stop()
-	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		id, ok, notReady := p.probe(ctx)
-		if (ok && id != incarnation) || notReady {
-			// A new run of the scanner (a restart, or a new shard), or one
-			// that says it is not ready (its shard is changing): stop
-			// writing at once.
-			stop()
-			return
-		}
-		if ok {
-			failures = 0
-			continue
-		}
-		if failures++; failures >= readyFailures && ctx.Err() == nil {
-			stop()
-			return
-		}
-	}
 }

@@ -1,7 +1,9 @@
 // Package v1 contains reports.kyverno.io/v1 types tally reads: the
 // EphemeralReport and ClusterEphemeralReport that Kyverno's admission
 // controller (1.13 and later) writes for each admission request, which
-// tally's admission bridge folds into its per-resource AdmissionReports.
+// tally-merger folds into the final reports beside Kyverno
+// (--ingest-kyverno-reports, controllers/merge fold.go), deleting each once
+// merged.
 //
 // +kubebuilder:object:generate=true
 // +groupName=reports.kyverno.io
