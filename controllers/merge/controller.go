@@ -572,6 +572,14 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 	for _, r := range compiled.Rules {
 		info.Rules[r.Name] = true
 	}
+	for _, r := range compiled.LeftOut {
+		if info.KyvernoOnly == nil {
+			info.KyvernoOnly = map[string]bool{}
+		}
+		for _, name := range []string{r.Name, "autogen-" + r.Name, "autogen-cronjob-" + r.Name} {
+			info.KyvernoOnly[name] = true
+		}
+	}
 	return compiled.Name, info, nil
 }
 

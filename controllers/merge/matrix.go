@@ -13,6 +13,12 @@ type PolicyInfo struct {
 	Background, Admission bool
 	// Rules are the names of its current validate rules (autogen included).
 	Rules map[string]bool
+	// KyvernoOnly are the names of its rules tally does not evaluate
+	// (mutate, generate, verifyImages; autogen names included): beside
+	// Kyverno their results come from Kyverno's controllers alone, through
+	// its admission reports, and stay while the rule does (R45); tally's
+	// background scan never reports them, so it never makes them stale.
+	KyvernoOnly map[string]bool
 	// AnyRule is set for CEL policies: their results carry no rule of the
 	// policy's own ("", exception, evaluation, match).
 	AnyRule bool
@@ -92,11 +98,12 @@ func Merge(in Input) []wgv1alpha2.PolicyReportResult {
 	}
 	for _, r := range in.Admission {
 		p, ok := in.Policies[PolicyKey(r.Source, r.Policy)]
-		if !ok || !p.Admission || !(p.AnyRule || p.Rules[r.Rule]) {
+		kyvernoOnly := ok && p.KyvernoOnly[r.Rule]
+		if !ok || !p.Admission || !(p.AnyRule || p.Rules[r.Rule] || kyvernoOnly) {
 			continue
 		}
 		k := ruleKey{r.Source, r.Policy, r.Rule}
-		if p.Background && in.BackgroundCurrent && !backgroundSeen[k] {
+		if p.Background && in.BackgroundCurrent && !backgroundSeen[k] && !kyvernoOnly {
 			continue // the current background scan says the rule no longer applies
 		}
 		if prev, ok := chosen[k]; ok && !newer(r, prev) {

@@ -67,6 +67,20 @@ func TestMerge(t *testing.T) {
 			in:   Input{Admission: []wgv1alpha2.PolicyReportResult{res("p", "r", fail, 10)}, Policies: map[string]PolicyInfo{"p": pol(true, false, "r")}},
 			want: nil,
 		},
+		"R45 beside Kyverno, a mutate rule's admission result stays, though tally's scan never reports it": {
+			in: Input{Admission: []wgv1alpha2.PolicyReportResult{res("p", "add-label", pass, 10), res("p", "autogen-add-label", pass, 10), res("p", "r", pass, 10)},
+				Background: []wgv1alpha2.PolicyReportResult{res("p", "r", fail, 20)}, BackgroundCurrent: true,
+				Policies: map[string]PolicyInfo{"p": func() PolicyInfo {
+					p := pol(true, true, "r")
+					p.KyvernoOnly = map[string]bool{"add-label": true, "autogen-add-label": true}
+					return p
+				}()}},
+			want: []string{"p/add-label=pass", "p/autogen-add-label=pass", "p/r=fail"},
+		},
+		"R45 a rule tally does not evaluate goes with its policy's rule": {
+			in:   Input{Admission: []wgv1alpha2.PolicyReportResult{res("p", "add-label", pass, 10)}, Policies: map[string]PolicyInfo{"p": pol(true, true, "r")}},
+			want: nil,
+		},
 		"R19 results of a deleted policy go": {
 			in: Input{Background: []wgv1alpha2.PolicyReportResult{res("gone", "r", fail, 10), res("p", "r", pass, 10)},
 				Policies: map[string]PolicyInfo{"p": pol(true, true, "r")}},
