@@ -122,7 +122,9 @@ func compile(kind, name, namespace string, annotations map[string]string, spec k
 	}
 	for _, r := range spec.Rules {
 		if r.Validate == nil {
-			p.LeftOut = append(p.LeftOut, LeftOutRule{Name: r.Name, Type: ruleType(r)})
+			lr := LeftOutRule{Name: r.Name, Type: ruleType(r)}
+			lr.matcher, _ = match.Compile(r.Match, r.Exclude) // one that does not compile applies nowhere
+			p.LeftOut = append(p.LeftOut, lr)
 		}
 	}
 	return p, nil
@@ -133,6 +135,25 @@ type LeftOutRule struct {
 	Name string
 	// Type is mutate, generate or verifyImages.
 	Type string
+
+	matcher *match.Matcher
+}
+
+// LeftOutApplying are the rules left out whose match/exclude select a
+// resource (no admission data; autogen rules are not made for them): what
+// Kyverno's own controllers would act on (the conformance suite's Kyverno
+// stand-in reports them as Kyverno does).
+func (p *Policy) LeftOutApplying(obj map[string]any, nsLabels map[string]string) []LeftOutRule {
+	var out []LeftOutRule
+	for _, r := range p.LeftOut {
+		if r.matcher == nil {
+			continue
+		}
+		if res := resourceOf(obj, ""); r.matcher.Matches(&res, nsLabels, nil) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // NotEvaluatedNote is what tally says of the rules it leaves out (R46).

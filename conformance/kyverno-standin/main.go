@@ -37,13 +37,20 @@
 //	                                                                         no image policy (issue 42)
 //	ValidatingAdmissionPolicy       none (the API server evaluates VAPs;     none
 //	                                reported in the background only)
-//	classic mutate, verifyImages,   a goroutine not waited for               not written (issues 42, 43)
-//	MutatingPolicy
+//	classic mutate                  a goroutine not waited for               a goroutine, its own report:
+//	                                                                         pass "mutated Kind/name in
+//	                                                                         namespace NS" per rule whose
+//	                                                                         match selects the object
+//	                                                                         (requests with validate
+//	                                                                         results only; nothing mutated;
+//	                                                                         on a CREATE no resource UID,
+//	                                                                         as Kyverno's: adopted by name)
+//	verifyImages, MutatingPolicy    a goroutine not waited for               not written (issues 42, 43)
 //	background controller:          after the fact, when its UpdateRequest   not written (issue 43)
 //	generate, mutateExisting        is processed
 //
-// So one request may give up to three reports (ValidatingPolicy, classic
-// Enforce, classic Audit), each with the policy labels of its own results;
+// So one request may give up to four reports (ValidatingPolicy, classic
+// Enforce, classic Audit, classic mutate), each with the policy labels of its own results;
 // the merger folds them. order_test.go checks the order; the conformance
 // case R10-admission-burst-background-off creates 24 resources back to
 // back under background-off policies and requires every report.
@@ -59,6 +66,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -98,6 +106,7 @@ import (
 	reportsv1 "github.com/tally-dev/tally/api/reports/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/admission"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/controllers/watch"
@@ -145,7 +154,7 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 		return fmt.Errorf("create namespace %s: %w", namespace, err)
 	}
 	reg := prometheus.NewRegistry()
-	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, ctx: ctx,
+	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, mutating: map[string]mutatingPolicy{}, ctx: ctx,
 		created: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kyverno_standin_reports_created_total", Help: "EphemeralReports and ClusterEphemeralReports written, by kind.",
 		}, []string{"kind"})}
@@ -266,6 +275,16 @@ type standin struct {
 	// policy cache files as Enforce (a rule or the policy failing with
 	// Enforce): their results go in the Enforce handler's report.
 	enforce map[string]bool
+	// mutating are the classic policies with admission on and mutate rules,
+	// by report name, and their resourceVersions (for the policy labels of
+	// the mutate handler's report).
+	mutating map[string]mutatingPolicy
+}
+
+// mutatingPolicy is a classic policy with mutate rules.
+type mutatingPolicy struct {
+	compiled        *engine.Policy
+	resourceVersion string
 }
 
 var (
@@ -316,6 +335,11 @@ func (s *standin) remember(gvr schema.GroupVersionResource, u *unstructured.Unst
 	switch gvr {
 	case gvrPolicy, gvrClusterPolicy:
 		s.enforce[name] = enforces(u)
+		delete(s.mutating, name)
+		admission, found, _ := unstructured.NestedBool(u.Object, "spec", "admission")
+		if p, err := catalog.Read(gvr, u); err == nil && (admission || !found) && slices.ContainsFunc(p.Compiled.LeftOut, func(r engine.LeftOutRule) bool { return r.Type == "mutate" }) {
+			s.mutating[name] = mutatingPolicy{compiled: p.Compiled, resourceVersion: u.GetResourceVersion()}
+		}
 	case gvrValidatingPolicy, gvrNamespacedValidatingPolicy:
 		resultName := u.GetName() // as its results name it
 		if gvr == gvrNamespacedValidatingPolicy {
@@ -348,6 +372,7 @@ const (
 	groupCEL     reportGroup = iota // ValidatingPolicy: before the answer
 	groupEnforce                    // classic, Enforce: a goroutine not waited for
 	groupAudit                      // classic, Audit: after the answer
+	groupMutate                     // classic mutate: a goroutine not waited for
 	groupCount
 )
 
@@ -385,6 +410,15 @@ func (s *standin) write(a admission.Admitted) {
 		}
 		groups[g] = append(groups[g], r)
 	}
+	mutated, mutateLabels := s.mutated(a)
+	groups[groupMutate] = mutated
+	if len(mutateLabels) > 0 { // the request's labels are the bridge's: never changed in place
+		policyLabels = maps.Clone(policyLabels)
+		if policyLabels == nil {
+			policyLabels = map[string]string{}
+		}
+		maps.Copy(policyLabels, mutateLabels)
+	}
 	s.mu.Unlock()
 	for g, results := range groups {
 		if len(results) == 0 {
@@ -399,8 +433,64 @@ func (s *standin) write(a admission.Admitted) {
 			s.create(gvr, obj) // before the answer
 			continue
 		}
+		if reportGroup(g) == groupMutate && a.Request.Operation == "CREATE" {
+			// Kyverno's mutating webhook sees a CREATE before the object
+			// has a UID: its report names the resource by type, namespace
+			// and name only (Kyverno's reports controller adopts it).
+			labels := obj.GetLabels()
+			delete(labels, report.LabelResourceUID)
+			obj.SetLabels(labels)
+		}
 		go s.create(gvr, obj)
 	}
+}
+
+// mutated are the results of the classic mutate rules that apply to an
+// admitted CREATE or UPDATE, as Kyverno's mutating webhook reports them
+// (pass, "mutated Kind/name in namespace NS"), and their policies' labels.
+// The stand-in mutates nothing (it serves no mutating webhook), and it
+// reports them only for requests its validating webhook records, with
+// results of validate rules too (those reach write). The caller holds s.mu.
+func (s *standin) mutated(a admission.Admitted) ([]wgv1alpha2.PolicyReportResult, map[string]string) {
+	if len(s.mutating) == 0 || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
+		return nil, nil
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(a.Request.Object.Raw, &obj); err != nil {
+		return nil, nil
+	}
+	var results []wgv1alpha2.PolicyReportResult
+	labels := map[string]string{}
+	now := metav1.Timestamp{Seconds: time.Now().Unix()}
+	for name, mp := range s.mutating {
+		if mp.compiled.Namespace != "" && mp.compiled.Namespace != a.Subject.Namespace {
+			continue
+		}
+		for _, r := range mp.compiled.LeftOutApplying(obj, nil) {
+			if r.Type != "mutate" {
+				continue
+			}
+			process := report.ProcessAdmission
+			if s.background[name] {
+				process = report.ProcessBackground
+			}
+			message := fmt.Sprintf("mutated %s/%s", a.Subject.Kind, a.Subject.Name)
+			if a.Subject.Namespace != "" {
+				message += " in namespace " + a.Subject.Namespace
+			}
+			results = append(results, wgv1alpha2.PolicyReportResult{
+				Source: engine.SourceKyverno, Policy: name, Rule: r.Name, Result: wgv1alpha2.ResultPass, Scored: true, Timestamp: now,
+				Message:    message,
+				Properties: map[string]string{"process": process},
+			})
+			key := "cpol.kyverno.io/" + name
+			if mp.compiled.Namespace != "" {
+				key = "pol.kyverno.io/" + strings.TrimPrefix(name, mp.compiled.Namespace+"/")
+			}
+			labels[key] = mp.resourceVersion
+		}
+	}
+	return results, labels
 }
 
 // labelsOf keeps of a request's policy labels those of the policies whose

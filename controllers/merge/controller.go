@@ -109,6 +109,9 @@ type Merger struct {
 	// folds are the admission reports folded by resource (Options.Ingest).
 	folds   map[string]*fold
 	foldSeq int64
+	// unadopted are Kyverno's admission reports that name their resource
+	// without its UID, by queue key (adopt.go).
+	unadopted map[string]unadopted
 	// strings and metas hold the one copy of repeated values (state.go).
 	strings map[string]string
 	metas   map[string]*resultMeta
@@ -222,6 +225,7 @@ func (m *Merger) reset() {
 	m.written = map[string]writtenReport{}
 	m.seeds = nil
 	m.folds = map[string]*fold{}
+	m.unadopted = map[string]unadopted{}
 }
 
 // watched are the kinds always watched; the admission kinds and the CEL
@@ -338,6 +342,9 @@ func (m *Merger) processNext(ctx context.Context) bool {
 // reconcile writes the final report of one resource if it differs from what
 // was written, and deletes it when no result remains.
 func (m *Merger) reconcile(ctx context.Context, uid string) error {
+	if isAdoptKey(uid) {
+		return m.adopt(ctx, uid)
+	}
 	m.mu.Lock()
 	var v *verification
 	if st := m.states[uid]; st != nil {

@@ -103,6 +103,15 @@ func (m *Merger) upsertFolded(ctx context.Context, gvr schema.GroupVersionResour
 		log.Error(err, "admission report's results partly unreadable; the rest are used", "kind", gvr.Resource, "name", u.GetNamespace()+"/"+u.GetName())
 	}
 	owner, namespace, named := report.ReportOwner(u, r.Spec.Owner)
+	if !named && namespace == u.GetNamespace() && isEphemeral(gvr) && adoptable(u) {
+		// Kyverno's mutating webhook's report of a CREATE: the resource
+		// had no UID yet (adopt.go).
+		m.mu.Lock()
+		key := m.awaitAdoptionLocked(gvr, u)
+		m.mu.Unlock()
+		m.queue.Add(key)
+		return
+	}
 	if !named || namespace != u.GetNamespace() {
 		// Nothing to report on (or a resource of another namespace, whose
 		// report is not written here): deleted, so that such reports do

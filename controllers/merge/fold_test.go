@@ -3,6 +3,7 @@ package merge
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -178,5 +179,47 @@ func TestEveryAdmissionReportOfAResourceIsFolded(t *testing.T) {
 	}
 	if len(left.Items) != 1 || left.Items[0].GetName() != "bg" {
 		t.Errorf("EphemeralReports left: %d, want only the background scan's", len(left.Items))
+	}
+}
+
+// R45: Kyverno's mutating webhook sees a CREATE before the object has a
+// UID: its report names the resource by type, namespace and name alone.
+// The merger reads the resource's UID and merges the report under it; one
+// whose resource is still not there two minutes after its creation is
+// deleted unmerged, as Kyverno's reports controller deletes it.
+func TestReportsOfCreatesWithoutAUIDAreAdopted(t *testing.T) {
+	stored := podObject("a")
+	mutate := kyvernoEphemeral("m1", "", "add-label", wgv1alpha2.ResultPass, 10)
+	unstructured.RemoveNestedField(mutate.Object, "metadata", "labels", report.LabelResourceUID)
+	unstructured.RemoveNestedField(mutate.Object, "metadata", "labels", report.LabelResourceHash)
+	ghost := mutate.DeepCopy()
+	ghost.SetName("m2")
+	ghost.SetUID("eph-m2")
+	ghost.SetAnnotations(map[string]string{report.AnnotationResourceName: "never-created", report.AnnotationResourceNamespace: "ns"})
+	ghost.SetCreationTimestamp(metav1.NewTime(time.Now().Add(-3 * time.Minute)))
+	client := fakeClient(stored.DeepCopy(), mutate.DeepCopy(), ghost.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
+	p := pol(true, true, "r")
+	p.KyvernoOnly = map[string]bool{"add-label": true}
+	m.policies = map[string]PolicyInfo{"p": p}
+	ctx := context.Background()
+	m.Upsert(ctx, apiresources.EphemeralReport, mutate)
+	m.Upsert(ctx, apiresources.EphemeralReport, ghost)
+	for _, key := range []string{adoptPrefix + "ephemeralreports/ns/m1", adoptPrefix + "ephemeralreports/ns/m2", "u1"} {
+		if err := m.reconcile(ctx, key); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+	}
+	if got, want := finalResults(t, m), "p/add-label=pass admission review;"; got != want {
+		t.Fatalf("final %q, want %q", got, want)
+	}
+	if n := ephemeralLeft(t, m); n != 0 {
+		t.Errorf("%d EphemeralReports left, want 0 (the adopted one merged, the other given up)", n)
+	}
+	if got := testutil.ToFloat64(m.metrics.unusable); got != 1 {
+		t.Errorf("unusable = %v, want 1 (the report of a resource never created)", got)
+	}
+	if len(m.unadopted) != 0 {
+		t.Errorf("reports still waiting for adoption: %v", m.unadopted)
 	}
 }

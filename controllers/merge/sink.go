@@ -214,6 +214,7 @@ func (m *Merger) Remove(ctx context.Context, gvr schema.GroupVersionResource, u 
 	}
 	if m.folded(gvr) {
 		m.mu.Lock()
+		delete(m.unadopted, adoptPrefix+gvr.Resource+"/"+u.GetNamespace()+"/"+u.GetName())
 		touched := m.removeFolded(gvr, u.GetNamespace(), u.GetName())
 		m.mu.Unlock()
 		for _, uid := range touched {
@@ -271,6 +272,11 @@ func (m *Merger) Replace(ctx context.Context, gvr schema.GroupVersionResource, o
 	}
 	if m.folded(gvr) {
 		m.mu.Lock()
+		for key, w := range m.unadopted { // deleted while the watch was down
+			if w.gvr == gvr && !present[w.report.GetNamespace()+"/"+w.report.GetName()] {
+				delete(m.unadopted, key)
+			}
+		}
 		touched := m.replaceFolded(gvr, present)
 		m.mu.Unlock()
 		for _, uid := range touched {
