@@ -90,8 +90,17 @@ func (m *Merger) upsertFolded(ctx context.Context, gvr schema.GroupVersionResour
 	if u.GetDeletionTimestamp() != nil {
 		return // going away
 	}
+	backgroundController := false
 	if isEphemeral(gvr) && labels[report.LabelSource] != "" && labels[report.LabelSource] != "admission" {
-		return // a background scan's ephemeral report: not admission output
+		// A background scan's ephemeral report: Kyverno's reports
+		// controller's (off beside tally: tally's scan replaces it) is not
+		// admission output. Kyverno's background controller writes its
+		// generate and mutateExisting results (and GeneratingPolicy's) the
+		// same way, on the trigger's report: those are folded (R45).
+		if labels[report.LabelSource] != sourceBackgroundScan || !hasBackgroundControllerResults(u) {
+			return
+		}
+		backgroundController = true
 	}
 	var r kyvernov2.AdmissionReport // every admission kind has this shape
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
@@ -101,6 +110,9 @@ func (m *Merger) upsertFolded(ctx context.Context, gvr schema.GroupVersionResour
 	results, err := report.IntermediateResults(r.Spec.Results, u.GetAnnotations())
 	if err != nil {
 		log.Error(err, "admission report's results partly unreadable; the rest are used", "kind", gvr.Resource, "name", u.GetNamespace()+"/"+u.GetName())
+	}
+	if backgroundController {
+		results = slices.DeleteFunc(results, func(r wgv1alpha2.PolicyReportResult) bool { return !backgroundControllerResult(r) })
 	}
 	owner, namespace, named := report.ReportOwner(u, r.Spec.Owner)
 	if !named && namespace == u.GetNamespace() && isEphemeral(gvr) && adoptable(u) {
@@ -278,4 +290,45 @@ func (m *Merger) deleteReport(ctx context.Context, k sourceKey, s foldSource) (d
 	default:
 		return false, fmt.Errorf("delete %s %s/%s: %w", k.gvr.Resource, k.namespace, k.name, err)
 	}
+}
+
+// sourceBackgroundScan is the audit.kyverno.io/source of the reports of
+// Kyverno's background scans and of its background controller.
+const sourceBackgroundScan = "background-scan"
+
+// Properties Kyverno's background controller sets on its results: the
+// resources a generate rule (or GeneratingPolicy) made, the target a
+// mutateExisting rule patched.
+const (
+	propertyGeneratedResources = "generated-resources"
+	propertyPatchedTarget      = "patched-target"
+)
+
+// backgroundControllerResult says whether a result is one of Kyverno's
+// background controller (generate, mutateExisting), which no background
+// scan computes.
+func backgroundControllerResult(r wgv1alpha2.PolicyReportResult) bool {
+	_, generated := r.Properties[propertyGeneratedResources]
+	_, patched := r.Properties[propertyPatchedTarget]
+	return generated || patched
+}
+
+// hasBackgroundControllerResults says whether a background-scan report
+// holds results of Kyverno's background controller.
+func hasBackgroundControllerResults(u *unstructured.Unstructured) bool {
+	results, _, _ := unstructured.NestedSlice(u.Object, "spec", "results")
+	for _, r := range results {
+		m, ok := r.(map[string]any)
+		if !ok {
+			continue // malformed: IntermediateResults says so when it is read
+		}
+		props, _, _ := unstructured.NestedStringMap(m, "properties")
+		if _, ok := props[propertyGeneratedResources]; ok {
+			return true
+		}
+		if _, ok := props[propertyPatchedTarget]; ok {
+			return true
+		}
+	}
+	return false
 }

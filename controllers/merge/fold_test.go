@@ -223,3 +223,38 @@ func TestReportsOfCreatesWithoutAUIDAreAdopted(t *testing.T) {
 		t.Errorf("reports still waiting for adoption: %v", m.unadopted)
 	}
 }
+
+// R45: Kyverno's background controller writes its generate and
+// mutateExisting results on the trigger's report, with source
+// background-scan: the merger folds those results (and only those: a
+// background scan of Kyverno's reports controller is not admission output).
+func TestBackgroundControllerResultsAreFolded(t *testing.T) {
+	stored := podObject("a")
+	gen := kyvernoEphemeral("g1", "", "clone", wgv1alpha2.ResultPass, 10)
+	gen.Object["metadata"].(map[string]any)["labels"].(map[string]any)[report.LabelSource] = sourceBackgroundScan
+	results := gen.Object["spec"].(map[string]any)["results"].([]any)
+	results[0].(map[string]any)["properties"] = map[string]any{"process": "background scan", propertyGeneratedResources: "/v1, Kind=Secret Name=regcred Namespace=ns"}
+	// A result of a background scan beside it is not the controller's.
+	results = append(results, map[string]any{"policy": "p", "rule": "r", "result": "fail", "source": "kyverno",
+		"properties": map[string]any{"process": "background scan"}, "timestamp": map[string]any{"seconds": int64(10), "nanos": int64(0)}})
+	gen.Object["spec"].(map[string]any)["results"] = results
+	scanOnly := kyvernoEphemeral("s1", "", "r", wgv1alpha2.ResultFail, 10)
+	scanOnly.Object["metadata"].(map[string]any)["labels"].(map[string]any)[report.LabelSource] = sourceBackgroundScan
+	client := fakeClient(stored.DeepCopy(), gen.DeepCopy(), scanOnly.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
+	p := pol(true, true, "r")
+	p.KyvernoOnly = map[string]bool{"clone": true}
+	m.policies = map[string]PolicyInfo{"p": p}
+	ctx := context.Background()
+	m.Upsert(ctx, apiresources.EphemeralReport, gen)
+	m.Upsert(ctx, apiresources.EphemeralReport, scanOnly)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := finalResults(t, m), "p/clone=pass background scan;"; got != want {
+		t.Fatalf("final %q, want %q", got, want)
+	}
+	if n := ephemeralLeft(t, m); n != 1 {
+		t.Errorf("%d EphemeralReports left, want 1 (the background scan's, not the merger's to delete)", n)
+	}
+}
