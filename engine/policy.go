@@ -122,7 +122,7 @@ func compile(kind, name, namespace string, annotations map[string]string, spec k
 	}
 	for _, r := range spec.Rules {
 		if r.Validate == nil {
-			lr := LeftOutRule{Name: r.Name, Type: ruleType(r)}
+			lr := LeftOutRule{Name: r.Name, Type: ruleType(r), Raw: r}
 			lr.matcher, _ = match.Compile(r.Match, r.Exclude) // one that does not compile applies nowhere
 			p.LeftOut = append(p.LeftOut, lr)
 		}
@@ -135,6 +135,8 @@ type LeftOutRule struct {
 	Name string
 	// Type is mutate, generate or verifyImages.
 	Type string
+	// Raw is the rule as written.
+	Raw kyvernov1.Rule
 
 	matcher *match.Matcher
 }

@@ -46,8 +46,10 @@
 //	                                                                         on a CREATE no resource UID,
 //	                                                                         as Kyverno's: adopted by name)
 //	verifyImages, MutatingPolicy    a goroutine not waited for               not written (issues 42, 43)
-//	background controller:          after the fact, when its UpdateRequest   not written (issue 43)
-//	generate, mutateExisting        is processed
+//	background controller:          after the fact, when its UpdateRequest   generate: a second after the
+//	generate, mutateExisting        is processed: on the trigger, source     request, on the trigger, as
+//	                                background-scan, owned by it             Kyverno's (nothing generated);
+//	                                                                         mutateExisting: not written
 //
 // So one request may give up to four reports (ValidatingPolicy, classic
 // Enforce, classic Audit, classic mutate), each with the policy labels of its own results;
@@ -154,7 +156,7 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 		return fmt.Errorf("create namespace %s: %w", namespace, err)
 	}
 	reg := prometheus.NewRegistry()
-	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, mutating: map[string]mutatingPolicy{}, ctx: ctx,
+	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, controlled: map[string]controllerPolicy{}, ctx: ctx,
 		created: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kyverno_standin_reports_created_total", Help: "EphemeralReports and ClusterEphemeralReports written, by kind.",
 		}, []string{"kind"})}
@@ -275,14 +277,15 @@ type standin struct {
 	// policy cache files as Enforce (a rule or the policy failing with
 	// Enforce): their results go in the Enforce handler's report.
 	enforce map[string]bool
-	// mutating are the classic policies with admission on and mutate rules,
-	// by report name, and their resourceVersions (for the policy labels of
-	// the mutate handler's report).
-	mutating map[string]mutatingPolicy
+	// controlled are the classic policies with admission on and mutate or
+	// generate rules, by report name, and their resourceVersions (for the
+	// policy labels of the reports of Kyverno's mutating webhook and
+	// background controller).
+	controlled map[string]controllerPolicy
 }
 
-// mutatingPolicy is a classic policy with mutate rules.
-type mutatingPolicy struct {
+// controllerPolicy is a classic policy with mutate or generate rules.
+type controllerPolicy struct {
 	compiled        *engine.Policy
 	resourceVersion string
 }
@@ -335,10 +338,10 @@ func (s *standin) remember(gvr schema.GroupVersionResource, u *unstructured.Unst
 	switch gvr {
 	case gvrPolicy, gvrClusterPolicy:
 		s.enforce[name] = enforces(u)
-		delete(s.mutating, name)
+		delete(s.controlled, name)
 		admission, found, _ := unstructured.NestedBool(u.Object, "spec", "admission")
-		if p, err := catalog.Read(gvr, u); err == nil && (admission || !found) && slices.ContainsFunc(p.Compiled.LeftOut, func(r engine.LeftOutRule) bool { return r.Type == "mutate" }) {
-			s.mutating[name] = mutatingPolicy{compiled: p.Compiled, resourceVersion: u.GetResourceVersion()}
+		if p, err := catalog.Read(gvr, u); err == nil && (admission || !found) && slices.ContainsFunc(p.Compiled.LeftOut, func(r engine.LeftOutRule) bool { return r.Type == "mutate" || r.Type == "generate" }) {
+			s.controlled[name] = controllerPolicy{compiled: p.Compiled, resourceVersion: u.GetResourceVersion()}
 		}
 	case gvrValidatingPolicy, gvrNamespacedValidatingPolicy:
 		resultName := u.GetName() // as its results name it
@@ -410,6 +413,7 @@ func (s *standin) write(a admission.Admitted) {
 		}
 		groups[g] = append(groups[g], r)
 	}
+	generated := s.generated(a)
 	mutated, mutateLabels := s.mutated(a)
 	groups[groupMutate] = mutated
 	if len(mutateLabels) > 0 { // the request's labels are the bridge's: never changed in place
@@ -443,6 +447,117 @@ func (s *standin) write(a admission.Admitted) {
 		}
 		go s.create(gvr, obj)
 	}
+	for _, g := range generated {
+		go s.writeGenerated(a, g)
+	}
+}
+
+// generation is one policy's generate results on a trigger.
+type generation struct {
+	policy          string
+	namespaced      bool
+	resourceVersion string
+	results         []wgv1alpha2.PolicyReportResult
+}
+
+// generated are the results Kyverno's background controller reports for
+// the classic generate rules that apply to an admitted CREATE or UPDATE
+// (the trigger): pass, no message, property generated-resources naming the
+// resource the rule's generate block names ("/v1, Kind=Secret Name=x
+// Namespace=y"; variables are not substituted), process as the policy's.
+// The stand-in generates nothing. The caller holds s.mu.
+func (s *standin) generated(a admission.Admitted) []generation {
+	if len(s.controlled) == 0 || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
+		return nil
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(a.Request.Object.Raw, &obj); err != nil {
+		return nil
+	}
+	var out []generation
+	for name, cp := range s.controlled {
+		if cp.compiled.Namespace != "" && cp.compiled.Namespace != a.Subject.Namespace {
+			continue
+		}
+		g := generation{policy: name, namespaced: cp.compiled.Namespace != "", resourceVersion: cp.resourceVersion}
+		for _, r := range cp.compiled.LeftOutApplying(obj, nil) {
+			if r.Type != "generate" || r.Raw.Generate == nil {
+				continue
+			}
+			var target struct{ APIVersion, Kind, Name, Namespace string }
+			if err := json.Unmarshal(r.Raw.Generate.Raw, &target); err != nil {
+				continue
+			}
+			gv, _ := schema.ParseGroupVersion(target.APIVersion)
+			generatedResource := gv.WithKind(target.Kind).String() + " Name=" + target.Name
+			if target.Namespace != "" {
+				generatedResource += " Namespace=" + target.Namespace
+			}
+			process := report.ProcessAdmission
+			if s.background[name] {
+				process = report.ProcessBackground
+			}
+			g.results = append(g.results, wgv1alpha2.PolicyReportResult{
+				Source: engine.SourceKyverno, Policy: name, Rule: r.Name, Result: wgv1alpha2.ResultPass, Scored: true,
+				Timestamp:  metav1.Timestamp{Seconds: time.Now().Unix()},
+				Properties: map[string]string{"process": process, "generated-resources": generatedResource},
+			})
+		}
+		if len(g.results) > 0 {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// backgroundControllerDelay is how long after the admission the stand-in's
+// "background controller" writes its report: Kyverno's processes an
+// UpdateRequest after the request, once the trigger is stored.
+const backgroundControllerDelay = time.Second
+
+// writeGenerated writes a generate report as Kyverno's background
+// controller does: on the trigger, source background-scan, owned by it.
+func (s *standin) writeGenerated(a admission.Admitted, g generation) {
+	select {
+	case <-s.ctx.Done():
+		return
+	case <-time.After(backgroundControllerDelay):
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, creationTimeout)
+	defer cancel()
+	gvk := schema.GroupVersionKind{Group: a.Request.Kind.Group, Version: a.Request.Kind.Version, Kind: a.Request.Kind.Kind}
+	trigger, err := s.client.Resource(a.GVR).Namespace(a.Subject.Namespace).Get(ctx, a.Subject.Name, metav1.GetOptions{})
+	if err != nil {
+		return // gone, or never stored: Kyverno's controller has no trigger either
+	}
+	owner := metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: trigger.GetName(), UID: trigger.GetUID()}
+	policyLabel := "cpol.kyverno.io/" + g.policy
+	if g.namespaced {
+		_, plain, _ := strings.Cut(g.policy, "/")
+		policyLabel = "pol.kyverno.io/" + plain
+	}
+	meta := metav1.ObjectMeta{
+		GenerateName: string(trigger.GetUID()) + "-", Namespace: a.Subject.Namespace, OwnerReferences: []metav1.OwnerReference{owner},
+		Labels: map[string]string{
+			"app.kubernetes.io/managed-by": "kyverno", report.LabelSource: "background-scan",
+			report.LabelResourceUID: string(trigger.GetUID()), report.LabelResourceGroup: gvk.Group, report.LabelResourceVersion: gvk.Version,
+			report.LabelResourceKind: gvk.Kind, policyLabel: g.resourceVersion,
+		},
+		Annotations: map[string]string{report.AnnotationResourceName: a.Subject.Name, report.AnnotationResourceNamespace: a.Subject.Namespace},
+	}
+	spec := kyvernov2.ReportSpec{Owner: owner, Results: g.results, Summary: wgv1alpha2.SummaryOf(g.results)}
+	var obj any = &reportsv1.EphemeralReport{TypeMeta: metav1.TypeMeta{APIVersion: "reports.kyverno.io/v1", Kind: "EphemeralReport"}, ObjectMeta: meta, Spec: spec}
+	gvr := apiresources.EphemeralReport
+	if a.Subject.Namespace == "" {
+		obj = &reportsv1.ClusterEphemeralReport{TypeMeta: metav1.TypeMeta{APIVersion: "reports.kyverno.io/v1", Kind: "ClusterEphemeralReport"}, ObjectMeta: meta, Spec: spec}
+		gvr = apiresources.ClusterEphemeralReport
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		logr.FromContextOrDiscard(s.ctx).Error(err, "encode a background controller's EphemeralReport")
+		return
+	}
+	s.create(gvr, &unstructured.Unstructured{Object: u})
 }
 
 // mutated are the results of the classic mutate rules that apply to an
@@ -452,7 +567,7 @@ func (s *standin) write(a admission.Admitted) {
 // reports them only for requests its validating webhook records, with
 // results of validate rules too (those reach write). The caller holds s.mu.
 func (s *standin) mutated(a admission.Admitted) ([]wgv1alpha2.PolicyReportResult, map[string]string) {
-	if len(s.mutating) == 0 || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
+	if len(s.controlled) == 0 || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
 		return nil, nil
 	}
 	var obj map[string]any
@@ -462,7 +577,7 @@ func (s *standin) mutated(a admission.Admitted) ([]wgv1alpha2.PolicyReportResult
 	var results []wgv1alpha2.PolicyReportResult
 	labels := map[string]string{}
 	now := metav1.Timestamp{Seconds: time.Now().Unix()}
-	for name, mp := range s.mutating {
+	for name, mp := range s.controlled {
 		if mp.compiled.Namespace != "" && mp.compiled.Namespace != a.Subject.Namespace {
 			continue
 		}

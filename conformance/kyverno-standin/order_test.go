@@ -48,7 +48,7 @@ func TestReportsAreWrittenWhenKyvernoWritesThem(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := &standin{client: client, ctx: ctx, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, mutating: map[string]mutatingPolicy{},
+	s := &standin{client: client, ctx: ctx, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, controlled: map[string]controllerPolicy{},
 		created: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c"}, []string{"kind"}), withheld: prometheus.NewCounter(prometheus.CounterOpts{Name: "w"})}
 	enforced := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"rules": []any{
 		map[string]any{"name": "r", "validate": map[string]any{"failureAction": "Enforce"}}}}}}
