@@ -8,22 +8,23 @@ import (
 
 // Metric names.
 const (
-	metricResults           = "tally_scan_results"
-	metricScanDuration      = "tally_scan_duration_seconds"
-	metricResources         = "tally_scan_resources_processed_total"
-	metricQueueDepth        = "tally_scan_queue_depth"
-	metricSinceLastScan     = "tally_scan_seconds_since_last_complete_scan"
-	metricReportWrites      = "tally_scan_report_writes_total"
-	metricPolicyErrors      = "tally_scan_policy_errors_total"
-	metricKindErrors        = "tally_scan_kind_errors_total"
-	metricExceptionsIgnored = "tally_scan_exceptions_ignored_total"
-	metricStoredResources   = "tally_scan_stored_resources"
-	metricEvalPanics        = "tally_scan_evaluation_panics_total"
-	metricEvalDeadlines     = "tally_scan_evaluation_deadline_exceeded_total"
-	metricWorkerPanics      = "tally_scan_worker_panics_total"
-	labelPolicy, labelRule  = "policy", "rule"
-	labelResult, labelOp    = "result", "operation"
-	labelReason, labelKind  = "reason", "kind"
+	metricResults              = "tally_scan_results"
+	metricScanDuration         = "tally_scan_duration_seconds"
+	metricResources            = "tally_scan_resources_processed_total"
+	metricQueueDepth           = "tally_scan_queue_depth"
+	metricSinceLastScan        = "tally_scan_seconds_since_last_complete_scan"
+	metricReportWrites         = "tally_scan_report_writes_total"
+	metricPolicyErrors         = "tally_scan_policy_errors_total"
+	metricKindErrors           = "tally_scan_kind_errors_total"
+	metricExceptionsIgnored    = "tally_scan_exceptions_ignored_total"
+	metricPoliciesNotEvaluated = "tally_scan_policies_not_evaluated_total"
+	metricStoredResources      = "tally_scan_stored_resources"
+	metricEvalPanics           = "tally_scan_evaluation_panics_total"
+	metricEvalDeadlines        = "tally_scan_evaluation_deadline_exceeded_total"
+	metricWorkerPanics         = "tally_scan_worker_panics_total"
+	labelPolicy, labelRule     = "policy", "rule"
+	labelResult, labelOp       = "result", "operation"
+	labelReason, labelKind     = "reason", "kind"
 )
 
 type metrics struct {
@@ -52,6 +53,9 @@ type metrics struct {
 	// exceptionsIgnored counts PolicyExceptions outside
 	// --exception-namespace (R47).
 	exceptionsIgnored prometheus.Counter
+	// unevaluated counts the policies (versions) of kinds tally does not
+	// evaluate, by kind (R46).
+	unevaluated *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics func() float64) *metrics {
@@ -98,8 +102,11 @@ func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics fun
 	m.exceptionsIgnored = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: metricExceptionsIgnored, Help: "PolicyExceptions (created or changed) ignored because their namespace is not --exception-namespace.",
 	})
+	m.unevaluated = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metricPoliciesNotEvaluated, Help: "Policies (each version once) of kinds Kyverno evaluates and tally does not (ImageValidatingPolicy, MutatingPolicy, GeneratingPolicy and their namespaced kinds), by kind: told in a PolicyNotEvaluated Event.",
+	}, []string{"kind"})
 	reg.MustRegister(m.results, m.scanDuration, m.resources, m.queueDepth, m.sinceLastScan,
 		m.reportWrites, m.policyErrors, m.kindErrors, m.stored,
-		m.evalPanics, m.evalDeadlines, m.workerPanics, m.exceptionsIgnored)
+		m.evalPanics, m.evalDeadlines, m.workerPanics, m.exceptionsIgnored, m.unevaluated)
 	return m
 }

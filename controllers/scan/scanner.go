@@ -236,6 +236,9 @@ func (s *Scanner) Run(ctx context.Context) error {
 	// The CEL kinds are watched when served (tally's CRDs, or Kyverno's
 	// beside it); an older Kyverno has none, and classic policies go on.
 	s.kinds.start(ctx, append(slices.Clone(classicPolicySources), s.kinds.servedCELKinds(ctx)...))
+	// Kinds Kyverno evaluates and tally does not: told, not scanned (R46).
+	stopUnevaluated := s.watchUnevaluated(ctx)
+	defer stopUnevaluated()
 
 	var wg sync.WaitGroup
 	wg.Add(1)

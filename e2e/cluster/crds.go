@@ -16,8 +16,13 @@ func InstallCRDs(cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(root, "config", "crd", "bases")
-	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+	return InstallCRDsFrom(cfg, filepath.Join(root, "config", "crd", "bases"))
+}
+
+// InstallCRDsFrom installs the CRDs of a folder and waits until they are
+// served.
+func InstallCRDsFrom(cfg *rest.Config, dir string) error {
+	_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
 		Paths:              []string{dir},
 		ErrorIfPathMissing: true,
 		MaxTime:            60 * time.Second,
