@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/url"
@@ -42,23 +43,16 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	var o process.Options
-	o.Bind(flag.CommandLine, "tally-merger")
-	var mo merge.Options
-	flag.IntVar(&mo.Workers, "workers", 2, "resources merged in parallel")
-	allowed := flag.String("allowed-results", "", "comma-separated results to report (default: all of pass,fail,warn,error,skip)")
-	flag.DurationVar(&mo.OrphanGrace, "orphan-grace", merge.DefaultOrphanGrace, "check an intermediate report without ownerReference for a deleted resource once it has not changed for this long")
-	flag.DurationVar(&mo.OrphanRecheck, "orphan-recheck", merge.DefaultOrphanRecheck, "check again after this long a resource found alive")
-	flag.StringVar(&mo.ManagedBy, "managed-by", report.ManagedBy, "value of the app.kubernetes.io/managed-by label of the final reports (PolicyReports, ClusterPolicyReports), and the one the merger recognises its own reports by at start-up; beside Kyverno set it to kyverno, which Kyverno's tooling selects reports by (intermediate reports stay labelled tally)")
-	flag.StringVar((*string)(&mo.ReportAPI), "report-api", string(report.APIWGPolicy), "the API of the final reports: wgpolicyk8s (wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport) or openreports (openreports.io/v1alpha1 Report, ClusterReport, as Kyverno 1.15+ can write)")
-	scannerURL := flag.String("scanner-url", "http://127.0.0.1:8095", "where the scanner beside the merger hands over its BackgroundScanReports (its --handover-listen); the merger writes only while that scanner is ready (it leads and has scanned everything)")
-	flag.BoolVar(&mo.Ingest, "ingest-kyverno-reports", false, "beside Kyverno: merge the admission reports of its admission controller (EphemeralReports of Kyverno 1.13+, kyverno.io AdmissionReports of 1.10-1.12) into the final reports, and delete each once merged")
-	flag.Float64Var(&mo.OrphanQPS, "orphan-qps", merge.DefaultOrphanQPS, "resource reads per second of the orphan check")
+	c := bindFlags(flag.CommandLine)
 	process.ParseFlags("tally-merger", "tally-merger merges the AdmissionReports and BackgroundScanReports of every resource into its final report\n(PolicyReport or ClusterPolicyReport, or an OpenReports Report), following Kyverno's reporting rules.", flag.CommandLine, os.Args[1:])
 
-	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
+	if err := c.check(); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %v\nRun 'tally-merger --help' for usage.\n", err)
+		os.Exit(2)
+	}
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(c.process.Verbosity)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(logr.NewContext(ctx, log), o, mo, *allowed, *scannerURL)
+	err := run(logr.NewContext(ctx, log), c)
 	stop()
 	if err != nil {
 		log.Error(err, "tally-merger failed")
@@ -66,22 +60,61 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, o process.Options, mo merge.Options, allowed, scannerURL string) error {
-	filter, err := parseAllowed(allowed)
+// config is what tally-merger's flags set.
+type config struct {
+	process    process.Options
+	merge      merge.Options
+	allowed    string
+	scannerURL string
+}
+
+// bindFlags binds tally-merger's flags to the config they set.
+func bindFlags(fs *flag.FlagSet) *config {
+	c := &config{}
+	c.process.Bind(fs, "tally-merger")
+	fs.IntVar(&c.merge.Workers, "workers", 2, "resources merged in parallel")
+	fs.StringVar(&c.allowed, "allowed-results", "", "comma-separated results to report (default: all of pass,fail,warn,error,skip)")
+	fs.DurationVar(&c.merge.OrphanGrace, "orphan-grace", merge.DefaultOrphanGrace, "check an intermediate report without ownerReference for a deleted resource once it has not changed for this long")
+	fs.DurationVar(&c.merge.OrphanRecheck, "orphan-recheck", merge.DefaultOrphanRecheck, "check again after this long a resource found alive")
+	fs.StringVar(&c.merge.ManagedBy, "managed-by", report.ManagedBy, "value of the app.kubernetes.io/managed-by label of the final reports (PolicyReports, ClusterPolicyReports), and the one the merger recognises its own reports by at start-up; beside Kyverno set it to kyverno, which Kyverno's tooling selects reports by (intermediate reports stay labelled tally)")
+	fs.StringVar((*string)(&c.merge.ReportAPI), "report-api", string(report.APIWGPolicy), "the API of the final reports: wgpolicyk8s (wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport) or openreports (openreports.io/v1alpha1 Report, ClusterReport, as Kyverno 1.15+ can write)")
+	fs.StringVar(&c.scannerURL, "scanner-url", "http://127.0.0.1:8095", "where the scanner beside the merger hands over its BackgroundScanReports (its --handover-listen); the merger writes only while that scanner is ready (it leads and has scanned everything)")
+	fs.BoolVar(&c.merge.Ingest, "ingest-kyverno-reports", false, "beside Kyverno: merge the admission reports of its admission controller (EphemeralReports of Kyverno 1.13+, kyverno.io AdmissionReports of 1.10-1.12) into the final reports, and delete each once merged")
+	fs.Float64Var(&c.merge.OrphanQPS, "orphan-qps", merge.DefaultOrphanQPS, "resource reads per second of the orphan check")
+	return c
+}
+
+// check refuses flag values that cannot work, naming them, and completes
+// the merge options they give (the results filter, the report API).
+func (c *config) check() error {
+	var errs []error
+	filter, err := parseAllowed(c.allowed)
 	if err != nil {
-		return err
+		errs = append(errs, err)
 	}
-	api, err := report.ParseAPI(string(mo.ReportAPI))
-	if err != nil {
-		return fmt.Errorf("--report-api: %w", err)
+	c.merge.Filter = filter
+	if api, err := report.ParseAPI(string(c.merge.ReportAPI)); err != nil {
+		errs = append(errs, fmt.Errorf("--report-api: %w", err))
+	} else {
+		c.merge.ReportAPI = api
 	}
-	mo.ReportAPI = api
-	if errs := validation.IsValidLabelValue(mo.ManagedBy); mo.ManagedBy == "" || len(errs) > 0 {
-		return fmt.Errorf("--managed-by %q is not a label value: %s", mo.ManagedBy, strings.Join(errs, "; "))
+	if e := validation.IsValidLabelValue(c.merge.ManagedBy); c.merge.ManagedBy == "" || len(e) > 0 {
+		errs = append(errs, fmt.Errorf("--managed-by %q is not a label value: %s", c.merge.ManagedBy, strings.Join(e, "; ")))
 	}
-	if mo.OrphanGrace < 0 || mo.OrphanRecheck < 0 || mo.OrphanQPS < 0 {
-		return fmt.Errorf("--orphan-grace, --orphan-recheck and --orphan-qps must not be negative")
+	if c.merge.OrphanGrace < 0 || c.merge.OrphanRecheck < 0 || c.merge.OrphanQPS < 0 {
+		errs = append(errs, fmt.Errorf("--orphan-grace, --orphan-recheck and --orphan-qps must not be negative"))
 	}
+	if c.merge.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers %d: at least one worker merges", c.merge.Workers))
+	}
+	if u, err := url.Parse(c.scannerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("--scanner-url %q is not an http(s) URL", c.scannerURL))
+	}
+	return errors.Join(errs...)
+}
+
+func run(ctx context.Context, c *config) error {
+	o, mo, scannerURL := c.process, c.merge, c.scannerURL
 	cfg, err := o.RESTConfig()
 	if err != nil {
 		return err
@@ -97,16 +130,12 @@ func run(ctx context.Context, o process.Options, mo merge.Options, allowed, scan
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	mo.Filter, mo.Registry, mo.RESTConfig = filter, reg, cfg
+	mo.Registry, mo.RESTConfig = reg, cfg
 	mo.Mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	// The final reports' metadata, watched so that one someone else
 	// changes is put right (R48).
 	if mo.Metadata, err = metadata.NewForConfig(cfg); err != nil {
 		return err
-	}
-	u, err := url.Parse(scannerURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--scanner-url %q is not an http(s) URL", scannerURL)
 	}
 	// The hand-over's client is made for each run of the scanner followed
 	// (under its incarnation).

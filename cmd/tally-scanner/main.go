@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -85,20 +86,39 @@ type handoverOptions struct {
 }
 
 func main() {
-	var o options
-	o.Bind(flag.CommandLine, "tally-scanner")
-	flag.IntVar(&o.workers, "workers", 2, "resources evaluated in parallel")
-	flag.DurationVar(&o.interval, "background-scan-interval", time.Hour, "global background scan interval (policies may override it)")
-	flag.DurationVar(&o.evalTimeout, "evaluation-timeout", scan.DefaultEvalTimeout, "time limit of one resource's background evaluation; past it the rules left are error results and the worker moves on")
-	flag.StringVar(&o.stateConfigMap, "state-configmap", "tally-scan-state", "ConfigMap persisting each policy's last complete scan")
-	flag.BoolVar(&o.policyStatus, "policy-status", true, "keep each policy's Ready condition (turn off beside a Kyverno that writes it)")
-	flag.BoolVar(&o.successEvents, "generate-success-events", false, "also emit an Event (Normal, PolicyApplied) on a policy when its results on a resource pass, as Kyverno's generateSuccessEvents; violations always get one (Warning, PolicyViolation) on the policy and the resource, in the background once per change to fail")
-	flag.Func("omit-events", "comma-separated reasons of result Events not to emit, as Kyverno's omitEvents: PolicyViolation, PolicyApplied (PolicyError and PolicySkipped are accepted; tally emits neither)", func(v string) error {
+	o := bindFlags(flag.CommandLine)
+	process.ParseFlags("tally-scanner", "tally-scanner scans the cluster's resources against Kyverno policies in the background and serves the admission\nbridge, writing one AdmissionReport per admitted resource and handing one BackgroundScanReport per resource to\nthe merger beside it (--handover-listen).", flag.CommandLine, os.Args[1:])
+
+	if err := o.check(); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %v\nRun 'tally-scanner --help' for usage.\n", err)
+		os.Exit(2)
+	}
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(logr.NewContext(ctx, log), *o)
+	stop()
+	if err != nil {
+		log.Error(err, "tally-scanner failed")
+		os.Exit(1)
+	}
+}
+
+// bindFlags binds tally-scanner's flags to the options they set.
+func bindFlags(fs *flag.FlagSet) *options {
+	o := &options{}
+	o.Bind(fs, "tally-scanner")
+	fs.IntVar(&o.workers, "workers", 2, "resources evaluated in parallel")
+	fs.DurationVar(&o.interval, "background-scan-interval", time.Hour, "global background scan interval (policies may override it)")
+	fs.DurationVar(&o.evalTimeout, "evaluation-timeout", scan.DefaultEvalTimeout, "time limit of one resource's background evaluation; past it the rules left are error results and the worker moves on")
+	fs.StringVar(&o.stateConfigMap, "state-configmap", "tally-scan-state", "ConfigMap persisting each policy's last complete scan")
+	fs.BoolVar(&o.policyStatus, "policy-status", true, "keep each policy's Ready condition (turn off beside a Kyverno that writes it)")
+	fs.BoolVar(&o.successEvents, "generate-success-events", false, "also emit an Event (Normal, PolicyApplied) on a policy when its results on a resource pass, as Kyverno's generateSuccessEvents; violations always get one (Warning, PolicyViolation) on the policy and the resource, in the background once per change to fail")
+	fs.Func("omit-events", "comma-separated reasons of result Events not to emit, as Kyverno's omitEvents: PolicyViolation, PolicyApplied (PolicyError and PolicySkipped are accepted; tally emits neither)", func(v string) error {
 		omit, err := policyevents.ParseOmit(v)
 		o.omitEvents = omit
 		return err
 	})
-	flag.Func("http-allow", "URL patterns (* and ? wildcards; comma-separated, repeatable) of the services policies may call: apiCall.service entries and CEL's http.Get/Post; none by default", func(v string) error {
+	fs.Func("http-allow", "URL patterns (* and ? wildcards; comma-separated, repeatable) of the services policies may call: apiCall.service entries and CEL's http.Get/Post; none by default", func(v string) error {
 		for _, p := range strings.Split(v, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				o.http.Allow = append(o.http.Allow, p)
@@ -106,9 +126,9 @@ func main() {
 		}
 		return nil
 	})
-	flag.DurationVar(&o.http.Timeout, "http-timeout", data.DefaultHTTPTimeout, "time limit of one call to a service")
-	flag.BoolVar(&o.images.Enabled, "registry-access", false, "let policies read image registries (imageRegistry context entries, CEL's image.GetMetadata); each image digest is read once")
-	flag.Func("image-pull-secrets", "pull secrets (in --namespace; comma-separated, repeatable) for registry reads, besides those an entry names; grant tally-scanner get on them", func(v string) error {
+	fs.DurationVar(&o.http.Timeout, "http-timeout", data.DefaultHTTPTimeout, "time limit of one call to a service")
+	fs.BoolVar(&o.images.Enabled, "registry-access", false, "let policies read image registries (imageRegistry context entries, CEL's image.GetMetadata); each image digest is read once")
+	fs.Func("image-pull-secrets", "pull secrets (in --namespace; comma-separated, repeatable) for registry reads, besides those an entry names; grant tally-scanner get on them", func(v string) error {
 		for _, p := range strings.Split(v, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				o.images.PullSecrets = append(o.images.PullSecrets, p)
@@ -116,35 +136,53 @@ func main() {
 		}
 		return nil
 	})
-	flag.StringVar(&o.handover.listen, "handover-listen", "127.0.0.1:8095", "loopback address where the merger beside the scanner reads the BackgroundScanReports (kyverno.io/v2 list and watch; kubectl --server http://<address> get bgscanr -A shows them)")
-	flag.StringVar(&o.handover.reportAPI, "report-api", string(report.APIWGPolicy), "the API of the final reports the merger writes (wgpolicyk8s or openreports): the scanner reads its results back from them after a restart")
-	flag.StringVar(&o.handover.managedBy, "managed-by", report.ManagedBy, "the app.kubernetes.io/managed-by label of the final reports the merger writes (the merger's --managed-by)")
-	flag.IntVar(&o.maxQueuedEvents, "max-queued-events", policyevents.DefaultMaxQueuedEvents, "result Events that may wait to be sent; past it new ones are dropped (tally_events_dropped_total), as Kyverno's --maxQueuedEvents")
-	flag.Float64Var(&o.eventsQPS, "events-qps", policyevents.DefaultEventsQPS, "result Events sent a second at most (below --kube-api-qps, the rate limit of their client)")
-	flag.BoolVar(&o.sharding, "sharding", false, "divide the namespaces among the live replicas through a membership Lease each (tally-member-<identity>): each replica scans, and its merger writes, only its shard; off, one replica leads (--leader-elect) and the others wait")
-	flag.StringVar(&o.shardGroup, "shard-group", "tally-scanner", "the replicas that shard together (the tally.dev/shard-member label of their Leases)")
-	flag.StringVar(&o.podUID, "pod-uid", "", "with --sharding, the UID of the Pod this replica runs in, whose name is --identity: the Pod owns the membership Lease, and the garbage collector deletes the Lease of a Pod deleted without warning")
-	flag.StringVar(&o.exceptionNamespace, "exception-namespace", "", "the one namespace PolicyExceptions are taken from, as Kyverno's --exceptionNamespace (empty or *: every namespace, Kyverno's default); exceptions elsewhere are ignored, with a Warning Event and tally_scan_exceptions_ignored_total")
-	flag.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
-	flag.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
-	flag.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
-	flag.StringVar(&o.webhook.secret, "webhook-secret", "tally-webhook-tls", "Secret (in --namespace) holding the generated webhook certificate, shared by every replica")
-	flag.StringVar(&o.webhook.dnsNames, "webhook-dns-names", "", "comma-separated DNS names of the generated certificate (default tally-webhook.<namespace>.svc,tally-webhook.<namespace>.svc.cluster.local; IP 127.0.0.1 is always included)")
-	flag.StringVar(&o.webhook.configuration, "webhook-configuration", "tally", "ValidatingWebhookConfiguration whose webhooks get the CA bundle (skipped while absent)")
-	flag.DurationVar(&o.webhook.timeout, "webhook-timeout", 8*time.Second, "time limit of one admission evaluation; past it the request is answered per the policies' failurePolicy")
-	flag.StringVar(&o.webhook.clientCA, "webhook-client-ca", "", "PEM file of CAs: the webhook then requires a client certificate signed by one (configure the API server to present one: see README)")
-	flag.BoolVar(&o.webhook.recordRecomputed, "webhook-record-background-results", false, "also write to AdmissionReports the admission results of policies with background on, which the background scan recomputes (by default only what a scan cannot recompute is written: results of policies with background off, and of kinds the scanner cannot read)")
-	flag.BoolVar(&o.webhook.manageRules, "webhook-rules-from-policies", true, "keep the rules of --webhook-configuration's webhooks to the kinds the admission policies match (CREATE and UPDATE), plus kyverno.io policies; false leaves the rules as deployed")
-	process.ParseFlags("tally-scanner", "tally-scanner scans the cluster's resources against Kyverno policies in the background and serves the admission\nbridge, writing one AdmissionReport per admitted resource and handing one BackgroundScanReport per resource to\nthe merger beside it (--handover-listen).", flag.CommandLine, os.Args[1:])
+	fs.StringVar(&o.handover.listen, "handover-listen", "127.0.0.1:8095", "loopback address where the merger beside the scanner reads the BackgroundScanReports (kyverno.io/v2 list and watch; kubectl --server http://<address> get bgscanr -A shows them)")
+	fs.StringVar(&o.handover.reportAPI, "report-api", string(report.APIWGPolicy), "the API of the final reports the merger writes (wgpolicyk8s or openreports): the scanner reads its results back from them after a restart")
+	fs.StringVar(&o.handover.managedBy, "managed-by", report.ManagedBy, "the app.kubernetes.io/managed-by label of the final reports the merger writes (the merger's --managed-by)")
+	fs.IntVar(&o.maxQueuedEvents, "max-queued-events", policyevents.DefaultMaxQueuedEvents, "result Events that may wait to be sent; past it new ones are dropped (tally_events_dropped_total), as Kyverno's --maxQueuedEvents")
+	fs.Float64Var(&o.eventsQPS, "events-qps", policyevents.DefaultEventsQPS, "result Events sent a second at most (below --kube-api-qps, the rate limit of their client)")
+	fs.BoolVar(&o.sharding, "sharding", false, "divide the namespaces among the live replicas through a membership Lease each (tally-member-<identity>): each replica scans, and its merger writes, only its shard; off, one replica leads (--leader-elect) and the others wait")
+	fs.StringVar(&o.shardGroup, "shard-group", "tally-scanner", "the replicas that shard together (the tally.dev/shard-member label of their Leases)")
+	fs.StringVar(&o.podUID, "pod-uid", "", "with --sharding, the UID of the Pod this replica runs in, whose name is --identity: the Pod owns the membership Lease, and the garbage collector deletes the Lease of a Pod deleted without warning")
+	fs.StringVar(&o.exceptionNamespace, "exception-namespace", "", "the one namespace PolicyExceptions are taken from, as Kyverno's --exceptionNamespace (empty or *: every namespace, Kyverno's default); exceptions elsewhere are ignored, with a Warning Event and tally_scan_exceptions_ignored_total")
+	fs.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
+	fs.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
+	fs.StringVar(&o.webhook.certDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
+	fs.StringVar(&o.webhook.secret, "webhook-secret", "tally-webhook-tls", "Secret (in --namespace) holding the generated webhook certificate, shared by every replica")
+	fs.StringVar(&o.webhook.dnsNames, "webhook-dns-names", "", "comma-separated DNS names of the generated certificate (default tally-webhook.<namespace>.svc,tally-webhook.<namespace>.svc.cluster.local; IP 127.0.0.1 is always included)")
+	fs.StringVar(&o.webhook.configuration, "webhook-configuration", "tally", "ValidatingWebhookConfiguration whose webhooks get the CA bundle (skipped while absent)")
+	fs.DurationVar(&o.webhook.timeout, "webhook-timeout", 8*time.Second, "time limit of one admission evaluation; past it the request is answered per the policies' failurePolicy")
+	fs.StringVar(&o.webhook.clientCA, "webhook-client-ca", "", "PEM file of CAs: the webhook then requires a client certificate signed by one (configure the API server to present one: see README)")
+	fs.BoolVar(&o.webhook.recordRecomputed, "webhook-record-background-results", false, "also write to AdmissionReports the admission results of policies with background on, which the background scan recomputes (by default only what a scan cannot recompute is written: results of policies with background off, and of kinds the scanner cannot read)")
+	fs.BoolVar(&o.webhook.manageRules, "webhook-rules-from-policies", true, "keep the rules of --webhook-configuration's webhooks to the kinds the admission policies match (CREATE and UPDATE), plus kyverno.io policies; false leaves the rules as deployed")
+	return o
+}
 
-	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity)))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(logr.NewContext(ctx, log), o)
-	stop()
-	if err != nil {
-		log.Error(err, "tally-scanner failed")
-		os.Exit(1)
+// check refuses flags that cannot work together, naming them.
+func (o *options) check() error {
+	var errs []error
+	if _, err := report.ParseAPI(o.handover.reportAPI); err != nil {
+		errs = append(errs, fmt.Errorf("--report-api: %w", err))
 	}
+	if errs2 := validation.IsValidLabelValue(o.handover.managedBy); o.handover.managedBy == "" || len(errs2) > 0 {
+		errs = append(errs, fmt.Errorf("--managed-by %q is not a label value: %s", o.handover.managedBy, strings.Join(errs2, "; ")))
+	}
+	if o.workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers %d: at least one worker evaluates", o.workers))
+	}
+	if o.interval <= 0 || o.evalTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--background-scan-interval and --evaluation-timeout must be positive"))
+	}
+	if o.podUID != "" && !o.sharding {
+		errs = append(errs, fmt.Errorf("--pod-uid owns the membership Lease of --sharding: set --sharding too"))
+	}
+	if o.webhook.clientCA != "" && o.webhook.listen == "" {
+		errs = append(errs, fmt.Errorf("--webhook-client-ca authenticates the webhook's callers: the webhook is off (--webhook-listen is empty)"))
+	}
+	if ns := o.exceptionNamespace; ns != "" && ns != "*" && len(validation.IsDNS1123Label(ns)) > 0 {
+		errs = append(errs, fmt.Errorf("--exception-namespace %q is not a namespace name (or * for every namespace)", ns))
+	}
+	return errors.Join(errs...)
 }
 
 func run(ctx context.Context, o options) error {
