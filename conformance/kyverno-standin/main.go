@@ -545,19 +545,12 @@ func (s *standin) writeGenerated(a admission.Admitted, g generation) {
 		},
 		Annotations: map[string]string{report.AnnotationResourceName: a.Subject.Name, report.AnnotationResourceNamespace: a.Subject.Namespace},
 	}
-	spec := kyvernov2.ReportSpec{Owner: owner, Results: g.results, Summary: wgv1alpha2.SummaryOf(g.results)}
-	var obj any = &reportsv1.EphemeralReport{TypeMeta: metav1.TypeMeta{APIVersion: "reports.kyverno.io/v1", Kind: "EphemeralReport"}, ObjectMeta: meta, Spec: spec}
-	gvr := apiresources.EphemeralReport
-	if a.Subject.Namespace == "" {
-		obj = &reportsv1.ClusterEphemeralReport{TypeMeta: metav1.TypeMeta{APIVersion: "reports.kyverno.io/v1", Kind: "ClusterEphemeralReport"}, ObjectMeta: meta, Spec: spec}
-		gvr = apiresources.ClusterEphemeralReport
-	}
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	gvr, u, err := ephemeral(meta, kyvernov2.ReportSpec{Owner: owner, Results: g.results, Summary: wgv1alpha2.SummaryOf(g.results)})
 	if err != nil {
 		logr.FromContextOrDiscard(s.ctx).Error(err, "encode a background controller's EphemeralReport")
 		return
 	}
-	s.create(gvr, &unstructured.Unstructured{Object: u})
+	s.create(gvr, u)
 }
 
 // mutated are the results of the classic mutate rules that apply to an
@@ -643,10 +636,21 @@ func (s *standin) ephemeralReport(a admission.Admitted, results []wgv1alpha2.Pol
 		GenerateName: string(a.Request.UID) + "-", Namespace: a.Subject.Namespace, Labels: labels,
 		Annotations: map[string]string{report.AnnotationResourceName: a.Subject.Name, report.AnnotationResourceNamespace: a.Subject.Namespace},
 	}
-	spec := kyvernov2.ReportSpec{Results: results, Summary: wgv1alpha2.SummaryOf(results)}
+	gvr, u, err := ephemeral(meta, kyvernov2.ReportSpec{Results: results, Summary: wgv1alpha2.SummaryOf(results)})
+	if err != nil {
+		return gvr, nil, err
+	}
+	// Kyverno writes the owner as an empty object, every field present.
+	_ = unstructured.SetNestedMap(u.Object, map[string]any{"apiVersion": "", "kind": "", "name": "", "uid": ""}, "spec", "owner")
+	return gvr, u, nil
+}
+
+// ephemeral is an EphemeralReport, or a ClusterEphemeralReport when meta
+// has no namespace.
+func ephemeral(meta metav1.ObjectMeta, spec kyvernov2.ReportSpec) (schema.GroupVersionResource, *unstructured.Unstructured, error) {
 	var obj any = &reportsv1.EphemeralReport{TypeMeta: metav1.TypeMeta{APIVersion: "reports.kyverno.io/v1", Kind: "EphemeralReport"}, ObjectMeta: meta, Spec: spec}
 	gvr := apiresources.EphemeralReport
-	if a.Subject.Namespace == "" {
+	if meta.Namespace == "" {
 		obj = &reportsv1.ClusterEphemeralReport{TypeMeta: metav1.TypeMeta{APIVersion: "reports.kyverno.io/v1", Kind: "ClusterEphemeralReport"}, ObjectMeta: meta, Spec: spec}
 		gvr = apiresources.ClusterEphemeralReport
 	}
@@ -654,8 +658,6 @@ func (s *standin) ephemeralReport(a admission.Admitted, results []wgv1alpha2.Pol
 	if err != nil {
 		return gvr, nil, err
 	}
-	// Kyverno writes the owner as an empty object, every field present.
-	_ = unstructured.SetNestedMap(u, map[string]any{"apiVersion": "", "kind": "", "name": "", "uid": ""}, "spec", "owner")
 	return gvr, &unstructured.Unstructured{Object: u}, nil
 }
 
