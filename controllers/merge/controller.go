@@ -277,6 +277,7 @@ func (m *Merger) Run(ctx context.Context) error {
 		apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy, apiresources.ValidatingAdmissionPolicy)...)
 	if m.opts.Ingest {
 		kinds = append(kinds, m.servedKinds(ctx, ephemeralKinds...)...)
+		kinds = append(kinds, m.servedKyvernoOnlyKinds(ctx)...)
 	}
 	m.mu.Lock()
 	m.kinds = kinds
@@ -546,6 +547,10 @@ func (m *Merger) watchedKinds() []schema.GroupVersionResource {
 // policyInfo reads what the merge needs of a policy, autogen rules
 // included; key is its key in Input.Policies (PolicyKey).
 func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
+	if _, _, ok := kyvernoOnlyKind(gvr); ok {
+		key, info := kyvernoOnlyInfo(gvr, u)
+		return key, info, nil
+	}
 	if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
 		return celPolicyInfo(gvr, u)
 	}

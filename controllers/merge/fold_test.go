@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"testing"
 	"time"
 
@@ -256,5 +257,37 @@ func TestBackgroundControllerResultsAreFolded(t *testing.T) {
 	}
 	if n := ephemeralLeft(t, m); n != 1 {
 		t.Errorf("%d EphemeralReports left, want 1 (the background scan's, not the merger's to delete)", n)
+	}
+}
+
+// R45: beside Kyverno, the results of policy kinds only Kyverno evaluates
+// (a MutatingPolicy here) stay while the policy does, and go with it.
+func TestResultsOfKindsOnlyKyvernoEvaluatesStayWithTheirPolicy(t *testing.T) {
+	stored := podObject("a")
+	e := kyvernoEphemeral("e1", "", "", wgv1alpha2.ResultPass, 10)
+	results := e.Object["spec"].(map[string]any)["results"].([]any)
+	results[0].(map[string]any)["source"] = "KyvernoMutatingPolicy"
+	results[0].(map[string]any)["policy"] = "add-labels"
+	client := fakeClient(stored.DeepCopy(), e.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
+	m.policies = map[string]PolicyInfo{}
+	m.policyKinds = map[string]schema.GroupVersionResource{}
+	ctx := context.Background()
+	mpolGVR := schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "mutatingpolicies"}
+	mpol := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": map[string]any{"name": "add-labels"}}}
+	m.Upsert(ctx, mpolGVR, mpol)
+	m.Upsert(ctx, apiresources.EphemeralReport, e)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := finalResults(t, m), "add-labels/=pass admission review;"; got != want {
+		t.Fatalf("final %q, want %q", got, want)
+	}
+	m.Remove(ctx, mpolGVR, mpol)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, m); got != "" {
+		t.Fatalf("after the policy's deletion: final %q, want none", got)
 	}
 }

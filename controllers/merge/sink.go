@@ -25,6 +25,9 @@ import (
 var _ watch.StreamingSink = (*Merger)(nil)
 
 func isPolicy(gvr schema.GroupVersionResource) bool {
+	if _, _, ok := kyvernoOnlyKind(gvr); ok {
+		return true
+	}
 	return gvr == apiresources.ClusterPolicy || gvr == apiresources.Policy || gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy ||
 		gvr == apiresources.ValidatingAdmissionPolicy
 }
@@ -32,6 +35,11 @@ func isPolicy(gvr schema.GroupVersionResource) bool {
 // policyKeyOf is the key of a policy object in Input.Policies, and the
 // policy name its results carry.
 func policyKeyOf(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (key, name string) {
+	if _, _, ok := kyvernoOnlyKind(gvr); ok {
+		key, _ = kyvernoOnlyInfo(gvr, u)
+		_, name, _ = strings.Cut(key, "\x00")
+		return key, name
+	}
 	name = u.GetName()
 	if gvr == apiresources.Policy || gvr == apiresources.NamespacedValidatingPolicy {
 		name = u.GetNamespace() + "/" + name
