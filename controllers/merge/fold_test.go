@@ -291,3 +291,49 @@ func TestResultsOfKindsOnlyKyvernoEvaluatesStayWithTheirPolicy(t *testing.T) {
 		t.Fatalf("after the policy's deletion: final %q, want none", got)
 	}
 }
+
+// R45: Kyverno writes one report per handler: its validate handler's, its
+// mutating webhook's, its background controller's, each merged and
+// deleted before the next comes. A newer one stands for the validate
+// rules of a policy it names, and for the other rules it names, never for
+// a rule another handler writes.
+func TestOneHandlersReportLeavesAnotherHandlersRules(t *testing.T) {
+	stored := podObject("a")
+	validate := kyvernoEphemeral("v", "", "r", wgv1alpha2.ResultFail, 10)
+	mutate := kyvernoEphemeral("m", "", "add-label", wgv1alpha2.ResultPass, 11)
+	generate := kyvernoEphemeral("g", "", "clone", wgv1alpha2.ResultPass, 12)
+	client := fakeClient(stored.DeepCopy(), validate.DeepCopy(), mutate.DeepCopy(), generate.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
+	p := pol(false, true, "r")
+	p.KyvernoOnly = map[string]bool{"add-label": true, "clone": true}
+	m.policies = map[string]PolicyInfo{"p": p}
+	ctx := context.Background()
+	for _, e := range []*unstructured.Unstructured{validate, mutate, generate} {
+		m.Upsert(ctx, apiresources.EphemeralReport, e)
+		if err := m.reconcile(ctx, "u1"); err != nil {
+			t.Fatal(err)
+		}
+		m.Remove(ctx, apiresources.EphemeralReport, e) // merged and deleted
+		if err := m.reconcile(ctx, "u1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const want = "p/add-label=pass admission review;p/clone=pass admission review;p/r=fail admission review;"
+	if got := finalResults(t, m); got != want {
+		t.Fatalf("final %q, want %q", got, want)
+	}
+	// A later request's validate report stands for the validate rules
+	// alone.
+	later := kyvernoEphemeral("v2", "", "r", wgv1alpha2.ResultPass, 20)
+	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("ns").Create(ctx, later, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.Upsert(ctx, apiresources.EphemeralReport, later)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	const want2 = "p/add-label=pass admission review;p/clone=pass admission review;p/r=pass admission review;"
+	if got := finalResults(t, m); got != want2 {
+		t.Fatalf("after a later request: final %q, want %q", got, want2)
+	}
+}

@@ -73,7 +73,11 @@ func (m *Merger) deleteMerged(ctx context.Context, uid string, ref reportRef) er
 // section itself, and the results read back from the final report
 // (seededHash) unless the newer report has results bound to the content
 // they were verified for. Callers hold m.mu.
-func carryRetained(prev *reportPart, next []section) []section {
+//
+// ownHandler says which results another of Kyverno's handlers writes than
+// the one of the policy's validate rules (mutate, generate, verifyImages:
+// PolicyInfo.KyvernoOnly): each of those rules stands apart.
+func carryRetained(prev *reportPart, next []section, ownHandler func(source, policy, rule string) bool) []section {
 	if !prev.present || !prev.retained {
 		return next
 	}
@@ -96,7 +100,7 @@ func carryRetained(prev *reportPart, next []section) []section {
 			}
 		}
 	}
-	out = carryOtherHandlers(prev, out)
+	out = carryOtherHandlers(prev, out, ownHandler)
 	sortNewestFirst(out)
 	return out
 }
@@ -109,16 +113,25 @@ func carryRetained(prev *reportPart, next []section) []section {
 // arrived must not take the other handlers' results with it. A newer
 // report stands for the policies it names (a rule of theirs it no longer
 // has is dropped), as Kyverno's reports controller replaces a policy's
-// entries. Callers hold m.mu.
-func carryOtherHandlers(prev *reportPart, next []section) []section {
-	type policyKey struct{ source, policy string }
+// entries. The results of a rule another handler writes (ownHandler:
+// Kyverno's mutating webhook, its background controller) stand apart: a
+// newer report stands for such a rule only when it names the rule. Callers
+// hold m.mu.
+func carryOtherHandlers(prev *reportPart, next []section, ownHandler func(source, policy, rule string) bool) []section {
+	type policyKey struct{ source, policy, rule string }
+	keyOf := func(r compactResult) policyKey {
+		if ownHandler != nil && ownHandler(r.meta.source, r.meta.policy, r.meta.rule) {
+			return policyKey{r.meta.source, r.meta.policy, r.meta.rule}
+		}
+		return policyKey{r.meta.source, r.meta.policy, ""}
+	}
 	named := map[policyKey]bool{}
 	unhashed := -1
 	for i, s := range next {
 		if s.hash == "" {
 			unhashed = i
 			for _, r := range s.results {
-				named[policyKey{r.meta.source, r.meta.policy}] = true
+				named[keyOf(r)] = true
 			}
 		}
 	}
@@ -129,7 +142,7 @@ func carryOtherHandlers(prev *reportPart, next []section) []section {
 			continue
 		}
 		for _, r := range s.results {
-			if !named[policyKey{r.meta.source, r.meta.policy}] {
+			if !named[keyOf(r)] {
 				carried = append(carried, r)
 			}
 		}

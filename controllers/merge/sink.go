@@ -170,7 +170,7 @@ func (m *Merger) recordLocked(_ context.Context, gvr schema.GroupVersionResource
 		lastGood: prev.lastGood, lastGoodHash: prev.lastGoodHash,
 	}
 	if isAdmissionPart(gvr) {
-		sections = carryRetained(&prev, sections)
+		sections = carryRetained(&prev, sections, m.ownHandlerLocked)
 		part.sections = sections
 	}
 	if sections == nil {
@@ -396,4 +396,12 @@ func hasPolicy(st *resourceState, name string) bool {
 		}
 	}
 	return false
+}
+
+// ownHandlerLocked says whether a result is of a rule Kyverno writes from
+// another handler than its validate rules' (PolicyInfo.KyvernoOnly).
+// Callers hold m.mu.
+func (m *Merger) ownHandlerLocked(source, policy, rule string) bool {
+	p, ok := m.policies[PolicyKey(source, policy)]
+	return ok && p.KyvernoOnly[rule]
 }
