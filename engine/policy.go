@@ -147,11 +147,12 @@ type LeftOutRule struct {
 // stand-in reports them as Kyverno does).
 func (p *Policy) LeftOutApplying(obj map[string]any, nsLabels map[string]string) []LeftOutRule {
 	var out []LeftOutRule
+	res := resourceOf(obj, "")
 	for _, r := range p.LeftOut {
 		if r.matcher == nil {
 			continue
 		}
-		if res := resourceOf(obj, ""); r.matcher.Matches(&res, nsLabels, nil) {
+		if r.matcher.Matches(&res, nsLabels, nil) {
 			out = append(out, r)
 		}
 	}

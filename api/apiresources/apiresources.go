@@ -66,3 +66,40 @@ func PolicyKey(gvr schema.GroupVersionResource, namespace, name string) string {
 	}
 	return name
 }
+
+// KyvernoOnlyPolicy is a policies.kyverno.io kind that Kyverno evaluates
+// and tally does not (R45, R46): served where Kyverno's CRDs are installed.
+type KyvernoOnlyPolicy struct {
+	// Resource and Kind name the kind; Source is the source of its
+	// results in Kyverno's reports.
+	Resource, Kind, Source string
+	Namespaced             bool
+}
+
+// KyvernoOnlyPolicies are those kinds.
+var KyvernoOnlyPolicies = []KyvernoOnlyPolicy{
+	{"imagevalidatingpolicies", "ImageValidatingPolicy", "KyvernoImageValidatingPolicy", false},
+	{"namespacedimagevalidatingpolicies", "NamespacedImageValidatingPolicy", "KyvernoImageValidatingPolicy", true},
+	{"mutatingpolicies", "MutatingPolicy", "KyvernoMutatingPolicy", false},
+	{"namespacedmutatingpolicies", "NamespacedMutatingPolicy", "KyvernoMutatingPolicy", true},
+	{"generatingpolicies", "GeneratingPolicy", "KyvernoGeneratingPolicy", false},
+	{"namespacedgeneratingpolicies", "NamespacedGeneratingPolicy", "KyvernoGeneratingPolicy", true},
+}
+
+// KyvernoOnlyVersions are the versions of policies.kyverno.io in which
+// those kinds are looked for, newest first: each is read in the first that
+// serves it.
+var KyvernoOnlyVersions = []string{"v1", "v1beta1", "v1alpha1"}
+
+// KyvernoOnlyPolicyOf finds gvr's kind among KyvernoOnlyPolicies.
+func KyvernoOnlyPolicyOf(gvr schema.GroupVersionResource) (KyvernoOnlyPolicy, bool) {
+	if gvr.Group != policiesv1.GroupVersion.Group {
+		return KyvernoOnlyPolicy{}, false
+	}
+	for _, k := range KyvernoOnlyPolicies {
+		if k.Resource == gvr.Resource {
+			return k, true
+		}
+	}
+	return KyvernoOnlyPolicy{}, false
+}

@@ -413,8 +413,9 @@ func (s *standin) write(a admission.Admitted) {
 		}
 		groups[g] = append(groups[g], r)
 	}
-	generated := s.generated(a)
-	mutated, mutateLabels := s.mutated(a)
+	obj := s.controlledObject(a)
+	generated := s.generated(a, obj)
+	mutated, mutateLabels := s.mutated(a, obj)
 	groups[groupMutate] = mutated
 	if len(mutateLabels) > 0 { // the request's labels are the bridge's: never changed in place
 		policyLabels = maps.Clone(policyLabels)
@@ -452,6 +453,20 @@ func (s *standin) write(a admission.Admitted) {
 	}
 }
 
+// controlledObject is the object of an admitted CREATE or UPDATE that
+// Kyverno's mutating webhook and background controller act on, or nil
+// (none of their policies, another operation). The caller holds s.mu.
+func (s *standin) controlledObject(a admission.Admitted) map[string]any {
+	if len(s.controlled) == 0 || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
+		return nil
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(a.Request.Object.Raw, &obj); err != nil {
+		return nil
+	}
+	return obj
+}
+
 // generation is one policy's generate results on a trigger.
 type generation struct {
 	policy          string
@@ -466,12 +481,8 @@ type generation struct {
 // resource the rule's generate block names ("/v1, Kind=Secret Name=x
 // Namespace=y"; variables are not substituted), process as the policy's.
 // The stand-in generates nothing. The caller holds s.mu.
-func (s *standin) generated(a admission.Admitted) []generation {
-	if len(s.controlled) == 0 || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
-		return nil
-	}
-	var obj map[string]any
-	if err := json.Unmarshal(a.Request.Object.Raw, &obj); err != nil {
+func (s *standin) generated(a admission.Admitted, obj map[string]any) []generation {
+	if obj == nil {
 		return nil
 	}
 	var out []generation
@@ -559,12 +570,8 @@ func (s *standin) writeGenerated(a admission.Admitted, g generation) {
 // The stand-in mutates nothing (it serves no mutating webhook), and it
 // reports them only for requests its validating webhook records, with
 // results of validate rules too (those reach write). The caller holds s.mu.
-func (s *standin) mutated(a admission.Admitted) ([]wgv1alpha2.PolicyReportResult, map[string]string) {
-	if len(s.controlled) == 0 || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
-		return nil, nil
-	}
-	var obj map[string]any
-	if err := json.Unmarshal(a.Request.Object.Raw, &obj); err != nil {
+func (s *standin) mutated(a admission.Admitted, obj map[string]any) ([]wgv1alpha2.PolicyReportResult, map[string]string) {
+	if obj == nil {
 		return nil, nil
 	}
 	var results []wgv1alpha2.PolicyReportResult

@@ -41,7 +41,7 @@ func adoptable(u *unstructured.Unstructured) bool {
 // awaitAdoption keeps a report until its resource is read. Callers hold
 // m.mu.
 func (m *Merger) awaitAdoptionLocked(gvr schema.GroupVersionResource, u *unstructured.Unstructured) string {
-	key := adoptPrefix + gvr.Resource + "/" + u.GetNamespace() + "/" + u.GetName()
+	key := adoptKey(gvr, u.GetNamespace(), u.GetName())
 	m.unadopted[key] = unadopted{gvr: gvr, report: u}
 	return key
 }
@@ -82,7 +82,7 @@ func (m *Merger) adopt(ctx context.Context, key string) error {
 	obj, err := m.client.Resource(gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		if time.Since(u.GetCreationTimestamp().Time) >= adoptWithin {
+		if m.opts.Now().Sub(u.GetCreationTimestamp().Time) >= adoptWithin {
 			return m.giveUp(ctx, key, w, fmt.Sprintf("no %s %s/%s within %s of its creation", gvr.Resource, ns, name, adoptWithin))
 		}
 		m.queue.AddAfter(key, 2*time.Second)
@@ -122,6 +122,11 @@ func (m *Merger) giveUp(ctx context.Context, key string, w unadopted, why string
 	delete(m.unadopted, key)
 	m.mu.Unlock()
 	return nil
+}
+
+// adoptKey is the queue key of a report waiting for adoption.
+func adoptKey(gvr schema.GroupVersionResource, namespace, name string) string {
+	return adoptPrefix + gvr.Resource + "/" + namespace + "/" + name
 }
 
 // isAdoptKey says whether a queue key is a report waiting for adoption.

@@ -547,8 +547,8 @@ func (m *Merger) watchedKinds() []schema.GroupVersionResource {
 // policyInfo reads what the merge needs of a policy, autogen rules
 // included; key is its key in Input.Policies (PolicyKey).
 func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
-	if _, _, ok := kyvernoOnlyKind(gvr); ok {
-		key, info := kyvernoOnlyInfo(gvr, u)
+	if k, ok := apiresources.KyvernoOnlyPolicyOf(gvr); ok {
+		key, info := kyvernoOnlyInfo(k, u)
 		return key, info, nil
 	}
 	if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {

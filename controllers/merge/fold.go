@@ -97,7 +97,7 @@ func (m *Merger) upsertFolded(ctx context.Context, gvr schema.GroupVersionResour
 		// admission output. Kyverno's background controller writes its
 		// generate and mutateExisting results (and GeneratingPolicy's) the
 		// same way, on the trigger's report: those are folded (R45).
-		if labels[report.LabelSource] != sourceBackgroundScan || !hasBackgroundControllerResults(u) {
+		if labels[report.LabelSource] != sourceBackgroundScan {
 			return
 		}
 		backgroundController = true
@@ -113,6 +113,9 @@ func (m *Merger) upsertFolded(ctx context.Context, gvr schema.GroupVersionResour
 	}
 	if backgroundController {
 		results = slices.DeleteFunc(results, func(r wgv1alpha2.PolicyReportResult) bool { return !backgroundControllerResult(r) })
+		if len(results) == 0 {
+			return // a background scan's report: not the merger's to merge or delete
+		}
 	}
 	owner, namespace, named := report.ReportOwner(u, r.Spec.Owner)
 	if !named && namespace == u.GetNamespace() && isEphemeral(gvr) && adoptable(u) {
@@ -311,24 +314,4 @@ func backgroundControllerResult(r wgv1alpha2.PolicyReportResult) bool {
 	_, generated := r.Properties[propertyGeneratedResources]
 	_, patched := r.Properties[propertyPatchedTarget]
 	return generated || patched
-}
-
-// hasBackgroundControllerResults says whether a background-scan report
-// holds results of Kyverno's background controller.
-func hasBackgroundControllerResults(u *unstructured.Unstructured) bool {
-	results, _, _ := unstructured.NestedSlice(u.Object, "spec", "results")
-	for _, r := range results {
-		m, ok := r.(map[string]any)
-		if !ok {
-			continue // malformed: IntermediateResults says so when it is read
-		}
-		props, _, _ := unstructured.NestedStringMap(m, "properties")
-		if _, ok := props[propertyGeneratedResources]; ok {
-			return true
-		}
-		if _, ok := props[propertyPatchedTarget]; ok {
-			return true
-		}
-	}
-	return false
 }

@@ -25,7 +25,7 @@ import (
 var _ watch.StreamingSink = (*Merger)(nil)
 
 func isPolicy(gvr schema.GroupVersionResource) bool {
-	if _, _, ok := kyvernoOnlyKind(gvr); ok {
+	if _, ok := apiresources.KyvernoOnlyPolicyOf(gvr); ok {
 		return true
 	}
 	return gvr == apiresources.ClusterPolicy || gvr == apiresources.Policy || gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy ||
@@ -35,8 +35,8 @@ func isPolicy(gvr schema.GroupVersionResource) bool {
 // policyKeyOf is the key of a policy object in Input.Policies, and the
 // policy name its results carry.
 func policyKeyOf(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (key, name string) {
-	if _, _, ok := kyvernoOnlyKind(gvr); ok {
-		key, _ = kyvernoOnlyInfo(gvr, u)
+	if k, ok := apiresources.KyvernoOnlyPolicyOf(gvr); ok {
+		key, _ = kyvernoOnlyInfo(k, u)
 		_, name, _ = strings.Cut(key, "\x00")
 		return key, name
 	}
@@ -222,7 +222,7 @@ func (m *Merger) Remove(ctx context.Context, gvr schema.GroupVersionResource, u 
 	}
 	if m.folded(gvr) {
 		m.mu.Lock()
-		delete(m.unadopted, adoptPrefix+gvr.Resource+"/"+u.GetNamespace()+"/"+u.GetName())
+		delete(m.unadopted, adoptKey(gvr, u.GetNamespace(), u.GetName()))
 		touched := m.removeFolded(gvr, u.GetNamespace(), u.GetName())
 		m.mu.Unlock()
 		for _, uid := range touched {

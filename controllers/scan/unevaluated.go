@@ -11,44 +11,42 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/tally-dev/tally/api/apiresources"
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/controllers/watch"
 )
 
-// Policy kinds Kyverno evaluates and tally does not (R46): served where
-// Kyverno's CRDs are installed (beside Kyverno), where Kyverno's reports
-// controller would report them in the background and tally's scan, which
-// replaces it, does not. Each such policy gets a Warning Event
-// PolicyNotEvaluated, once per generation, from the replica that keeps the
-// policies' status. tally writes no status on them: they are Kyverno's.
-var unevaluatedKinds = []struct {
-	resource, kind, what string
-}{
-	{"imagevalidatingpolicies", "ImageValidatingPolicy", "its image verification results (issue 42)"},
-	{"namespacedimagevalidatingpolicies", "NamespacedImageValidatingPolicy", "its image verification results (issue 42)"},
-	{"mutatingpolicies", "MutatingPolicy", "its background results (\"mutation is not applied\", issue 43)"},
-	{"namespacedmutatingpolicies", "NamespacedMutatingPolicy", "its background results (\"mutation is not applied\", issue 43)"},
-	{"generatingpolicies", "GeneratingPolicy", "nothing of its own (Kyverno's background controller reports it; tally merges those reports)"},
-	{"namespacedgeneratingpolicies", "NamespacedGeneratingPolicy", "nothing of its own (Kyverno's background controller reports it; tally merges those reports)"},
+// Policy kinds Kyverno evaluates and tally does not (R46,
+// apiresources.KyvernoOnlyPolicies): served where Kyverno's CRDs are
+// installed (beside Kyverno), where Kyverno's reports controller would
+// report them in the background and tally's scan, which replaces it, does
+// not. Each such policy gets a Warning Event PolicyNotEvaluated, once per
+// generation, from the replica that keeps the policies' status. tally
+// writes no status on them: they are Kyverno's.
+
+// notReported says, by the source of a kind's results, what tally's scan
+// does not report of it.
+var notReported = map[string]string{
+	"KyvernoImageValidatingPolicy": "its image verification results (issue 42)",
+	"KyvernoMutatingPolicy":        "its background results (\"mutation is not applied\", issue 43)",
+	"KyvernoGeneratingPolicy":      "nothing of its own (Kyverno's background controller reports it; tally merges those reports)",
 }
 
-// policyGroupVersions are the versions of policies.kyverno.io, newest
-// first: a kind is watched in the first that serves it.
-var policyGroupVersions = []string{"policies.kyverno.io/v1", "policies.kyverno.io/v1beta1", "policies.kyverno.io/v1alpha1"}
-
-// servedUnevaluatedKinds are the unevaluated kinds discovery serves.
+// servedUnevaluatedKinds are the unevaluated kinds discovery serves, each
+// in its newest served version.
 func (k *kindWatch) servedUnevaluatedKinds() []schema.GroupVersionResource {
 	var out []schema.GroupVersionResource
 	found := map[string]bool{}
-	for _, gv := range policyGroupVersions {
-		list, err := k.disc.ServerResourcesForGroupVersion(gv)
+	for _, v := range apiresources.KyvernoOnlyVersions {
+		gv := schema.GroupVersion{Group: policiesv1.GroupVersion.Group, Version: v}
+		list, err := k.disc.ServerResourcesForGroupVersion(gv.String())
 		if err != nil || list == nil {
 			continue
 		}
-		parsed, _ := schema.ParseGroupVersion(gv)
-		for _, u := range unevaluatedKinds {
-			if !found[u.resource] && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == u.resource }) {
-				found[u.resource] = true
-				out = append(out, parsed.WithResource(u.resource))
+		for _, p := range apiresources.KyvernoOnlyPolicies {
+			if !found[p.Resource] && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == p.Resource }) {
+				found[p.Resource] = true
+				out = append(out, gv.WithResource(p.Resource))
 			}
 		}
 	}
@@ -71,13 +69,11 @@ func (n *unevaluatedSink) Upsert(ctx context.Context, gvr schema.GroupVersionRes
 		return
 	}
 	n.told.Store(key, u.GetGeneration())
-	for _, k := range unevaluatedKinds {
-		if k.resource == gvr.Resource {
-			n.s.metrics.unevaluated.WithLabelValues(k.kind).Inc()
-			n.s.opts.Recorder.Eventf(u, corev1.EventTypeWarning, "PolicyNotEvaluated",
-				"tally does not evaluate %s policies: %s not reported by tally's background scan", k.kind, k.what)
-			logr.FromContextOrDiscard(ctx).Info("policy of a kind tally does not evaluate", "kind", k.kind, "policy", u.GetNamespace()+"/"+u.GetName())
-		}
+	if k, ok := apiresources.KyvernoOnlyPolicyOf(gvr); ok {
+		n.s.metrics.unevaluated.WithLabelValues(k.Kind).Inc()
+		n.s.opts.Recorder.Eventf(u, corev1.EventTypeWarning, "PolicyNotEvaluated",
+			"tally does not evaluate %s policies: %s not reported by tally's background scan", k.Kind, notReported[k.Source])
+		logr.FromContextOrDiscard(ctx).Info("policy of a kind tally does not evaluate", "kind", k.Kind, "policy", u.GetNamespace()+"/"+u.GetName())
 	}
 }
 
