@@ -24,6 +24,9 @@ import (
 //
 // Overrides never apply to cluster-scoped resources (no namespace).
 func (p *Policy) Enforced(ruleName, namespace string, nsLabels map[string]string) bool {
+	if p.mpol != nil || p.vap != nil {
+		return false // never evaluated at admission by tally
+	}
 	if p.vpol != nil {
 		// A ValidatingPolicy denies with the Deny action (its default), for
 		// every result alike (R33).

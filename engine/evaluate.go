@@ -146,6 +146,9 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 	if p.vap != nil {
 		return p.vap.evaluate(e)
 	}
+	if p.mpol != nil {
+		return p.mpol.evaluate(e)
+	}
 	if req.UserInfo != nil {
 		e.adm = &match.Admission{
 			Operation: req.operation(), Username: req.UserInfo.Username, Groups: req.UserInfo.Groups,

@@ -48,6 +48,7 @@ type Policy struct {
 	// neither has rules of its own.
 	vpol *validatingPolicy
 	vap  *vap
+	mpol *mutatingPolicy
 }
 
 // Rule is a compiled validate rule. A rule that could not be compiled keeps
@@ -190,7 +191,7 @@ func (p *Policy) LeftOutOf(name string) (LeftOutRule, bool) {
 
 // EvaluatesNothing says that every rule of the policy is left out.
 func (p *Policy) EvaluatesNothing() bool {
-	return p != nil && p.vpol == nil && p.vap == nil && len(p.Rules) == 0 && len(p.LeftOut) > 0
+	return p != nil && p.vpol == nil && p.vap == nil && p.mpol == nil && len(p.Rules) == 0 && len(p.LeftOut) > 0
 }
 
 // DescribeLeftOut names the rules left out: "rules a (verifyImages), b
@@ -359,7 +360,7 @@ func decodeList(j *apiextv1.JSON, what string) ([]any, error) {
 // HasRule reports whether the policy has a validate rule of that name, or
 // one autogen derived from it.
 func (p *Policy) HasRule(name string) bool {
-	if p.vpol != nil || p.vap != nil {
+	if p.vpol != nil || p.vap != nil || p.mpol != nil {
 		return true // results of CEL policies have no rule to tell apart
 	}
 	for _, r := range p.Rules {

@@ -69,6 +69,14 @@ func (p *Policy) Units() []Unit {
 			}
 			return false
 		}}}
+	case p.mpol != nil:
+		return []Unit{{Raw: []any{p.mpol.kind, p.mpol.spec}, Resources: resourceRules(p.mpol.match), applies: func(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool {
+			res := resourceOf(obj, "")
+			if gvr.Resource == "" {
+				gvr = guessResource(res)
+			}
+			return p.mpol.match.matches(&res, gvr, OpCreate, nsLabels)
+		}}}
 	case p.vap != nil:
 		return []Unit{{Name: p.vap.name, Raw: p.vap.raw, Resources: resourceRules(p.vap.match), applies: func(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool {
 			res := resourceOf(obj, "")
@@ -127,6 +135,8 @@ func (p *Policy) BackgroundEnabled() bool {
 	switch {
 	case p.vpol != nil:
 		return p.vpol.spec.BackgroundEnabled() && len(p.vpol.variants) > 0
+	case p.mpol != nil:
+		return p.mpol.background
 	case p.vap != nil:
 		return true
 	}
@@ -135,12 +145,13 @@ func (p *Policy) BackgroundEnabled() bool {
 
 // AdmissionEnabled reports whether admission requests are evaluated
 // against the policy by tally's webhook. ValidatingAdmissionPolicies are
-// not: the API server evaluates them.
+// not: the API server evaluates them. Nor are MutatingPolicies: tally runs
+// no mutating webhook (R44).
 func (p *Policy) AdmissionEnabled() bool {
 	switch {
 	case p.vpol != nil:
 		return p.vpol.spec.AdmissionEnabled() && len(p.vpol.variants) > 0
-	case p.vap != nil:
+	case p.vap != nil, p.mpol != nil:
 		return false
 	}
 	return p.Spec.AdmissionEnabled()
@@ -162,6 +173,6 @@ func (p *Policy) Warns() bool {
 }
 
 // CEL reports whether the policy is a CEL policy (ValidatingPolicy,
-// NamespacedValidatingPolicy or ValidatingAdmissionPolicy): its results are
-// told apart by source and policy, not by rule.
-func (p *Policy) CEL() bool { return p.vpol != nil || p.vap != nil }
+// MutatingPolicy, their namespaced kinds, or ValidatingAdmissionPolicy):
+// its results are told apart by source and policy, not by rule.
+func (p *Policy) CEL() bool { return p.vpol != nil || p.vap != nil || p.mpol != nil }

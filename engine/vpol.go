@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -17,6 +18,7 @@ import (
 const (
 	SourceKyverno          = "kyverno"
 	SourceValidatingPolicy = "KyvernoValidatingPolicy"
+	SourceMutatingPolicy   = "KyvernoMutatingPolicy"
 )
 
 // Rules of ValidatingPolicy results that are not the policy's own outcome.
@@ -52,26 +54,8 @@ type vpolVariant struct {
 // that does not compile is refused, naming every such expression: Kyverno
 // does not evaluate it.
 func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
-	kind := vp.Kind
-	if kind == "" {
-		kind = policiesv1.KindValidatingPolicy
-	}
-	name := vp.Name
-	if kind == policiesv1.KindNamespacedValidatingPolicy {
-		name = vp.Namespace + "/" + vp.Name
-	}
-	p := &Policy{
-		Name:        name,
-		Kind:        kind,
-		Source:      SourceValidatingPolicy,
-		Annotations: vp.Annotations,
-		Scored:      vp.Annotations[AnnotationScored] != "false",
-		Category:    vp.Annotations[AnnotationCategory],
-		Severity:    vp.Annotations[AnnotationSeverity],
-	}
-	if kind == policiesv1.KindNamespacedValidatingPolicy {
-		p.Namespace = vp.Namespace
-	}
+	p := newCELPolicy(&vp.ObjectMeta, vp.Kind, policiesv1.KindValidatingPolicy, policiesv1.KindNamespacedValidatingPolicy, SourceValidatingPolicy)
+	kind, name := p.Kind, p.Name
 	spec := vp.Spec
 	v := &validatingPolicy{kind: kind, spec: spec}
 	v.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
@@ -132,6 +116,28 @@ func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
 	return p, nil
 }
 
+// newCELPolicy is the Policy of a policies.kyverno.io policy: kind (the
+// object's, else cluster), its name ("namespace/name" for the namespaced
+// kind), source and annotations.
+func newCELPolicy(md *metav1.ObjectMeta, kind, cluster, namespaced, source string) *Policy {
+	if kind == "" {
+		kind = cluster
+	}
+	p := &Policy{
+		Name:        md.Name,
+		Kind:        kind,
+		Source:      source,
+		Annotations: md.Annotations,
+		Scored:      md.Annotations[AnnotationScored] != "false",
+		Category:    md.Annotations[AnnotationCategory],
+		Severity:    md.Annotations[AnnotationSeverity],
+	}
+	if kind == namespaced {
+		p.Name, p.Namespace = md.Namespace+"/"+md.Name, md.Namespace
+	}
+	return p
+}
+
 // shiftSpec is a spec with every expression moved to a Pod template.
 func shiftSpec(s cel.Spec, prefix string) cel.Spec {
 	out := s
@@ -177,48 +183,9 @@ func (v *validatingPolicy) evaluate(e *evaluation) []RuleResult {
 }
 
 func (v *validatingPolicy) evaluateVariant(e *evaluation, variant *vpolVariant) RuleResult {
-	in := e.req.celInput()
-	var full []*CELException
-	var matched []*CELException
-	var images, values []string
-	var exceptionErr error
-	for _, x := range e.req.CELExceptions {
-		if !x.Refers(e.policy, v.kind) {
-			continue
-		}
-		ok, err := x.applies(e, in)
-		if err != nil {
-			if exceptionErr == nil {
-				exceptionErr = err
-			}
-			continue
-		}
-		if !ok {
-			continue
-		}
-		matched = append(matched, x)
-		if x.partial() {
-			images = append(images, x.Spec.Images...)
-			values = append(values, x.Spec.AllowedValues...)
-		} else {
-			full = append(full, x)
-		}
-	}
-	// Every exception is evaluated first, so that the answer does not
-	// depend on their order: a full exemption wins; else an exception that
-	// could not be evaluated errs the policy, unless its failurePolicy is
-	// Ignore (the exception then does not apply).
-	if len(full) > 0 {
-		return e.exceptionResult(full, matched)
-	}
-	if exceptionErr != nil && !v.ignore {
-		return e.vpolResult(Error, RuleEvaluation, "failed to load context: "+exceptionErr.Error(), nil)
-	}
-	if len(images) > 0 || len(values) > 0 || e.policy.Namespace != "" {
-		copied := *in
-		copied.AllowedImages, copied.AllowedValues = images, values
-		copied.OwnNamespace = e.policy.Namespace // R47
-		in = &copied
+	in, done, exempt := e.celExceptions(v.kind, v.ignore)
+	if exempt {
+		return done
 	}
 	ctx := e.ctx
 	if in.Data != nil {
@@ -249,6 +216,56 @@ func (v *validatingPolicy) evaluateVariant(e *evaluation, variant *vpolVariant) 
 		props[k] = val
 	}
 	return e.vpolResult(Fail, "", vpolFailMessage(variant.prog, o), props)
+}
+
+// celExceptions applies the CEL PolicyExceptions that name the policy (of
+// kind) to the request. Every exception is evaluated first, so that the
+// answer does not depend on their order: a full exemption wins (exempt,
+// with its result); else an exception that could not be evaluated errs the
+// policy, unless its failurePolicy is Ignore (the exception then does not
+// apply). Otherwise in is the CEL input the policy reads, with the partial
+// exceptions' images and values and the policy's own namespace (R47).
+func (e *evaluation) celExceptions(kind string, ignore bool) (in *cel.Input, done RuleResult, exempt bool) {
+	in = e.req.celInput()
+	var full []*CELException
+	var matched []*CELException
+	var images, values []string
+	var exceptionErr error
+	for _, x := range e.req.CELExceptions {
+		if !x.Refers(e.policy, kind) {
+			continue
+		}
+		ok, err := x.applies(e, in)
+		if err != nil {
+			if exceptionErr == nil {
+				exceptionErr = err
+			}
+			continue
+		}
+		if !ok {
+			continue
+		}
+		matched = append(matched, x)
+		if x.partial() {
+			images = append(images, x.Spec.Images...)
+			values = append(values, x.Spec.AllowedValues...)
+		} else {
+			full = append(full, x)
+		}
+	}
+	if len(full) > 0 {
+		return nil, e.exceptionResult(full, matched), true
+	}
+	if exceptionErr != nil && !ignore {
+		return nil, e.vpolResult(Error, RuleEvaluation, "failed to load context: "+exceptionErr.Error(), nil), true
+	}
+	if len(images) > 0 || len(values) > 0 || e.policy.Namespace != "" {
+		copied := *in
+		copied.AllowedImages, copied.AllowedValues = images, values
+		copied.OwnNamespace = e.policy.Namespace // R47
+		in = &copied
+	}
+	return in, RuleResult{}, false
 }
 
 // vpolFailMessage is Kyverno's message of a false validation: the
@@ -295,7 +312,7 @@ func (e *evaluation) exceptionResult(full, matched []*CELException) RuleResult {
 	return r
 }
 
-// vpolResult builds a ValidatingPolicy result: properties named message
+// vpolResult builds a ValidatingPolicy's (or MutatingPolicy's) result: properties named message
 // or <result>Message replace the message (as Kyverno's post-processing
 // does), and an unscored fail is a warn.
 func (e *evaluation) vpolResult(result wgv1alpha2.Result, rule, msg string, props map[string]string) RuleResult {
@@ -308,5 +325,5 @@ func (e *evaluation) vpolResult(result wgv1alpha2.Result, rule, msg string, prop
 	if result == Fail && !e.policy.Scored {
 		result = Warn
 	}
-	return RuleResult{Policy: e.policy.Name, Rule: rule, Result: result, Message: msg, Properties: props, Source: SourceValidatingPolicy}
+	return RuleResult{Policy: e.policy.Name, Rule: rule, Result: result, Message: msg, Properties: props, Source: e.policy.Source}
 }

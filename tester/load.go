@@ -284,6 +284,9 @@ func loadPolicy(d Document, bindings []*admissionregistrationv1.ValidatingAdmiss
 	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindValidatingPolicy || kind == policiesv1.KindNamespacedValidatingPolicy) {
 		return loadValidatingPolicy(d, lp)
 	}
+	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindMutatingPolicy || kind == policiesv1.KindNamespacedMutatingPolicy) {
+		return loadMutatingPolicy(d, lp)
+	}
 	if isVAPKind(d, kindVAP) {
 		return loadValidatingAdmissionPolicy(d, lp, bindings)
 	}
@@ -345,6 +348,27 @@ func loadValidatingPolicy(d Document, lp *LoadedPolicy) *LoadedPolicy {
 				lp.Name = "default/" + vp.Name
 			}
 			lp.Policy, err = engine.CompileValidatingPolicy(&vp)
+		}
+	}
+	if err != nil {
+		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: lp.Kind, Name: lp.Name, Err: err}
+	}
+	return lp
+}
+
+// loadMutatingPolicy reads a MutatingPolicy or NamespacedMutatingPolicy
+// and compiles it; one whose expressions do not compile is refused with
+// the compiler's messages.
+func loadMutatingPolicy(d Document, lp *LoadedPolicy) *LoadedPolicy {
+	data, err := sigsyaml.Marshal(d.Object)
+	if err == nil {
+		var mp policiesv1.MutatingPolicy
+		if err = sigsyaml.UnmarshalStrict(data, &mp); err == nil {
+			if lp.Kind == policiesv1.KindNamespacedMutatingPolicy && mp.Namespace == "" {
+				mp.Namespace = "default"
+				lp.Name = "default/" + mp.Name
+			}
+			lp.Policy, err = engine.CompileMutatingPolicy(&mp)
 		}
 	}
 	if err != nil {

@@ -181,7 +181,7 @@ func runTest(ctx context.Context, file string, t *Test, live *Live) ([]Outcome, 
 		for _, name := range names {
 			o := Outcome{File: file, Test: t.Metadata.Name, Policy: tr.Policy, Rule: tr.Rule, Resource: name, Expected: expected}
 			switch {
-			case tr.PatchedResources != "" || tr.GeneratedResource != "" || tr.CloneSource != "" || len(tr.GeneratedList) > 0:
+			case (tr.PatchedResources != "" && !l.mutatingPolicy(tr)) || tr.GeneratedResource != "" || tr.CloneSource != "" || len(tr.GeneratedList) > 0:
 				o.Status, o.Reason = Unsupported, "mutate and generate results are not supported"
 			case loadErr != nil:
 				o.Status, o.Reason = Failed, loadErr.Error()
@@ -216,6 +216,10 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 			lr = lp.Policy.LeftOut[0]
 		}
 		o.Status, o.Reason = Unsupported, fmt.Sprintf("rule %s is a %s rule: %s", lr.Name, lr.Type, engine.NotEvaluatedNote)
+		return
+	}
+	if lp.Policy.Mutating() {
+		l.checkMutation(ctx, o, tr, lp)
 		return
 	}
 	expected := o.Expected
@@ -293,11 +297,14 @@ func resourceNamed(r resource, name string) bool {
 // expectation says it is a ValidatingPolicy or ValidatingAdmissionPolicy
 // (a ClusterPolicy may have the same name).
 func (l *loaded) policyIndexFor(tr TestResult) int {
-	if tr.IsValidatingPol || tr.IsVAP {
+	if tr.IsValidatingPol || tr.IsVAP || tr.IsMutatingPol {
 		for i, p := range l.policies {
 			cel := p.Kind == policiesv1.KindValidatingPolicy || p.Kind == policiesv1.KindNamespacedValidatingPolicy
-			if tr.IsVAP {
+			switch {
+			case tr.IsVAP:
 				cel = p.Kind == kindVAP
+			case tr.IsMutatingPol:
+				cel = p.Kind == policiesv1.KindMutatingPolicy || p.Kind == policiesv1.KindNamespacedMutatingPolicy
 			}
 			if !cel {
 				continue
@@ -330,6 +337,11 @@ func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op 
 	if lp.Policy == nil {
 		return nil
 	}
+	return lp.Policy.Evaluate(ctx, l.request(lp, r, op))
+}
+
+// request is the request a policy is evaluated on for a resource.
+func (l *loaded) request(lp *LoadedPolicy, r resource, op string) *engine.Request {
 	vs := &valueSource{spec: l.test.Values, resource: r.name, drop: l.contextNames}
 	if op == "" {
 		if v, ok := vs.policyValues(lp.Name)[operationKey].(string); ok {
@@ -359,7 +371,7 @@ func (l *loaded) evaluate(ctx context.Context, lp *LoadedPolicy, r resource, op 
 	case engine.OpUpdate:
 		req.OldObject = r.obj
 	}
-	return lp.Policy.Evaluate(ctx, req)
+	return req
 }
 
 func (l *loaded) namespaceLabels(r resource) map[string]string {

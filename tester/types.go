@@ -48,6 +48,7 @@ type TestResult struct {
 	GeneratedList     []string `json:"generatedResources,omitempty"`
 	IsValidatingPol   bool     `json:"isValidatingPolicy,omitempty"`
 	IsVAP             bool     `json:"isValidatingAdmissionPolicy,omitempty"`
+	IsMutatingPol     bool     `json:"isMutatingPolicy,omitempty"`
 }
 
 // ResourceSpec selects a resource by its coordinates.

@@ -20,6 +20,8 @@ var (
 	PolicyException            = kyvernov2.GroupVersion.WithResource("policyexceptions")
 	ValidatingPolicy           = policiesv1.GroupVersion.WithResource("validatingpolicies")
 	NamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
+	MutatingPolicy             = policiesv1.GroupVersion.WithResource("mutatingpolicies")
+	NamespacedMutatingPolicy   = policiesv1.GroupVersion.WithResource("namespacedmutatingpolicies")
 	// CELPolicyException is policies.kyverno.io's PolicyException.
 	CELPolicyException               = policiesv1.GroupVersion.WithResource("policyexceptions")
 	ValidatingAdmissionPolicy        = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
@@ -61,10 +63,34 @@ func PolicyKey(gvr schema.GroupVersionResource, namespace, name string) string {
 		return policiesv1.KindValidatingPolicy + "/" + name
 	case NamespacedValidatingPolicy:
 		return policiesv1.KindNamespacedValidatingPolicy + "/" + namespace + "/" + name
+	case MutatingPolicy:
+		return policiesv1.KindMutatingPolicy + "/" + name
+	case NamespacedMutatingPolicy:
+		return policiesv1.KindNamespacedMutatingPolicy + "/" + namespace + "/" + name
 	case ValidatingAdmissionPolicy:
 		return VAPKeyPrefix + name
 	}
 	return name
+}
+
+// CELPolicies are the policies.kyverno.io policy kinds tally evaluates:
+// ValidatingPolicies and MutatingPolicies (the latter in background scans
+// only, R44), cluster-wide and namespaced.
+var CELPolicies = []schema.GroupVersionResource{ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy}
+
+// IsCELPolicy reports whether gvr is one of CELPolicies.
+func IsCELPolicy(gvr schema.GroupVersionResource) bool {
+	switch gvr {
+	case ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy:
+		return true
+	}
+	return false
+}
+
+// IsNamespacedCELPolicy reports whether gvr is a namespaced one of
+// CELPolicies.
+func IsNamespacedCELPolicy(gvr schema.GroupVersionResource) bool {
+	return gvr == NamespacedValidatingPolicy || gvr == NamespacedMutatingPolicy
 }
 
 // KyvernoOnlyPolicy is a policies.kyverno.io kind that Kyverno evaluates
@@ -80,8 +106,6 @@ type KyvernoOnlyPolicy struct {
 var KyvernoOnlyPolicies = []KyvernoOnlyPolicy{
 	{"imagevalidatingpolicies", "ImageValidatingPolicy", "KyvernoImageValidatingPolicy", false},
 	{"namespacedimagevalidatingpolicies", "NamespacedImageValidatingPolicy", "KyvernoImageValidatingPolicy", true},
-	{"mutatingpolicies", "MutatingPolicy", "KyvernoMutatingPolicy", false},
-	{"namespacedmutatingpolicies", "NamespacedMutatingPolicy", "KyvernoMutatingPolicy", true},
 	{"generatingpolicies", "GeneratingPolicy", "KyvernoGeneratingPolicy", false},
 	{"namespacedgeneratingpolicies", "NamespacedGeneratingPolicy", "KyvernoGeneratingPolicy", true},
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -209,7 +210,7 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		}
 		ns := report.SubjectOf(res).Namespace
 		for _, p := range policies {
-			rs := p.Evaluate(cmd.Context(), req)
+			rs := evaluateForApply(cmd.Context(), p, req)
 			for i := range rs {
 				if o.auditWarn && rs[i].Result == engine.Fail && rs[i].Source == "" && !p.Enforced(rs[i].Rule, ns, nil) {
 					rs[i].Result = engine.Warn
@@ -485,4 +486,19 @@ func encode(w io.Writer, format string, v any) error {
 	}
 	_, err = w.Write(data)
 	return err
+}
+
+// evaluateForApply evaluates a policy as Kyverno's apply does: a
+// MutatingPolicy is applied (pass when its mutations apply, skip when its
+// match conditions are not met, error when one cannot be applied), not
+// checked as the background scan checks it ("mutation is not applied" is
+// a report's finding about a resource in the cluster).
+func evaluateForApply(ctx context.Context, p *engine.Policy, req *engine.Request) []engine.RuleResult {
+	if !p.Mutating() {
+		return p.Evaluate(ctx, req)
+	}
+	if _, r, matched := p.Mutate(ctx, req); matched {
+		return []engine.RuleResult{r}
+	}
+	return nil
 }

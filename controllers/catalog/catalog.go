@@ -1,5 +1,5 @@
 // Package catalog reads the cluster's policy objects (ClusterPolicy,
-// Policy, ValidatingPolicy, NamespacedValidatingPolicy) into compiled
+// Policy, ValidatingPolicy, MutatingPolicy and their namespaced kinds) into compiled
 // policies: the one place every controller converts and compiles them. In
 // tally-scanner the scan and the admission bridge share one Catalog, so
 // that each version of a policy is compiled once for both.
@@ -27,23 +27,25 @@ type Policy struct {
 	Key string
 	GVR schema.GroupVersionResource
 	// Object is the typed policy (*kyvernov1.ClusterPolicy,
-	// *kyvernov1.Policy or *policiesv1.ValidatingPolicy), for Events.
+	// *kyvernov1.Policy, *policiesv1.ValidatingPolicy or
+	// *policiesv1.MutatingPolicy), for Events.
 	Object   runtime.Object
 	Compiled *engine.Policy
-	// Spec is a ClusterPolicy's or Policy's spec (nil for a CEL policy),
-	// CEL a ValidatingPolicy or NamespacedValidatingPolicy (nil for a
-	// classic one).
-	Spec *kyvernov1.Spec
-	CEL  *policiesv1.ValidatingPolicy
+	// Spec is a ClusterPolicy's or Policy's spec, CEL a ValidatingPolicy
+	// or NamespacedValidatingPolicy, Mutating a MutatingPolicy or
+	// NamespacedMutatingPolicy: each nil for the other kinds.
+	Spec     *kyvernov1.Spec
+	CEL      *policiesv1.ValidatingPolicy
+	Mutating *policiesv1.MutatingPolicy
 }
 
 // IsPolicyKind reports whether a Catalog reads objects of gvr.
 func IsPolicyKind(gvr schema.GroupVersionResource) bool {
 	switch gvr {
-	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
+	case apiresources.ClusterPolicy, apiresources.Policy:
 		return true
 	}
-	return false
+	return apiresources.IsCELPolicy(gvr)
 }
 
 // Read converts and compiles a policy object, without a Catalog. A policy
@@ -60,6 +62,13 @@ func Read(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*Polic
 		}
 		p.Object, p.CEL = vp, vp
 		p.Compiled, err = engine.CompileValidatingPolicy(vp)
+	case apiresources.MutatingPolicy, apiresources.NamespacedMutatingPolicy:
+		var mp *policiesv1.MutatingPolicy
+		if mp, err = policiesv1.MutatingFromObject(u.Object); err != nil {
+			return nil, err
+		}
+		p.Object, p.Mutating = mp, mp
+		p.Compiled, err = engine.CompileMutatingPolicy(mp)
 	case apiresources.Policy:
 		var pol kyvernov1.Policy
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pol); err != nil {

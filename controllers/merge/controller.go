@@ -273,8 +273,8 @@ func (m *Merger) Run(ctx context.Context) error {
 	}
 	// Beside Kyverno 1.13+ no AdmissionReport kind is served: tally writes
 	// none there, and Kyverno's EphemeralReports are read instead.
-	kinds := append(slices.Clone(watched), m.servedKinds(ctx, apiresources.AdmissionReport, apiresources.ClusterAdmissionReport,
-		apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy, apiresources.ValidatingAdmissionPolicy)...)
+	policyKinds := append(slices.Clone(apiresources.CELPolicies), apiresources.ValidatingAdmissionPolicy)
+	kinds := append(slices.Clone(watched), m.servedKinds(ctx, append([]schema.GroupVersionResource{apiresources.AdmissionReport, apiresources.ClusterAdmissionReport}, policyKinds...)...)...)
 	if m.opts.Ingest {
 		kinds = append(kinds, m.servedKinds(ctx, ephemeralKinds...)...)
 		kinds = append(kinds, m.servedKyvernoOnlyKinds(ctx)...)
@@ -551,7 +551,7 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 		key, info := kyvernoOnlyInfo(k, u)
 		return key, info, nil
 	}
-	if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
+	if apiresources.IsCELPolicy(gvr) {
 		return celPolicyInfo(gvr, u)
 	}
 	if gvr == apiresources.ValidatingAdmissionPolicy {
@@ -595,27 +595,34 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 	return compiled.Name, info, nil
 }
 
-// celPolicyInfo reads what the merge needs of a ValidatingPolicy or
-// NamespacedValidatingPolicy: its results have no rule to check.
+// celPolicyInfo reads what the merge needs of a ValidatingPolicy,
+// MutatingPolicy or their namespaced kinds: their results have no rule to
+// check.
 func celPolicyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
-	vp, err := policiesv1.FromObject(u.Object)
-	if err != nil {
-		return "", PolicyInfo{}, err
-	}
-	name := vp.Name
-	if gvr == apiresources.NamespacedValidatingPolicy {
-		name = vp.Namespace + "/" + vp.Name
-	}
 	info := PolicyInfo{
-		Background:      vp.Spec.BackgroundEnabled(),
-		Admission:       vp.Spec.AdmissionEnabled(),
 		AnyRule:         true,
 		ReportsDisabled: u.GetLabels()[labelReportsDisable] == "true",
-		Scored:          vp.Annotations[engine.AnnotationScored] != "false",
-		Category:        vp.Annotations[engine.AnnotationCategory],
-		Severity:        vp.Annotations[engine.AnnotationSeverity],
+		Scored:          u.GetAnnotations()[engine.AnnotationScored] != "false",
+		Category:        u.GetAnnotations()[engine.AnnotationCategory],
+		Severity:        u.GetAnnotations()[engine.AnnotationSeverity],
 	}
-	return PolicyKey(engine.SourceValidatingPolicy, name), info, nil
+	if gvr == apiresources.MutatingPolicy || gvr == apiresources.NamespacedMutatingPolicy {
+		mp, err := policiesv1.MutatingFromObject(u.Object)
+		if err != nil {
+			return "", PolicyInfo{}, err
+		}
+		info.Background = mp.Spec.BackgroundEnabled()
+		// Kyverno's webhook reports it at admission (beside Kyverno).
+		info.Admission = mp.Spec.Evaluation == nil || mp.Spec.Evaluation.Admission.On()
+	} else {
+		vp, err := policiesv1.FromObject(u.Object)
+		if err != nil {
+			return "", PolicyInfo{}, err
+		}
+		info.Background, info.Admission = vp.Spec.BackgroundEnabled(), vp.Spec.AdmissionEnabled()
+	}
+	key, _ := policyKeyOf(gvr, u)
+	return key, info, nil
 }
 
 // vapInfo is the key of a ValidatingAdmissionPolicy's results.

@@ -210,6 +210,7 @@ func fakeClient(objs ...runtime.Object) *dynfake.FakeDynamicClient {
 		apiresources.AdmissionReport: "AdmissionReportList", apiresources.ClusterAdmissionReport: "ClusterAdmissionReportList",
 		apiresources.BackgroundScanReport: "BackgroundScanReportList", apiresources.ClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
 		apiresources.ValidatingPolicy: "ValidatingPolicyList", apiresources.NamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
+		apiresources.MutatingPolicy: "MutatingPolicyList", apiresources.NamespacedMutatingPolicy: "NamespacedMutatingPolicyList",
 		apiresources.ValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList",
 		apiresources.EphemeralReport:           "EphemeralReportList", apiresources.ClusterEphemeralReport: "ClusterEphemeralReportList",
 	}, objs...)

@@ -28,7 +28,7 @@ func isPolicy(gvr schema.GroupVersionResource) bool {
 	if _, ok := apiresources.KyvernoOnlyPolicyOf(gvr); ok {
 		return true
 	}
-	return gvr == apiresources.ClusterPolicy || gvr == apiresources.Policy || gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy ||
+	return gvr == apiresources.ClusterPolicy || gvr == apiresources.Policy || apiresources.IsCELPolicy(gvr) ||
 		gvr == apiresources.ValidatingAdmissionPolicy
 }
 
@@ -41,11 +41,14 @@ func policyKeyOf(gvr schema.GroupVersionResource, u *unstructured.Unstructured) 
 		return key, name
 	}
 	name = u.GetName()
-	if gvr == apiresources.Policy || gvr == apiresources.NamespacedValidatingPolicy {
+	if gvr == apiresources.Policy || apiresources.IsNamespacedCELPolicy(gvr) {
 		name = u.GetNamespace() + "/" + name
 	}
-	if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
+	switch gvr {
+	case apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
 		return PolicyKey(engine.SourceValidatingPolicy, name), name
+	case apiresources.MutatingPolicy, apiresources.NamespacedMutatingPolicy:
+		return PolicyKey(engine.SourceMutatingPolicy, name), name
 	}
 	if gvr == apiresources.ValidatingAdmissionPolicy {
 		return vapInfo(u), name

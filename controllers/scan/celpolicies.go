@@ -7,8 +7,8 @@ import (
 )
 
 // celPolicyGVRs are the CEL kinds, in the order they are watched.
-var celPolicyGVRs = []schema.GroupVersionResource{apiresources.CELPolicyException, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy}
+var celPolicyGVRs = append([]schema.GroupVersionResource{apiresources.CELPolicyException}, apiresources.CELPolicies...)
 
 func isCELPolicy(gvr schema.GroupVersionResource) bool {
-	return gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy
+	return apiresources.IsCELPolicy(gvr)
 }

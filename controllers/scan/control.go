@@ -35,6 +35,7 @@ import (
 func isControlKind(gvr schema.GroupVersionResource) bool {
 	switch gvr {
 	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy,
+		apiresources.MutatingPolicy, apiresources.NamespacedMutatingPolicy,
 		apiresources.PolicyException, apiresources.CELPolicyException,
 		apiresources.ValidatingAdmissionPolicy, apiresources.ValidatingAdmissionPolicyBinding:
 		return true

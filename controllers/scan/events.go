@@ -92,6 +92,11 @@ func policyKeyOf(e memstore.Entry) string {
 			return policiesv1.KindNamespacedValidatingPolicy + "/" + e.Policy
 		}
 		return policiesv1.KindValidatingPolicy + "/" + e.Policy
+	case engine.SourceMutatingPolicy:
+		if strings.Contains(e.Policy, "/") {
+			return policiesv1.KindNamespacedMutatingPolicy + "/" + e.Policy
+		}
+		return policiesv1.KindMutatingPolicy + "/" + e.Policy
 	}
 	return e.Policy
 }

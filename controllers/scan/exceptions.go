@@ -101,7 +101,7 @@ func celPoliciesReferred(refs []policiesv1.PolicyRef) []string {
 	out := make([]string, 0, len(refs))
 	for _, r := range refs {
 		switch r.Kind {
-		case policiesv1.KindValidatingPolicy, policiesv1.KindNamespacedValidatingPolicy:
+		case policiesv1.KindValidatingPolicy, policiesv1.KindNamespacedValidatingPolicy, policiesv1.KindMutatingPolicy, policiesv1.KindNamespacedMutatingPolicy:
 			out = append(out, r.Kind+"/"+r.Name)
 		}
 	}

@@ -80,6 +80,10 @@ func (ps *policySet) resolve(name string) []*trackedPolicy {
 	}
 	prefix := policiesv1.KindNamespacedValidatingPolicy + "/"
 	plain, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		prefix = policiesv1.KindNamespacedMutatingPolicy + "/"
+		plain, ok = strings.CutPrefix(name, prefix)
+	}
 	if !ok || strings.Contains(plain, "/") {
 		return nil
 	}

@@ -60,9 +60,15 @@ const reasonNotEvaluated = "NotEvaluated"
 
 // notEvaluated is the Ready condition's error of a policy whose every rule
 // tally leaves out.
-type notEvaluated struct{ rules []engine.LeftOutRule }
+type notEvaluated struct {
+	rules []engine.LeftOutRule
+	why   string // instead of the rules
+}
 
 func (e *notEvaluated) Error() string {
+	if e.why != "" {
+		return e.why
+	}
 	return "tally evaluates none of this policy's rules: " + engine.DescribeLeftOut(e.rules) + " " + verbOf(e.rules) + " " + engine.NotEvaluatedNote
 }
 
@@ -76,6 +82,9 @@ func verbOf(rules []engine.LeftOutRule) string {
 // leftOutError is Ready's error for a policy tally evaluates nothing of, or
 // nil.
 func leftOutError(p *engine.Policy) error {
+	if p.Mutating() && !p.BackgroundEnabled() {
+		return &notEvaluated{why: "tally evaluates a MutatingPolicy in background scans only (it runs no mutating webhook), and this policy's are off (spec.evaluation.background.enabled: false)"}
+	}
 	if p == nil || !p.EvaluatesNothing() {
 		return nil
 	}
@@ -86,6 +95,9 @@ func leftOutError(p *engine.Policy) error {
 // the rules left out, if any.
 func loadedMessage(p *engine.Policy) string {
 	const loaded = "the policy is evaluated by tally"
+	if p.Mutating() {
+		return loaded + " in background scans (tally runs no mutating webhook: it reports nothing of the policy at admission)"
+	}
 	if p == nil || len(p.LeftOut) == 0 {
 		return loaded
 	}

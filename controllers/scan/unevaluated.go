@@ -28,7 +28,6 @@ import (
 // does not report of it.
 var notReported = map[string]string{
 	"KyvernoImageValidatingPolicy": "its image verification results (issue 42)",
-	"KyvernoMutatingPolicy":        "its background results (\"mutation is not applied\", issue 43)",
 	"KyvernoGeneratingPolicy":      "nothing of its own (Kyverno's background controller reports it; tally merges those reports)",
 }
 

@@ -18,10 +18,10 @@ func TestPoliciesOfKindsTallyDoesNotEvaluateAreTold(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
 	s := &Scanner{opts: Options{Recorder: rec}, metrics: newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })}
 	sink := &unevaluatedSink{s: s}
-	gvr := schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "mutatingpolicies"}
+	gvr := schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "imagevalidatingpolicies"}
 	mpol := func(generation int64) *unstructured.Unstructured {
-		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy",
-			"metadata": map[string]any{"name": "add-labels", "generation": generation}}}
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy",
+			"metadata": map[string]any{"name": "check-images", "generation": generation}}}
 	}
 	ctx := context.Background()
 	sink.Upsert(ctx, gvr, mpol(1))
@@ -35,17 +35,17 @@ func TestPoliciesOfKindsTallyDoesNotEvaluateAreTold(t *testing.T) {
 	if len(events) != 2 {
 		t.Fatalf("events = %q, want one per generation (2)", events)
 	}
-	const want = `Warning PolicyNotEvaluated tally does not evaluate MutatingPolicy policies: its background results ("mutation is not applied", issue 43) not reported by tally's background scan`
+	const want = `Warning PolicyNotEvaluated tally does not evaluate ImageValidatingPolicy policies: its image verification results (issue 42) not reported by tally's background scan`
 	if events[0] != want {
 		t.Errorf("event = %q\nwant    %q", events[0], want)
 	}
-	if got := testutil.ToFloat64(s.metrics.unevaluated.WithLabelValues("MutatingPolicy")); got != 2 {
-		t.Errorf("%s{kind=MutatingPolicy} = %v, want 2", metricPoliciesNotEvaluated, got)
+	if got := testutil.ToFloat64(s.metrics.unevaluated.WithLabelValues("ImageValidatingPolicy")); got != 2 {
+		t.Errorf("%s{kind=ImageValidatingPolicy} = %v, want 2", metricPoliciesNotEvaluated, got)
 	}
 	// Another replica (no recorder) says nothing.
 	quiet := &unevaluatedSink{s: &Scanner{metrics: s.metrics}}
 	quiet.Upsert(ctx, gvr, mpol(3))
-	if got := testutil.ToFloat64(s.metrics.unevaluated.WithLabelValues("MutatingPolicy")); got != 2 {
+	if got := testutil.ToFloat64(s.metrics.unevaluated.WithLabelValues("ImageValidatingPolicy")); got != 2 {
 		t.Errorf("a replica that does not keep the status counted it: %v", got)
 	}
 }

@@ -1,5 +1,6 @@
 // Package v1 holds the policies.kyverno.io kinds tally reads:
-// ValidatingPolicy, NamespacedValidatingPolicy and the CEL PolicyException.
+// ValidatingPolicy, NamespacedValidatingPolicy, the CEL PolicyException,
+// MutatingPolicy and NamespacedMutatingPolicy.
 // Kyverno serves them as v1alpha1 (ValidatingPolicy and PolicyException
 // only), v1beta1 and v1 with one spec; so does tally's CRD, stored as v1
 // (no conversion needed). tally reads them as v1.
@@ -32,6 +33,8 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&ValidatingPolicy{}, &ValidatingPolicyList{},
 		&NamespacedValidatingPolicy{}, &NamespacedValidatingPolicyList{},
 		&PolicyException{}, &PolicyExceptionList{},
+		&MutatingPolicy{}, &MutatingPolicyList{},
+		&NamespacedMutatingPolicy{}, &NamespacedMutatingPolicyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

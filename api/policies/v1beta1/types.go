@@ -102,11 +102,64 @@ type NamespacedValidatingPolicyList struct {
 	Items           []NamespacedValidatingPolicy `json:"items"`
 }
 
+// MutatingPolicySpec is v1's.
+type MutatingPolicySpec = policiesv1.MutatingPolicySpec
+
+// MutatingPolicy mutates resources with CEL expressions (a
+// MutatingAdmissionPolicy with Kyverno's additions). tally runs no mutating
+// webhook: it reports, in background scans, whether the policy's mutations
+// are applied to the resources that exist.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=mpol,categories=kyverno
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type MutatingPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              MutatingPolicySpec     `json:"spec"`
+	Status            ValidatingPolicyStatus `json:"status,omitempty"`
+}
+
+// MutatingPolicyList is a list of MutatingPolicies.
+//
+// +kubebuilder:object:root=true
+type MutatingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MutatingPolicy `json:"items"`
+}
+
+// NamespacedMutatingPolicy is a MutatingPolicy that applies only in its own
+// namespace.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=nmpol,categories=kyverno
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type NamespacedMutatingPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              MutatingPolicySpec     `json:"spec"`
+	Status            ValidatingPolicyStatus `json:"status,omitempty"`
+}
+
+// NamespacedMutatingPolicyList is a list of NamespacedMutatingPolicies.
+//
+// +kubebuilder:object:root=true
+type NamespacedMutatingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NamespacedMutatingPolicy `json:"items"`
+}
+
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&ValidatingPolicy{}, &ValidatingPolicyList{},
 		&NamespacedValidatingPolicy{}, &NamespacedValidatingPolicyList{},
 		&PolicyException{}, &PolicyExceptionList{},
+		&MutatingPolicy{}, &MutatingPolicyList{},
+		&NamespacedMutatingPolicy{}, &NamespacedMutatingPolicyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -1,0 +1,320 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	celgo "github.com/google/cel-go/cel"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1beta1 "k8s.io/api/admissionregistration/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/client-go/applyconfigurations"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/engine/match"
+)
+
+// Messages of MutatingPolicy results in a background scan (R44).
+const (
+	MessageMutationApplied    = "success"
+	MessageMutationNotApplied = "mutation is not applied"
+)
+
+// mutatingPolicy is a compiled MutatingPolicy or NamespacedMutatingPolicy.
+// Its mutations are compiled and applied by Kubernetes' own machinery for
+// MutatingAdmissionPolicies (k8s.io/apiserver's CEL compiler, match
+// conditions and patchers: ApplyConfiguration and JSONPatch), in the
+// Kubernetes CEL environment.
+type mutatingPolicy struct {
+	kind       string
+	spec       policiesv1.MutatingPolicySpec
+	match      *constraints
+	matcher    matchconditions.Matcher
+	patchers   []patch.Patcher
+	applyCfg   bool // some mutation is an ApplyConfiguration
+	env        *plugincel.CompositionEnv
+	ignore     bool
+	background bool
+}
+
+// CompileMutatingPolicy compiles a MutatingPolicy or (with its namespace
+// set) a NamespacedMutatingPolicy. A policy with an expression that does
+// not compile is refused, naming every such expression.
+func CompileMutatingPolicy(mp *policiesv1.MutatingPolicy) (*Policy, error) {
+	p := newCELPolicy(&mp.ObjectMeta, mp.Kind, policiesv1.KindMutatingPolicy, policiesv1.KindNamespacedMutatingPolicy, SourceMutatingPolicy)
+	kind, name := p.Kind, p.Name
+	spec := mp.Spec
+	if len(spec.Mutations) == 0 {
+		return nil, fmt.Errorf("%s %s: spec.mutations: at least one mutation is required", kind, name)
+	}
+	m := &mutatingPolicy{kind: kind, spec: spec, background: spec.BackgroundEnabled()}
+	m.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
+	var err error
+	if m.match, err = compileConstraints(spec.MatchConstraints); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+	}
+	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: CEL environment: %w", kind, name, err)
+	}
+	opts := plugincel.OptionalVariableDeclarations{}
+	var errs []error
+	for i := range spec.Variables {
+		v := spec.Variables[i]
+		r := compiler.CompileAndStoreVariable(&namedExpression{name: v.Name, expression: v.Expression}, opts, environment.StoredExpressions)
+		if r.Error != nil {
+			errs = append(errs, fmt.Errorf("spec.variables[%d] (%s): %s", i, v.Name, r.Error.Detail))
+		}
+	}
+	if len(spec.MatchConditions) > 0 {
+		accessors := make([]plugincel.ExpressionAccessor, len(spec.MatchConditions))
+		for i := range spec.MatchConditions {
+			accessors[i] = (*matchconditions.MatchCondition)(&spec.MatchConditions[i])
+		}
+		cond := compiler.CompileCondition(accessors, opts, environment.StoredExpressions)
+		for _, e := range cond.CompilationErrors() {
+			errs = append(errs, fmt.Errorf("spec.matchConditions: %w", e))
+		}
+		fail := admissionregistrationv1.Fail
+		if m.ignore {
+			fail = admissionregistrationv1.Ignore
+		}
+		m.matcher = matchconditions.NewMatcher(cond, &fail, "policy", "mutate", name)
+	}
+	patchOpts := opts
+	patchOpts.HasPatchTypes = true
+	for i, mu := range spec.Mutations {
+		var ev plugincel.MutatingEvaluator
+		switch {
+		case mu.PatchType == admissionregistrationv1beta1.PatchTypeJSONPatch && mu.JSONPatch != nil:
+			ev = compiler.CompileMutatingEvaluator(&patch.JSONPatchCondition{Expression: mu.JSONPatch.Expression}, patchOpts, environment.StoredExpressions)
+			m.patchers = append(m.patchers, patch.NewJSONPatcher(ev))
+		case mu.PatchType == admissionregistrationv1beta1.PatchTypeApplyConfiguration && mu.ApplyConfiguration != nil:
+			ev = compiler.CompileMutatingEvaluator(&patch.ApplyConfigurationCondition{Expression: mu.ApplyConfiguration.Expression}, patchOpts, environment.StoredExpressions)
+			m.patchers = append(m.patchers, patch.NewApplyConfigurationPatcher(ev))
+			m.applyCfg = true
+		default:
+			errs = append(errs, fmt.Errorf("spec.mutations[%d]: patchType %q needs its %s expression", i, mu.PatchType, patchField(mu.PatchType)))
+			continue
+		}
+		for _, e := range ev.CompilationErrors() {
+			errs = append(errs, fmt.Errorf("spec.mutations[%d]: %w", i, e))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s %s: %w", kind, name, errors.Join(errs...))
+	}
+	m.env = compiler.CompositionEnv
+	p.mpol = m
+	return p, nil
+}
+
+func patchField(t admissionregistrationv1beta1.PatchType) string {
+	if t == admissionregistrationv1beta1.PatchTypeJSONPatch {
+		return "jsonPatch"
+	}
+	return "applyConfiguration"
+}
+
+// namedExpression is a variable as the Kubernetes compiler reads it.
+type namedExpression struct{ name, expression string }
+
+func (n *namedExpression) GetName() string            { return n.name }
+func (n *namedExpression) GetExpression() string      { return n.expression }
+func (n *namedExpression) ReturnTypes() []*celgo.Type { return []*celgo.Type{celgo.AnyType} }
+
+// Mutating reports whether the policy is a MutatingPolicy: tally runs no
+// mutating webhook, so it evaluates such a policy in background scans only.
+func (p *Policy) Mutating() bool { return p != nil && p.mpol != nil }
+
+// MutatingBackground reports whether a MutatingPolicy runs in background
+// scans (spec.evaluation.background.enabled, on by default).
+func (p *Policy) MutatingBackground() bool { return p != nil && p.mpol != nil && p.mpol.background }
+
+// evaluate reports whether the policy's mutations are applied to the
+// resource: pass "success" when applying them leaves it unchanged, fail
+// "mutation is not applied" when they would change it (R44), skip when its
+// match conditions are not met, error when a mutation cannot be applied.
+func (m *mutatingPolicy) evaluate(e *evaluation) []RuleResult {
+	res := e.res
+	gvr := e.req.resource()
+	if !m.match.matches(&res, gvr, e.req.operation(), e.req.NamespaceLabels) {
+		return nil
+	}
+	if err := e.ctx.Err(); err != nil {
+		return []RuleResult{e.vpolResult(Error, RuleEvaluation, stoppedMessage(err), nil)}
+	}
+	if _, done, exempt := e.celExceptions(m.kind, m.ignore); exempt {
+		return []RuleResult{done}
+	}
+	return []RuleResult{m.apply(e, gvr)}
+}
+
+func (m *mutatingPolicy) apply(e *evaluation, gvr schema.GroupVersionResource) RuleResult {
+	before, after, r, ok := m.mutate(e, gvr)
+	if !ok {
+		return r
+	}
+	same, err := sameJSON(before, after)
+	if err != nil {
+		return e.vpolResult(Error, "", "mutation result: "+err.Error(), nil)
+	}
+	if same {
+		return e.vpolResult(Pass, "", MessageMutationApplied, nil)
+	}
+	return e.vpolResult(Fail, "", MessageMutationNotApplied, nil)
+}
+
+// mutate applies the policy's mutations to the resource, in order: before
+// is the resource (through the same conversion as the mutations' result),
+// after the mutated resource. When the policy does not mutate it (its
+// match conditions not met, or an error), ok is false and r says why.
+func (m *mutatingPolicy) mutate(e *evaluation, gvr schema.GroupVersionResource) (before, after map[string]any, r RuleResult, ok bool) {
+	orig := &unstructured.Unstructured{Object: e.req.subject()}
+	obj := orig.DeepCopy()
+	gvk := obj.GroupVersionKind()
+	attrs := m.attributes(e, obj, gvk, gvr)
+	ctx := m.env.CreateContext(e.ctx)
+	if m.matcher != nil {
+		mr := m.matcher.Match(ctx, attrs, nil, nil)
+		if mr.Error != nil {
+			return nil, nil, e.vpolResult(Error, RuleEvaluation, "failed to evaluate match conditions: "+mr.Error.Error(), nil), false
+		}
+		if !mr.Matches {
+			r := e.vpolResult(Skip, "", "skip", nil)
+			r.ConditionsNotMet = true
+			return nil, nil, r, false
+		}
+	}
+	ns := e.req.namespace(e.res.Namespace)
+	converter := typeConverterFor(gvk)
+	var current runtime.Object = obj
+	for i, p := range m.patchers {
+		patched, err := p.Patch(ctx, patch.Request{
+			MatchedResource:     gvr,
+			VersionedAttributes: attrs,
+			ObjectInterfaces:    objectInterfaces,
+			Namespace:           ns,
+			TypeConverter:       converter,
+		}, celconfig.RuntimeCELCostBudget)
+		if err != nil {
+			return nil, nil, e.vpolResult(Error, "", fmt.Sprintf("mutation %d: %v", i, err), nil), false
+		}
+		current = patched
+		attrs = m.attributes(e, patched, gvk, gvr)
+	}
+	before = orig.Object
+	if m.applyCfg {
+		// ApplyConfigurations go through the kind's schema: the object is
+		// compared with itself through the same conversion, so that only
+		// the mutations count.
+		if typed, err := converter.ObjectToTyped(orig, typed.AllowDuplicates); err == nil {
+			if back, err := converter.TypedToObject(typed); err == nil {
+				if u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(back); err == nil {
+					before = u
+				}
+			}
+		}
+	}
+	after, err := runtime.DefaultUnstructuredConverter.ToUnstructured(current)
+	if err != nil {
+		return nil, nil, e.vpolResult(Error, "", "mutation result: "+err.Error(), nil), false
+	}
+	return before, after, RuleResult{}, true
+}
+
+// Mutate applies a MutatingPolicy to the request's object as Kyverno's CLI
+// does: the mutated object and a pass when the policy applies, skip when
+// its match conditions are not met, error when a mutation cannot be
+// applied; nothing when the policy does not match the resource (or is not
+// a MutatingPolicy).
+func (p *Policy) Mutate(ctx context.Context, req *Request) (patched map[string]any, result RuleResult, matched bool) {
+	if p.mpol == nil || req.subject() == nil {
+		return nil, RuleResult{}, false
+	}
+	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
+	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
+		return nil, RuleResult{}, false
+	}
+	gvr := req.resource()
+	if !p.mpol.match.matches(&e.res, gvr, req.operation(), req.NamespaceLabels) {
+		return nil, RuleResult{}, false
+	}
+	if _, done, exempt := e.celExceptions(p.mpol.kind, p.mpol.ignore); exempt {
+		return nil, done, true
+	}
+	_, after, r, ok := p.mpol.mutate(e, gvr)
+	if !ok {
+		return nil, r, true
+	}
+	return after, e.vpolResult(Pass, "", MessageMutationApplied, nil), true
+}
+
+// attributes is the request as the Kubernetes machinery reads it: a CREATE
+// of the object (a background scan evaluates resources as if created).
+func (m *mutatingPolicy) attributes(e *evaluation, obj runtime.Object, gvk schema.GroupVersionKind, gvr schema.GroupVersionResource) *admission.VersionedAttributes {
+	a := admission.NewAttributesRecord(obj, nil, gvk, e.res.Namespace, e.res.Name, gvr, e.req.Subresource, admission.Create, &metav1.CreateOptions{}, false, &user.DefaultInfo{})
+	return &admission.VersionedAttributes{Attributes: a, VersionedKind: gvk, VersionedObject: obj}
+}
+
+// namespace is the request's namespace as a Namespace object (nil for a
+// cluster-scoped resource).
+func (req *Request) namespace(ns string) *corev1.Namespace {
+	m := req.namespaceObject(ns)
+	if m == nil {
+		return nil
+	}
+	var out corev1.Namespace
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &out); err != nil {
+		return nil
+	}
+	return &out
+}
+
+func sameJSON(a, b map[string]any) (bool, error) {
+	ja, err := json.Marshal(a)
+	if err != nil {
+		return false, err
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(ja, jb), nil
+}
+
+var objectInterfaces = admission.NewObjectInterfacesFromScheme(runtime.NewScheme())
+
+// builtinTypes converts Kubernetes' own kinds through their schemas; other
+// kinds (custom resources) are converted by a schema deduced from the
+// object, as the API server does for kinds it has no schema of.
+var (
+	builtinTypes = sync.OnceValue(func() managedfields.TypeConverter { return applyconfigurations.NewTypeConverter(scheme.Scheme) })
+	deducedTypes = managedfields.NewDeducedTypeConverter()
+)
+
+func typeConverterFor(gvk schema.GroupVersionKind) managedfields.TypeConverter {
+	if scheme.Scheme.Recognizes(gvk) {
+		return builtinTypes()
+	}
+	return deducedTypes
+}

@@ -1,0 +1,157 @@
+package engine_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/engine"
+)
+
+func mutatingPolicy(t *testing.T, doc string) *engine.Policy {
+	t.Helper()
+	var obj map[string]any
+	if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+		t.Fatal(err)
+	}
+	mp, err := policiesv1.MutatingFromObject(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := engine.CompileMutatingPolicy(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const mpolHeader = `
+apiVersion: policies.kyverno.io/v1
+kind: MutatingPolicy
+metadata: {name: add-team}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods]}
+`
+
+func pod(t *testing.T, doc string) map[string]any {
+	t.Helper()
+	var obj map[string]any
+	if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+const (
+	podWithTeam = `
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: default, labels: {team: a}}
+spec:
+  containers:
+  - name: c
+    image: nginx
+    resources: {}
+    ports: [{containerPort: 80, protocol: TCP}]
+`
+	podWithoutTeam = `
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: default, labels: {app: x}}
+spec:
+  containers:
+  - {name: c, image: nginx}
+`
+)
+
+// TestMutatingPolicyBackground: a pass when applying the mutations leaves
+// the resource as it is, a fail "mutation is not applied" when they would
+// change it (R44), with either patch type; skip when the match conditions
+// are not met; error naming the mutation that cannot be applied.
+func TestMutatingPolicyBackground(t *testing.T) {
+	applyCfg := mpolHeader + `
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >
+        Object{metadata: Object.metadata{labels: {"team": "a"}}}
+`
+	jsonPatch := mpolHeader + `
+  variables:
+  - {name: team, expression: '"a"'}
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        [JSONPatch{op: "add", path: "/metadata/labels/team", value: variables.team}]
+`
+	conditioned := applyCfg + `
+  matchConditions:
+  - {name: only-web, expression: 'has(object.metadata.labels) && object.metadata.labels.?app.orValue("") == "web"'}
+`
+	broken := mpolHeader + `
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        [JSONPatch{op: "replace", path: "/spec/nothing/here", value: "x"}]
+`
+	cases := []struct {
+		name, policy, pod string
+		want              engine.RuleResult
+	}{
+		{"apply configuration, applied", applyCfg, podWithTeam, engine.RuleResult{Result: engine.Pass, Message: "success"}},
+		{"apply configuration, not applied", applyCfg, podWithoutTeam, engine.RuleResult{Result: engine.Fail, Message: "mutation is not applied"}},
+		{"json patch, applied", jsonPatch, podWithTeam, engine.RuleResult{Result: engine.Pass, Message: "success"}},
+		{"json patch, not applied", jsonPatch, podWithoutTeam, engine.RuleResult{Result: engine.Fail, Message: "mutation is not applied"}},
+		{"conditions not met", conditioned, podWithoutTeam, engine.RuleResult{Result: engine.Skip, Message: "skip"}},
+		{"mutation fails", broken, podWithTeam, engine.RuleResult{Result: engine.Error, Message: "mutation 0: JSON Patch"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := mutatingPolicy(t, c.policy)
+			got := p.Evaluate(context.Background(), &engine.Request{Object: pod(t, c.pod), Background: true})
+			if len(got) != 1 {
+				t.Fatalf("got %d results %+v, want 1", len(got), got)
+			}
+			r := got[0]
+			if r.Result != c.want.Result || !strings.HasPrefix(r.Message, c.want.Message) || r.Source != "KyvernoMutatingPolicy" || r.Policy != "add-team" || r.Rule != "" {
+				t.Errorf("got %+v, want %s %q from KyvernoMutatingPolicy add-team", r, c.want.Result, c.want.Message)
+			}
+		})
+	}
+}
+
+func TestMutatingPolicyLeavesOtherKindsAndAdmission(t *testing.T) {
+	p := mutatingPolicy(t, mpolHeader+`
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: 'Object{metadata: Object.metadata{labels: {"team": "a"}}}'}
+`)
+	cm := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "c", "namespace": "default"}}
+	if got := p.Evaluate(context.Background(), &engine.Request{Object: cm, Background: true}); len(got) != 0 {
+		t.Errorf("a ConfigMap got %+v", got)
+	}
+	if p.AdmissionEnabled() || !p.BackgroundEnabled() || !p.CEL() || !p.Mutating() {
+		t.Errorf("admission %v background %v CEL %v mutating %v, want false true true true", p.AdmissionEnabled(), p.BackgroundEnabled(), p.CEL(), p.Mutating())
+	}
+}
+
+func TestMutatingPolicyRefusedNamesTheExpression(t *testing.T) {
+	var obj map[string]any
+	_ = yaml.Unmarshal([]byte(mpolHeader+`
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: 'Object{metadata: nope}'}
+`), &obj)
+	mp, _ := policiesv1.MutatingFromObject(obj)
+	_, err := engine.CompileMutatingPolicy(mp)
+	if err == nil || !strings.Contains(err.Error(), "spec.mutations[0]") || !strings.Contains(err.Error(), "MutatingPolicy add-team") {
+		t.Errorf("got %v, want an error naming MutatingPolicy add-team spec.mutations[0]", err)
+	}
+}

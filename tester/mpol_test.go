@@ -1,0 +1,73 @@
+package tester
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// MutatingPolicy expectations in Kyverno's test format are evaluated
+// (R46): the policy is applied with Kubernetes' patchers and the mutated
+// resource compared with patchedResources.
+func TestMutatingPolicyExpectations(t *testing.T) {
+	for _, dir := range []string{"add-labels", "json-patch"} {
+		outcomes, err := RunFile(context.Background(), filepath.Join("testdata", "mpol", dir, TestFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(outcomes) == 0 {
+			t.Fatalf("%s: no outcomes", dir)
+		}
+		for _, o := range outcomes {
+			if o.Status != Passed {
+				t.Errorf("%s: %s on %s: expected %s, got %s %s (%s)", dir, o.Policy, o.Resource, o.Expected, o.Got, o.Status, o.Reason)
+			}
+		}
+	}
+}
+
+// A wrong patchedResources document, or a wrong result, fails the
+// expectation, naming where the mutated resource differs.
+func TestMutatingPolicyWrongExpectationsFail(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"policy.yaml", "resources.yaml", "patched.yaml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "mpol", "add-labels", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "patched.yaml" {
+			data = []byte(strings.Replace(string(data), "labels: {team: payments}", "labels: {team: search}", 1))
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	test := `apiVersion: cli.kyverno.io/v1alpha1
+kind: Test
+metadata: {name: wrong}
+policies: [policy.yaml]
+resources: [resources.yaml]
+results:
+- {isMutatingPolicy: true, policy: add-team-label, resources: [unlabelled], kind: Pod, patchedResources: patched.yaml, result: pass}
+- {isMutatingPolicy: true, policy: add-team-label, resources: [labelled], kind: Pod, result: skip}
+`
+	file := filepath.Join(dir, TestFileName)
+	if err := os.WriteFile(file, []byte(test), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	outcomes, err := RunFile(context.Background(), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outcomes) != 2 {
+		t.Fatalf("%d outcomes, want 2", len(outcomes))
+	}
+	if o := outcomes[0]; o.Status != Failed || !strings.Contains(o.Reason, "differs from patchedResources patched.yaml at .metadata.labels.team") {
+		t.Errorf("wrong patch: got %s (%s)", o.Status, o.Reason)
+	}
+	if o := outcomes[1]; o.Status != Failed || o.Got != "pass" {
+		t.Errorf("wrong result: got %s %s (%s)", o.Status, o.Got, o.Reason)
+	}
+}

@@ -1,0 +1,176 @@
+package tester
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"sort"
+
+	"github.com/tally-dev/tally/engine"
+)
+
+// mutatingPolicy reports whether an expectation names a MutatingPolicy:
+// tally evaluates those (R44), patchedResources included.
+func (l *loaded) mutatingPolicy(tr TestResult) bool {
+	pi := l.policyIndexFor(tr)
+	return pi >= 0 && l.policies[pi].Policy.Mutating()
+}
+
+// checkMutation decides an expectation of a MutatingPolicy as Kyverno's CLI
+// does: the policy is applied to the resource (pass when its mutations
+// apply, skip when its match conditions are not met, error when a mutation
+// cannot be applied), and the mutated resource must equal the test's
+// patchedResources document of the same kind and name.
+func (l *loaded) checkMutation(ctx context.Context, o *Outcome, tr TestResult, lp *LoadedPolicy) {
+	var expectedDocs []Document
+	if tr.PatchedResources != "" {
+		docs, err := ReadDocuments(filepath.Join(l.dir, tr.PatchedResources))
+		if err != nil {
+			o.Status, o.Reason = Failed, fmt.Sprintf("patchedResources: %v", err)
+			return
+		}
+		expectedDocs = docs
+	}
+	found, responded := false, false
+	for _, r := range l.resources {
+		if !resourceNamed(r, o.Resource) {
+			continue
+		}
+		found = true
+		patched, rr, matched := lp.Policy.Mutate(ctx, l.request(lp, r, tr.Operation()))
+		if !matched {
+			continue
+		}
+		responded = true
+		o.Got = string(rr.Result)
+		if o.Got != o.Expected {
+			o.Status, o.Reason = Failed, rr.Message
+			return
+		}
+		if tr.PatchedResources == "" || rr.Result != engine.Pass {
+			continue
+		}
+		want, ok := documentFor(expectedDocs, patched)
+		if !ok {
+			o.Status, o.Reason = Failed, fmt.Sprintf("patchedResources %s holds no %s %s", tr.PatchedResources, patched["kind"], r.name)
+			return
+		}
+		if path, differs := firstDifference(normalized(patched, want), normalized(want, nil), ""); differs {
+			o.Status, o.Reason = Failed, fmt.Sprintf("the mutated resource differs from patchedResources %s at %s", tr.PatchedResources, path)
+			return
+		}
+	}
+	switch {
+	case !found:
+		o.Status, o.Reason = Failed, fmt.Sprintf("resource %s not found", o.Resource)
+	case !responded:
+		o.Status, o.Reason = Passed, "excluded: the policy does not apply to the resource"
+	default:
+		o.Status = Passed
+	}
+}
+
+// documentFor finds the document of an object's kind and name.
+func documentFor(docs []Document, obj map[string]any) (map[string]any, bool) {
+	name, kind := nameOf(obj), obj["kind"]
+	for _, d := range docs {
+		if d.Object["kind"] == kind && nameOf(d.Object) == name {
+			return d.Object, true
+		}
+	}
+	return nil, false
+}
+
+func nameOf(obj map[string]any) string {
+	md, _ := obj["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	return name
+}
+
+// normalized is an object in its JSON form (whole numbers alike however
+// they were read); when like names no namespace, the object's namespace
+// (defaulted when read) is left out.
+func normalized(obj, like map[string]any) any {
+	out := jsonNumbers(obj)
+	if like == nil {
+		return out
+	}
+	lmd, _ := like["metadata"].(map[string]any)
+	if _, ok := lmd["namespace"]; !ok {
+		if md, ok := out.(map[string]any)["metadata"].(map[string]any); ok {
+			delete(md, "namespace")
+		}
+	}
+	return out
+}
+
+// jsonNumbers turns every number into an int64 when whole, else a float64.
+func jsonNumbers(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = jsonNumbers(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = jsonNumbers(e)
+		}
+		return out
+	case int:
+		return int64(t)
+	case int32:
+		return int64(t)
+	case float64:
+		if t == float64(int64(t)) {
+			return int64(t)
+		}
+		return t
+	}
+	return v
+}
+
+// firstDifference is the path of the first difference between two JSON
+// values, in sorted key order.
+func firstDifference(a, b any, path string) (string, bool) {
+	am, aok := a.(map[string]any)
+	bm, bok := b.(map[string]any)
+	if aok && bok {
+		keys := make([]string, 0, len(am)+len(bm))
+		for k := range am {
+			keys = append(keys, k)
+		}
+		for k := range bm {
+			if _, ok := am[k]; !ok {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if p, d := firstDifference(am[k], bm[k], path+"."+k); d {
+				return p, true
+			}
+		}
+		return "", false
+	}
+	al, aok := a.([]any)
+	bl, bok := b.([]any)
+	if aok && bok && len(al) == len(bl) {
+		for i := range al {
+			if p, d := firstDifference(al[i], bl[i], fmt.Sprintf("%s[%d]", path, i)); d {
+				return p, true
+			}
+		}
+		return "", false
+	}
+	if reflect.DeepEqual(a, b) {
+		return "", false
+	}
+	if path == "" {
+		path = "."
+	}
+	return path, true
+}
