@@ -471,7 +471,7 @@ func (c *Case) validate() error {
 	}
 	for i, u := range c.Given.UnusablePolicies {
 		if !isPolicy(&u.Policy) {
-			return fmt.Errorf("given.unusablePolicies[%d]: %s %s has no Ready condition to check: a ClusterPolicy, Policy, ValidatingPolicy or NamespacedValidatingPolicy is needed", i, u.Policy.GetKind(), u.Policy.GetName())
+			return fmt.Errorf("given.unusablePolicies[%d]: %s %s has no Ready condition to check: a ClusterPolicy, Policy, ValidatingPolicy, MutatingPolicy or their namespaced kinds is needed", i, u.Policy.GetKind(), u.Policy.GetName())
 		}
 		objs = append(objs, u.Policy)
 	}

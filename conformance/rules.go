@@ -43,6 +43,7 @@ var Rules = []struct{ ID, Title string }{
 	{"R38", "a CEL expression that does not compile makes the policy not ready; runtime errors are error results"},
 	{"R39", "policies that read the cluster get its data; unreadable data is an error naming it"},
 	{"R40", "a change of data a policy read rescans that policy's resources"},
+	{"R44", "MutatingPolicies are scanned in the background: pass when applied, fail \"mutation is not applied\" when they would change the resource"},
 	{"R45", "beside Kyverno, every result Kyverno's controllers report reaches the final report"},
 	{"R46", "nothing unevaluated is shown as evaluated: rules left out are named, a policy of nothing evaluated is not Ready"},
 	{"R47", "a namespaced policy reads only its own namespace; apiCall methods are GET and POST only"},

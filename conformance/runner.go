@@ -437,7 +437,10 @@ func isPolicy(u *unstructured.Unstructured) bool {
 	case strings.HasPrefix(u.GetAPIVersion(), "kyverno.io/"):
 		return u.GetKind() == "ClusterPolicy" || u.GetKind() == "Policy"
 	case strings.HasPrefix(u.GetAPIVersion(), "policies.kyverno.io/"):
-		return u.GetKind() == "ValidatingPolicy" || u.GetKind() == "NamespacedValidatingPolicy"
+		switch u.GetKind() {
+		case "ValidatingPolicy", "NamespacedValidatingPolicy", "MutatingPolicy", "NamespacedMutatingPolicy":
+			return true
+		}
 	}
 	return false
 }

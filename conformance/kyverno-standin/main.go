@@ -204,7 +204,7 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 	defer srv.Close()
 	// Kyverno also keeps the status of its CEL policies: ready, or not with
 	// the compiler's message (one its webhook did not see).
-	for _, gvr := range []schema.GroupVersionResource{gvrValidatingPolicy, gvrNamespacedValidatingPolicy} {
+	for _, gvr := range []schema.GroupVersionResource{gvrValidatingPolicy, gvrNamespacedValidatingPolicy, gvrMutatingPolicy, gvrNamespacedMutatingPolicy} {
 		if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
 			src := watch.Start(ctx, dyn, gvr, celStatus{s})
 			defer src.Stop()
@@ -223,6 +223,8 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 var (
 	gvrValidatingPolicy           = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "validatingpolicies"}
 	gvrNamespacedValidatingPolicy = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedvalidatingpolicies"}
+	gvrMutatingPolicy             = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "mutatingpolicies"}
+	gvrNamespacedMutatingPolicy   = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedmutatingpolicies"}
 )
 
 // celStatus keeps the status of CEL policies as Kyverno's admission
@@ -233,17 +235,29 @@ type celStatus struct{ s *standin }
 func (c celStatus) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	// A policy whose expressions do not compile is not ready, with the
 	// compiler's message.
-	vp, rejected := policiesv1.FromObject(u.Object)
 	var compiled *engine.Policy
-	if rejected == nil {
-		compiled, rejected = engine.CompileValidatingPolicy(vp)
+	var rejected error
+	admission := false
+	if gvr == gvrMutatingPolicy || gvr == gvrNamespacedMutatingPolicy {
+		// Kyverno's mutating webhook applies it at admission.
+		var mp *policiesv1.MutatingPolicy
+		if mp, rejected = policiesv1.MutatingFromObject(u.Object); rejected == nil {
+			compiled, rejected = engine.CompileMutatingPolicy(mp)
+			admission = mp.Spec.Evaluation == nil || mp.Spec.Evaluation.Admission.On()
+		}
+	} else {
+		var vp *policiesv1.ValidatingPolicy
+		if vp, rejected = policiesv1.FromObject(u.Object); rejected == nil {
+			compiled, rejected = engine.CompileValidatingPolicy(vp)
+			admission = rejected == nil && compiled.AdmissionEnabled()
+		}
 	}
 	// A policy that loaded gets Kyverno's further conditions: the webhook
 	// configured for it (admission on) and the reports controller's rights
 	// (Kyverno's has them all).
 	var more []scan.Condition
 	if rejected == nil {
-		more = scan.CELConditions(compiled.AdmissionEnabled(), nil)
+		more = scan.CELConditions(admission, nil)
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(c.s.ctx, 30*time.Second)
