@@ -155,3 +155,34 @@ func TestMutatingPolicyRefusedNamesTheExpression(t *testing.T) {
 		t.Errorf("got %v, want an error naming MutatingPolicy add-team spec.mutations[0]", err)
 	}
 }
+
+// BenchmarkMutatingPolicy is the background evaluation of a MutatingPolicy
+// on a Pod: an ApplyConfiguration (through the Pod's schema) and a
+// JSONPatch.
+func BenchmarkMutatingPolicy(b *testing.B) {
+	for _, c := range []struct{ name, policy string }{
+		{"ApplyConfiguration", mpolHeader + `
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: 'Object{metadata: Object.metadata{labels: {"team": "a"}}}'}
+`},
+		{"JSONPatch", mpolHeader + `
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch: {expression: '[JSONPatch{op: "add", path: "/metadata/labels/team", value: "a"}]'}
+`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			t := &testing.T{}
+			p := mutatingPolicy(t, c.policy)
+			obj := pod(t, podWithTeam)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if r := p.Evaluate(ctx, &engine.Request{Object: obj, Background: true}); len(r) != 1 || r[0].Result != engine.Pass {
+					b.Fatalf("got %+v", r)
+				}
+			}
+		})
+	}
+}
