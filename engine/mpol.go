@@ -54,6 +54,8 @@ type mutatingPolicy struct {
 	env        *plugincel.CompositionEnv
 	ignore     bool
 	background bool
+	// admissionPolicy is set for a Kubernetes MutatingAdmissionPolicy.
+	admissionPolicy *admissionPolicy
 }
 
 // CompileMutatingPolicy compiles a MutatingPolicy or (with its namespace
@@ -66,17 +68,30 @@ func CompileMutatingPolicy(mp *policiesv1.MutatingPolicy) (*Policy, error) {
 	if len(spec.Mutations) == 0 {
 		return nil, fmt.Errorf("%s %s: spec.mutations: at least one mutation is required", kind, name)
 	}
-	m := &mutatingPolicy{kind: kind, spec: spec, background: spec.BackgroundEnabled()}
-	m.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
+	m, errs := compileMutations(kind, name, spec, false)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s %s: %w", kind, name, errors.Join(errs...))
+	}
 	var err error
 	if m.match, err = compileConstraints(spec.MatchConstraints); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
 	}
+	p.mpol = m
+	return p, nil
+}
+
+// compileMutations compiles a mutating policy's variables, match
+// conditions and mutations with Kubernetes' compiler (params declared when
+// hasParams), each error naming its field. The patchers keep the errors
+// of the expressions they could not compile, and return them when applied.
+func compileMutations(kind, name string, spec policiesv1.MutatingPolicySpec, hasParams bool) (*mutatingPolicy, []error) {
+	m := &mutatingPolicy{kind: kind, spec: spec, background: spec.BackgroundEnabled()}
+	m.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
 	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: CEL environment: %w", kind, name, err)
+		return m, []error{fmt.Errorf("CEL environment: %w", err)}
 	}
-	opts := plugincel.OptionalVariableDeclarations{}
+	opts := plugincel.OptionalVariableDeclarations{HasParams: hasParams}
 	var errs []error
 	for i := range spec.Variables {
 		v := spec.Variables[i]
@@ -120,12 +135,8 @@ func CompileMutatingPolicy(mp *policiesv1.MutatingPolicy) (*Policy, error) {
 			errs = append(errs, fmt.Errorf("spec.mutations[%d]: %w", i, e))
 		}
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s %s: %w", kind, name, errors.Join(errs...))
-	}
 	m.env = compiler.CompositionEnv
-	p.mpol = m
-	return p, nil
+	return m, errs
 }
 
 func patchField(t admissionregistrationv1beta1.PatchType) string {
@@ -163,6 +174,9 @@ func (m *mutatingPolicy) evaluate(e *evaluation) []RuleResult {
 	if err := e.ctx.Err(); err != nil {
 		return []RuleResult{e.vpolResult(Error, RuleEvaluation, stoppedMessage(err), nil)}
 	}
+	if m.admissionPolicy != nil {
+		return m.evaluateAdmissionPolicy(e, gvr)
+	}
 	if _, done, exempt := e.celExceptions(m.kind, m.ignore); exempt {
 		return []RuleResult{done}
 	}
@@ -170,7 +184,7 @@ func (m *mutatingPolicy) evaluate(e *evaluation) []RuleResult {
 }
 
 func (m *mutatingPolicy) apply(e *evaluation, gvr schema.GroupVersionResource) RuleResult {
-	before, after, r, ok := m.mutate(e, gvr)
+	before, after, r, ok := m.mutate(e, gvr, nil)
 	if !ok {
 		return r
 	}
@@ -188,14 +202,14 @@ func (m *mutatingPolicy) apply(e *evaluation, gvr schema.GroupVersionResource) R
 // is the resource (through the same conversion as the mutations' result),
 // after the mutated resource. When the policy does not mutate it (its
 // match conditions not met, or an error), ok is false and r says why.
-func (m *mutatingPolicy) mutate(e *evaluation, gvr schema.GroupVersionResource) (before, after map[string]any, r RuleResult, ok bool) {
+func (m *mutatingPolicy) mutate(e *evaluation, gvr schema.GroupVersionResource, params runtime.Object) (before, after map[string]any, r RuleResult, ok bool) {
 	orig := &unstructured.Unstructured{Object: e.req.subject()}
 	obj := orig.DeepCopy()
 	gvk := obj.GroupVersionKind()
 	attrs := m.attributes(e, obj, gvk, gvr)
 	ctx := m.env.CreateContext(e.ctx)
 	if m.matcher != nil {
-		mr := m.matcher.Match(ctx, attrs, nil, nil)
+		mr := m.matcher.Match(ctx, attrs, params, nil)
 		if mr.Error != nil {
 			return nil, nil, e.vpolResult(Error, RuleEvaluation, "failed to evaluate match conditions: "+mr.Error.Error(), nil), false
 		}
@@ -215,6 +229,7 @@ func (m *mutatingPolicy) mutate(e *evaluation, gvr schema.GroupVersionResource) 
 			ObjectInterfaces:    objectInterfaces,
 			Namespace:           ns,
 			TypeConverter:       converter,
+			OptionalVariables:   plugincel.OptionalVariableBindings{VersionedParams: params},
 		}, celconfig.RuntimeCELCostBudget)
 		if err != nil {
 			return nil, nil, e.vpolResult(Error, "", fmt.Sprintf("mutation %d: %v", i, err), nil), false
@@ -259,10 +274,13 @@ func (p *Policy) Mutate(ctx context.Context, req *Request) (patched map[string]a
 	if !p.mpol.match.matches(&e.res, gvr, req.operation(), req.NamespaceLabels) {
 		return nil, RuleResult{}, false
 	}
+	if p.mpol.admissionPolicy != nil {
+		return p.mpol.mutateAdmissionPolicy(e, gvr)
+	}
 	if _, done, exempt := e.celExceptions(p.mpol.kind, p.mpol.ignore); exempt {
 		return nil, done, true
 	}
-	_, after, r, ok := p.mpol.mutate(e, gvr)
+	_, after, r, ok := p.mpol.mutate(e, gvr, nil)
 	if !ok {
 		return nil, r, true
 	}

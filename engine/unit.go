@@ -70,7 +70,11 @@ func (p *Policy) Units() []Unit {
 			return false
 		}}}
 	case p.mpol != nil:
-		return []Unit{{Raw: []any{p.mpol.kind, p.mpol.spec}, Resources: resourceRules(p.mpol.match), applies: func(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool {
+		name, raw := "", any([]any{p.mpol.kind, p.mpol.spec})
+		if a := p.mpol.admissionPolicy; a != nil {
+			name, raw = a.name, a.raw
+		}
+		return []Unit{{Name: name, Raw: raw, Resources: resourceRules(p.mpol.match), applies: func(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool {
 			res := resourceOf(obj, "")
 			if gvr.Resource == "" {
 				gvr = guessResource(res)

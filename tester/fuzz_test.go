@@ -45,7 +45,7 @@ func FuzzLoadPolicies(f *testing.F) {
 				return
 			}
 			for _, d := range docs {
-				lp := loadPolicy(d, nil)
+				lp := loadPolicy(d, admissionBindings{})
 				if lp.Policy != nil && (lp.Invalid != nil || lp.Unsupported != nil) {
 					t.Errorf("policy %s both loaded and refused: %v %v", lp.Name, lp.Invalid, lp.Unsupported)
 				}

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1beta1 "k8s.io/api/admissionregistration/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -211,17 +212,24 @@ func LoadPolicyDocuments(all []Document) ([]*LoadedPolicy, error) {
 	var errs []error
 	// ValidatingAdmissionPolicyBindings are read first: each policy is
 	// compiled with the bindings that name it.
-	var bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	var bindings admissionBindings
 	for _, d := range all {
-		if !isVAPKind(d, kindVAPBinding) {
-			continue
+		switch {
+		case isVAPKind(d, kindVAPBinding):
+			var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object, &b); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %s: %w", d.File, kindVAPBinding, err))
+				continue
+			}
+			bindings.validating = append(bindings.validating, &b)
+		case isVAPKind(d, kindMAPBinding):
+			var b admissionregistrationv1beta1.MutatingAdmissionPolicyBinding
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object, &b); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %s: %w", d.File, kindMAPBinding, err))
+				continue
+			}
+			bindings.mutating = append(bindings.mutating, &b)
 		}
-		var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object, &b); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %s: %w", d.File, kindVAPBinding, err))
-			continue
-		}
-		bindings = append(bindings, &b)
 	}
 	for _, d := range all {
 		// Input that is not a policy at all (a values file, a resource) is
@@ -230,7 +238,7 @@ func LoadPolicyDocuments(all []Document) ([]*LoadedPolicy, error) {
 			errs = append(errs, err)
 			continue
 		}
-		if isVAPKind(d, kindVAPBinding) {
+		if isVAPKind(d, kindVAPBinding) || isVAPKind(d, kindMAPBinding) {
 			continue
 		}
 		out = append(out, loadPolicy(d, bindings))
@@ -241,7 +249,16 @@ func LoadPolicyDocuments(all []Document) ([]*LoadedPolicy, error) {
 const (
 	kindVAP        = "ValidatingAdmissionPolicy"
 	kindVAPBinding = "ValidatingAdmissionPolicyBinding"
+	kindMAP        = "MutatingAdmissionPolicy"
+	kindMAPBinding = "MutatingAdmissionPolicyBinding"
 )
+
+// admissionBindings are the bindings of Kubernetes' admission policies
+// read beside them.
+type admissionBindings struct {
+	validating []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	mutating   []*admissionregistrationv1beta1.MutatingAdmissionPolicyBinding
+}
 
 // isVAPKind reports whether a document is an admissionregistration.k8s.io kind.
 func isVAPKind(d Document, kind string) bool {
@@ -264,7 +281,22 @@ func loadValidatingAdmissionPolicy(d Document, lp *LoadedPolicy, bindings []*adm
 	return lp
 }
 
-func loadPolicy(d Document, bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) *LoadedPolicy {
+// loadMutatingAdmissionPolicy reads a Kubernetes MutatingAdmissionPolicy
+// (v1beta1, or v1alpha1 of the same shape) and compiles it with its
+// bindings.
+func loadMutatingAdmissionPolicy(d Document, lp *LoadedPolicy, bindings []*admissionregistrationv1beta1.MutatingAdmissionPolicyBinding) *LoadedPolicy {
+	var p admissionregistrationv1beta1.MutatingAdmissionPolicy
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object, &p)
+	if err == nil {
+		lp.Policy, err = engine.CompileMutatingAdmissionPolicy(&p, bindings)
+	}
+	if err != nil {
+		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: lp.Kind, Name: lp.Name, Err: err}
+	}
+	return lp
+}
+
+func loadPolicy(d Document, bindings admissionBindings) *LoadedPolicy {
 	kind, _ := d.Object["kind"].(string)
 	apiVersion, _ := d.Object["apiVersion"].(string)
 	md, _ := d.Object["metadata"].(map[string]any)
@@ -288,7 +320,10 @@ func loadPolicy(d Document, bindings []*admissionregistrationv1.ValidatingAdmiss
 		return loadMutatingPolicy(d, lp)
 	}
 	if isVAPKind(d, kindVAP) {
-		return loadValidatingAdmissionPolicy(d, lp, bindings)
+		return loadValidatingAdmissionPolicy(d, lp, bindings.validating)
+	}
+	if isVAPKind(d, kindMAP) {
+		return loadMutatingAdmissionPolicy(d, lp, bindings.mutating)
 	}
 	if !strings.HasPrefix(apiVersion, "kyverno.io/") || (kind != "ClusterPolicy" && kind != "Policy") {
 		lp.Unsupported = fmt.Errorf("%s: %s %s (%s) is not supported by tally yet", d.File, kind, name, apiVersion)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tally-dev/tally/engine"
 )
 
 // MutatingPolicy expectations in Kyverno's test format are evaluated
@@ -69,5 +71,29 @@ results:
 	}
 	if o := outcomes[1]; o.Status != Failed || o.Got != "pass" {
 		t.Errorf("wrong result: got %s %s (%s)", o.Status, o.Got, o.Reason)
+	}
+}
+
+// A MutatingAdmissionPolicy is applied through its binding with its params
+// (isMutatingAdmissionPolicy expectations, patchedResources compared), and
+// scanned as Kyverno's reports controller scans it (R44): rule = the
+// policy's name, property mapBinding, "mutation is not applied" when its
+// mutation would change the resource, skip "match conditions aren't met".
+func TestMutatingAdmissionPolicy(t *testing.T) {
+	l := runAndLoad(t, filepath.Join("testdata", "map", TestFileName), 2)
+	want := map[string]engine.RuleResult{
+		"api":    {Result: engine.Fail, Message: "mutation is not applied"},
+		"legacy": {Result: engine.Skip, Message: "match conditions aren't met"},
+	}
+	for _, r := range l.resources {
+		got := l.evaluate(context.Background(), l.policies[0], r, "")
+		if len(got) != 1 {
+			t.Fatalf("%s: %d results %+v, want 1", r.name, len(got), got)
+		}
+		g, w := got[0], want[r.name]
+		if g.Result != w.Result || g.Message != w.Message || g.Rule != "set-env-label" || g.Policy != "set-env-label" ||
+			g.Source != engine.SourceMutatingAdmissionPolicy || g.Properties[engine.PropertyMAPBinding] != "set-env-label-prod" {
+			t.Errorf("%s: got %+v, want %s %q, rule set-env-label, mapBinding set-env-label-prod", r.name, g, w.Result, w.Message)
+		}
 	}
 }

@@ -297,12 +297,14 @@ func resourceNamed(r resource, name string) bool {
 // expectation says it is a ValidatingPolicy or ValidatingAdmissionPolicy
 // (a ClusterPolicy may have the same name).
 func (l *loaded) policyIndexFor(tr TestResult) int {
-	if tr.IsValidatingPol || tr.IsVAP || tr.IsMutatingPol {
+	if tr.IsValidatingPol || tr.IsVAP || tr.IsMutatingPol || tr.IsMAP {
 		for i, p := range l.policies {
 			cel := p.Kind == policiesv1.KindValidatingPolicy || p.Kind == policiesv1.KindNamespacedValidatingPolicy
 			switch {
 			case tr.IsVAP:
 				cel = p.Kind == kindVAP
+			case tr.IsMAP:
+				cel = p.Kind == kindMAP
 			case tr.IsMutatingPol:
 				cel = p.Kind == policiesv1.KindMutatingPolicy || p.Kind == policiesv1.KindNamespacedMutatingPolicy
 			}

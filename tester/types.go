@@ -49,6 +49,7 @@ type TestResult struct {
 	IsValidatingPol   bool     `json:"isValidatingPolicy,omitempty"`
 	IsVAP             bool     `json:"isValidatingAdmissionPolicy,omitempty"`
 	IsMutatingPol     bool     `json:"isMutatingPolicy,omitempty"`
+	IsMAP             bool     `json:"isMutatingAdmissionPolicy,omitempty"`
 }
 
 // ResourceSpec selects a resource by its coordinates.
