@@ -4,6 +4,7 @@ package apiresources
 
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1beta1 "k8s.io/api/admissionregistration/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
@@ -27,7 +28,11 @@ var (
 	ValidatingAdmissionPolicy        = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
 	ValidatingAdmissionPolicyBinding = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicybindings")
 	ValidatingWebhookConfiguration   = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingwebhookconfigurations")
-	Namespace                        = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	// MutatingAdmissionPolicy and its binding are served as v1beta1 by
+	// Kubernetes 1.34+ when turned on.
+	MutatingAdmissionPolicy        = admissionregistrationv1beta1.SchemeGroupVersion.WithResource("mutatingadmissionpolicies")
+	MutatingAdmissionPolicyBinding = admissionregistrationv1beta1.SchemeGroupVersion.WithResource("mutatingadmissionpolicybindings")
+	Namespace                      = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 	// ConfigMap is what configMap context entries read, and where the
 	// scanner keeps its scan state.
 	ConfigMap = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
@@ -47,8 +52,12 @@ var (
 	ClusterPolicyReport         = wgv1alpha2.GroupVersion.WithResource("clusterpolicyreports")
 )
 
-// VAPKeyPrefix starts the key of a ValidatingAdmissionPolicy.
-const VAPKeyPrefix = "ValidatingAdmissionPolicy/"
+// VAPKeyPrefix starts the key of a ValidatingAdmissionPolicy, MAPKeyPrefix
+// of a MutatingAdmissionPolicy.
+const (
+	VAPKeyPrefix = "ValidatingAdmissionPolicy/"
+	MAPKeyPrefix = "MutatingAdmissionPolicy/"
+)
 
 // PolicyKey is a policy's key in every controller: its report name for a
 // ClusterPolicy ("name") or Policy ("namespace/name"); for the other kinds
@@ -69,6 +78,8 @@ func PolicyKey(gvr schema.GroupVersionResource, namespace, name string) string {
 		return policiesv1.KindNamespacedMutatingPolicy + "/" + namespace + "/" + name
 	case ValidatingAdmissionPolicy:
 		return VAPKeyPrefix + name
+	case MutatingAdmissionPolicy:
+		return MAPKeyPrefix + name
 	}
 	return name
 }

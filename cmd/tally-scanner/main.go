@@ -67,10 +67,12 @@ type options struct {
 	omitEvents      map[string]bool
 	// exceptionNamespace is --exception-namespace (R47).
 	exceptionNamespace string
-	webhook            webhookOptions
-	handover           handoverOptions
-	http               data.HTTPOptions
-	images             data.RegistryOptions
+	// mapReports is --mutating-admission-policy-reports (R44).
+	mapReports bool
+	webhook    webhookOptions
+	handover   handoverOptions
+	http       data.HTTPOptions
+	images     data.RegistryOptions
 }
 
 type webhookOptions struct {
@@ -144,6 +146,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.BoolVar(&o.sharding, "sharding", false, "divide the namespaces among the live replicas through a membership Lease each (tally-member-<identity>): each replica scans, and its merger writes, only its shard; off, one replica leads (--leader-elect) and the others wait")
 	fs.StringVar(&o.shardGroup, "shard-group", "tally-scanner", "the replicas that shard together (the tally.dev/shard-member label of their Leases)")
 	fs.StringVar(&o.podUID, "pod-uid", "", "with --sharding, the UID of the Pod this replica runs in, whose name is --identity: the Pod owns the membership Lease, and the garbage collector deletes the Lease of a Pod deleted without warning")
+	fs.BoolVar(&o.mapReports, "mutating-admission-policy-reports", false, "report MutatingAdmissionPolicies in background scans (pass when applied, fail \"mutation is not applied\"), as Kyverno's --mutatingAdmissionPolicyReports; needs the API server to serve admissionregistration.k8s.io/v1beta1 MutatingAdmissionPolicies")
 	fs.StringVar(&o.exceptionNamespace, "exception-namespace", "", "the one namespace PolicyExceptions are taken from, as Kyverno's --exceptionNamespace (empty or *: every namespace, Kyverno's default); exceptions elsewhere are ignored, with a Warning Event and tally_scan_exceptions_ignored_total")
 	fs.BoolVar(&o.rescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	fs.StringVar(&o.webhook.listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
@@ -289,7 +292,8 @@ func run(ctx context.Context, o options) error {
 			Loader: loader,
 			Data:   loader,
 			Shard:  owns, StateReadOnly: !clusterShard,
-			ExceptionNamespace: o.exceptionNamespace,
+			ExceptionNamespace:             o.exceptionNamespace,
+			MutatingAdmissionPolicyReports: o.mapReports,
 		})
 		if o.webhook.listen != "" && o.webhook.manageRules && o.webhook.configuration != "" {
 			s.SetWebhookConfigured(func(policy string, generation int64) bool { return bridge.WebhookConfigured(policy, generation) })

@@ -267,7 +267,9 @@ func (l *Local) args(name string) (binary string, args []string) {
 		// reads its results back from their final reports after a restart.
 		common = append(common, "--handover-listen", handover, "--report-api", string(l.reportAPI),
 			// as the kind install: exceptions only from the platform's namespace
-			"--exception-namespace", kind.ExceptionNamespace)
+			"--exception-namespace", kind.ExceptionNamespace,
+			// as the kind install: MutatingAdmissionPolicies reported (R44)
+			"--mutating-admission-policy-reports")
 		if l.mode == BesideKyverno {
 			common = append(common, "--managed-by=kyverno")
 		}

@@ -273,7 +273,7 @@ func (m *Merger) Run(ctx context.Context) error {
 	}
 	// Beside Kyverno 1.13+ no AdmissionReport kind is served: tally writes
 	// none there, and Kyverno's EphemeralReports are read instead.
-	policyKinds := append(slices.Clone(apiresources.CELPolicies), apiresources.ValidatingAdmissionPolicy)
+	policyKinds := append(slices.Clone(apiresources.CELPolicies), apiresources.ValidatingAdmissionPolicy, apiresources.MutatingAdmissionPolicy)
 	kinds := append(slices.Clone(watched), m.servedKinds(ctx, append([]schema.GroupVersionResource{apiresources.AdmissionReport, apiresources.ClusterAdmissionReport}, policyKinds...)...)...)
 	if m.opts.Ingest {
 		kinds = append(kinds, m.servedKinds(ctx, ephemeralKinds...)...)
@@ -554,13 +554,14 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 	if apiresources.IsCELPolicy(gvr) {
 		return celPolicyInfo(gvr, u)
 	}
-	if gvr == apiresources.ValidatingAdmissionPolicy {
-		return vapInfo(u), PolicyInfo{
+	if gvr == apiresources.ValidatingAdmissionPolicy || gvr == apiresources.MutatingAdmissionPolicy {
+		key, _ := policyKeyOf(gvr, u)
+		return key, PolicyInfo{
 			Background: true,
 			AnyRule:    true,
-			// Unlabelled: not reported (its results, from before the label
-			// went, are dropped).
-			ReportsDisabled: u.GetLabels()[labelVAPReports] != "true" || u.GetLabels()[labelReportsDisable] == "true",
+			// An unlabelled ValidatingAdmissionPolicy is not reported (its
+			// results, from before the label went, are dropped).
+			ReportsDisabled: (gvr == apiresources.ValidatingAdmissionPolicy && u.GetLabels()[labelVAPReports] != "true") || u.GetLabels()[labelReportsDisable] == "true",
 			Scored:          u.GetAnnotations()[engine.AnnotationScored] != "false",
 			Category:        u.GetAnnotations()[engine.AnnotationCategory],
 			Severity:        u.GetAnnotations()[engine.AnnotationSeverity],

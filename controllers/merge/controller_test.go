@@ -211,7 +211,7 @@ func fakeClient(objs ...runtime.Object) *dynfake.FakeDynamicClient {
 		apiresources.BackgroundScanReport: "BackgroundScanReportList", apiresources.ClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
 		apiresources.ValidatingPolicy: "ValidatingPolicyList", apiresources.NamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
 		apiresources.MutatingPolicy: "MutatingPolicyList", apiresources.NamespacedMutatingPolicy: "NamespacedMutatingPolicyList",
-		apiresources.ValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList",
-		apiresources.EphemeralReport:           "EphemeralReportList", apiresources.ClusterEphemeralReport: "ClusterEphemeralReportList",
+		apiresources.ValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList", apiresources.MutatingAdmissionPolicy: "MutatingAdmissionPolicyList",
+		apiresources.EphemeralReport: "EphemeralReportList", apiresources.ClusterEphemeralReport: "ClusterEphemeralReportList",
 	}, objs...)
 }

@@ -29,7 +29,7 @@ func isPolicy(gvr schema.GroupVersionResource) bool {
 		return true
 	}
 	return gvr == apiresources.ClusterPolicy || gvr == apiresources.Policy || apiresources.IsCELPolicy(gvr) ||
-		gvr == apiresources.ValidatingAdmissionPolicy
+		gvr == apiresources.ValidatingAdmissionPolicy || gvr == apiresources.MutatingAdmissionPolicy
 }
 
 // policyKeyOf is the key of a policy object in Input.Policies, and the
@@ -50,8 +50,11 @@ func policyKeyOf(gvr schema.GroupVersionResource, u *unstructured.Unstructured) 
 	case apiresources.MutatingPolicy, apiresources.NamespacedMutatingPolicy:
 		return PolicyKey(engine.SourceMutatingPolicy, name), name
 	}
-	if gvr == apiresources.ValidatingAdmissionPolicy {
+	switch gvr {
+	case apiresources.ValidatingAdmissionPolicy:
 		return vapInfo(u), name
+	case apiresources.MutatingAdmissionPolicy:
+		return PolicyKey(engine.SourceMutatingAdmissionPolicy, name), name
 	}
 	return name, name
 }

@@ -37,7 +37,8 @@ func isControlKind(gvr schema.GroupVersionResource) bool {
 	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy,
 		apiresources.MutatingPolicy, apiresources.NamespacedMutatingPolicy,
 		apiresources.PolicyException, apiresources.CELPolicyException,
-		apiresources.ValidatingAdmissionPolicy, apiresources.ValidatingAdmissionPolicyBinding:
+		apiresources.ValidatingAdmissionPolicy, apiresources.ValidatingAdmissionPolicyBinding,
+		apiresources.MutatingAdmissionPolicy, apiresources.MutatingAdmissionPolicyBinding:
 		return true
 	}
 	return false
@@ -230,6 +231,10 @@ func (s *Scanner) applyEvent(ctx context.Context, ev *controlEvent) error {
 			return s.vaps.upsert(ctx, u)
 		case apiresources.ValidatingAdmissionPolicyBinding:
 			return s.vaps.upsertBinding(ctx, u.GetName(), u)
+		case apiresources.MutatingAdmissionPolicy:
+			return s.maps.upsert(ctx, u)
+		case apiresources.MutatingAdmissionPolicyBinding:
+			return s.maps.upsertBinding(ctx, u.GetName(), u)
 		}
 		return s.upsertPolicy(ctx, ev.gvr, u)
 	}
@@ -240,6 +245,10 @@ func (s *Scanner) applyEvent(ctx context.Context, ev *controlEvent) error {
 		return s.vaps.remove(ctx, u.GetName())
 	case apiresources.ValidatingAdmissionPolicyBinding:
 		return s.vaps.upsertBinding(ctx, u.GetName(), nil)
+	case apiresources.MutatingAdmissionPolicy:
+		return s.maps.remove(ctx, u.GetName())
+	case apiresources.MutatingAdmissionPolicyBinding:
+		return s.maps.upsertBinding(ctx, u.GetName(), nil)
 	}
 	s.opts.Catalog.Forget(ev.gvr, u.GetNamespace(), u.GetName())
 	name := apiresources.PolicyKey(ev.gvr, u.GetNamespace(), u.GetName())
@@ -256,6 +265,9 @@ func (s *Scanner) applyEvent(ctx context.Context, ev *controlEvent) error {
 func (s *Scanner) dropMissing(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) error {
 	if gvr == apiresources.ValidatingAdmissionPolicyBinding {
 		return s.vaps.applyBindingList(ctx, objs)
+	}
+	if gvr == apiresources.MutatingAdmissionPolicyBinding {
+		return s.maps.applyBindingList(ctx, objs)
 	}
 	if gvr == apiresources.PolicyException || gvr == apiresources.CELPolicyException {
 		return s.exceptions.dropMissing(gvr, objs)

@@ -87,6 +87,8 @@ func policyKeyOf(e memstore.Entry) string {
 	switch e.Source {
 	case engine.SourceValidatingAdmissionPolicy:
 		return apiresources.VAPKeyPrefix + e.Policy
+	case engine.SourceMutatingAdmissionPolicy:
+		return apiresources.MAPKeyPrefix + e.Policy
 	case engine.SourceValidatingPolicy:
 		if strings.Contains(e.Policy, "/") {
 			return policiesv1.KindNamespacedValidatingPolicy + "/" + e.Policy

@@ -237,7 +237,7 @@ func (k *kindWatch) stop() {
 
 // servedCELKinds returns the CEL kinds the API server serves (none when it
 // cannot tell: they are then not watched, and classic policies go on).
-func (k *kindWatch) servedCELKinds(ctx context.Context) []schema.GroupVersionResource {
+func (k *kindWatch) servedCELKinds(ctx context.Context, mutatingAdmissionPolicies bool) []schema.GroupVersionResource {
 	var out []schema.GroupVersionResource
 	list, err := k.disc.ServerResourcesForGroupVersion(policiesv1.GroupVersion.String())
 	if err != nil || list == nil {
@@ -249,12 +249,29 @@ func (k *kindWatch) servedCELKinds(ctx context.Context) []schema.GroupVersionRes
 			}
 		}
 	}
-	list, err = k.disc.ServerResourcesForGroupVersion(apiresources.ValidatingAdmissionPolicy.GroupVersion().String())
-	if err != nil || list == nil {
-		logr.FromContextOrDiscard(ctx).Info("ValidatingAdmissionPolicies not watched: "+apiresources.ValidatingAdmissionPolicy.GroupVersion().String()+" is not served", "reason", fmt.Sprint(err))
-		return out
+	out = append(out, k.servedOf(ctx, "ValidatingAdmissionPolicies", vapGVRs)...)
+	if mutatingAdmissionPolicies {
+		maps := k.servedOf(ctx, "MutatingAdmissionPolicies", mapGVRs)
+		if len(maps) < len(mapGVRs) {
+			logr.FromContextOrDiscard(ctx).Error(errors.New("MutatingAdmissionPolicies are not served by the API server"),
+				"MutatingAdmissionPolicies not reported (--mutating-admission-policy-reports): turn on the API server's MutatingAdmissionPolicy feature and admissionregistration.k8s.io/v1beta1")
+		}
+		out = append(out, maps...)
 	}
-	for _, gvr := range vapGVRs {
+	return out
+}
+
+// servedOf returns the kinds of gvrs (one group version) the API server
+// serves.
+func (k *kindWatch) servedOf(ctx context.Context, what string, gvrs []schema.GroupVersionResource) []schema.GroupVersionResource {
+	gv := gvrs[0].GroupVersion().String()
+	list, err := k.disc.ServerResourcesForGroupVersion(gv)
+	if err != nil || list == nil {
+		logr.FromContextOrDiscard(ctx).Info(what+" not watched: "+gv+" is not served", "reason", fmt.Sprint(err))
+		return nil
+	}
+	var out []schema.GroupVersionResource
+	for _, gvr := range gvrs {
 		if slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource }) {
 			out = append(out, gvr)
 		}

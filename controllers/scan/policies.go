@@ -42,9 +42,13 @@ type trackedPolicy struct {
 // readPolicy converts and compiles a policy object (through the catalog
 // the admission bridge shares; a ValidatingAdmissionPolicy with its
 // bindings); spec is nil for CEL policies.
-func (s *Scanner) readPolicy(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
-	if gvr == apiresources.ValidatingAdmissionPolicy {
-		obj, compiled, err := s.vaps.read(u)
+func (s *Scanner) readPolicy(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
+	switch gvr {
+	case apiresources.ValidatingAdmissionPolicy:
+		obj, compiled, err := s.vaps.read(ctx, u)
+		return obj, compiled, nil, err
+	case apiresources.MutatingAdmissionPolicy:
+		obj, compiled, err := s.maps.read(ctx, u)
 		return obj, compiled, nil, err
 	}
 	p, err := s.opts.Catalog.Read(gvr, u)
@@ -79,7 +83,7 @@ func ruleHashes(p *engine.Policy, units []engine.Unit) map[string]uint64 {
 func (s *Scanner) upsertPolicy(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error {
 	name := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())
 	log := logr.FromContextOrDiscard(ctx).WithValues("policy", name)
-	obj, compiled, spec, err := s.readPolicy(gvr, u)
+	obj, compiled, spec, err := s.readPolicy(ctx, gvr, u)
 	if err == nil && spec != nil {
 		err = engine.Malformed(compiled)
 	}
@@ -279,6 +283,8 @@ func (s *Scanner) dropMissingPolicies(ctx context.Context, gvr schema.GroupVersi
 		case present[name]:
 		case gvr == apiresources.ValidatingAdmissionPolicy:
 			errs = append(errs, s.vaps.remove(ctx, strings.TrimPrefix(name, apiresources.VAPKeyPrefix)))
+		case gvr == apiresources.MutatingAdmissionPolicy:
+			errs = append(errs, s.maps.remove(ctx, strings.TrimPrefix(name, apiresources.MAPKeyPrefix)))
 		default:
 			errs = append(errs, s.removePolicy(ctx, name))
 		}

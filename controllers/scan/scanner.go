@@ -97,6 +97,10 @@ type Options struct {
 	// PolicyExceptions are taken from, as Kyverno's --exceptionNamespace
 	// (R47); by default, as Kyverno's, every namespace.
 	ExceptionNamespace string
+	// MutatingAdmissionPolicyReports scans MutatingAdmissionPolicies with
+	// their bindings (R44), as Kyverno's --mutatingAdmissionPolicyReports
+	// (off by default, as Kyverno's): where the API server serves them.
+	MutatingAdmissionPolicyReports bool
 }
 
 // SetWebhookConfigured sets Options.WebhookConfigured, for a bridge made
@@ -128,7 +132,9 @@ type Scanner struct {
 	policies *policySet
 	kinds    *kindWatch
 	sched    *scheduler
-	vaps     *vapSet
+	// vaps and maps are the ValidatingAdmissionPolicies and
+	// MutatingAdmissionPolicies scanned, with their bindings.
+	vaps, maps *admissionPolicySet
 	// exceptions applies the PolicyExceptions' changes.
 	exceptions *exceptionSet
 	params     *paramCache
@@ -178,7 +184,8 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 					"tally takes PolicyExceptions only from namespace %s (--exception-namespace): this one does not apply", opts.ExceptionNamespace)
 			}
 		}}
-	s.vaps = newVAPSet(s.upsertPolicy, s.removePolicy)
+	s.vaps = newAdmissionPolicySet(validatingAdmissionPolicies, s.upsertPolicy, s.removePolicy)
+	s.maps = newAdmissionPolicySet(mutatingAdmissionPolicies, s.upsertPolicy, s.removePolicy)
 	s.kinds = newKindWatch(client, disc, s)
 	s.kinds.owns = opts.Shard
 	s.params = newParamCache(client, s.kinds, opts.Clock)
@@ -235,7 +242,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 
 	// The CEL kinds are watched when served (tally's CRDs, or Kyverno's
 	// beside it); an older Kyverno has none, and classic policies go on.
-	s.kinds.start(ctx, append(slices.Clone(classicPolicySources), s.kinds.servedCELKinds(ctx)...))
+	s.kinds.start(ctx, append(slices.Clone(classicPolicySources), s.kinds.servedCELKinds(ctx, s.opts.MutatingAdmissionPolicyReports)...))
 	// Kinds Kyverno evaluates and tally does not: told, not scanned (R46).
 	stopUnevaluated := s.watchUnevaluated(ctx)
 	defer stopUnevaluated()

@@ -154,9 +154,9 @@ const webhookWait = 2 * time.Minute
 // saying so.
 func (s *Scanner) setPolicyStatus(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error, loaded string, admission bool, more ...Condition) {
 	parent := ctx
-	// A ValidatingAdmissionPolicy's status is the API server's; tests that
+	// An admission policy's status is the API server's; tests that
 	// drive the scanner without Run write none.
-	if s.opts.NoPolicyStatus || !s.running.Load() || gvr == apiresources.ValidatingAdmissionPolicy {
+	if s.opts.NoPolicyStatus || !s.running.Load() || gvr == apiresources.ValidatingAdmissionPolicy || gvr == apiresources.MutatingAdmissionPolicy {
 		return
 	}
 	await := rejected == nil && admission && s.opts.WebhookConfigured != nil

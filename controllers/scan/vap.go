@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1beta1 "k8s.io/api/admissionregistration/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,71 +23,131 @@ import (
 	"github.com/tally-dev/tally/engine"
 )
 
-// vapGVRs are the kinds watched for ValidatingAdmissionPolicies.
-var vapGVRs = []schema.GroupVersionResource{apiresources.ValidatingAdmissionPolicyBinding, apiresources.ValidatingAdmissionPolicy}
+// vapGVRs are the kinds watched for ValidatingAdmissionPolicies, mapGVRs
+// for MutatingAdmissionPolicies (bindings first).
+var (
+	vapGVRs = []schema.GroupVersionResource{apiresources.ValidatingAdmissionPolicyBinding, apiresources.ValidatingAdmissionPolicy}
+	mapGVRs = []schema.GroupVersionResource{apiresources.MutatingAdmissionPolicyBinding, apiresources.MutatingAdmissionPolicy}
+)
 
 // Labels that select what is reported: a ValidatingAdmissionPolicy is
 // scanned only with LabelVAPReports "true"; a binding (or any policy) with
-// LabelReportsDisabled is left out.
+// LabelReportsDisabled is left out. MutatingAdmissionPolicies are scanned
+// when Options.MutatingAdmissionPolicyReports is set (Kyverno's
+// --mutatingAdmissionPolicyReports), all of them.
 const (
 	LabelVAPReports      = "reports.kyverno.io/enabled"
 	LabelReportsDisabled = "reports.kyverno.io/disabled"
 )
 
-// vapSet is what the scanner keeps of the ValidatingAdmissionPolicies it
-// scans and of every binding, and applies their changes (from the control
-// queue, one at a time): a policy is compiled with its bindings, so a
-// binding's change recompiles the policy it names.
-type vapSet struct {
+// admissionPolicyKind is a kind of Kubernetes admission policy the scanner
+// reports through its bindings: ValidatingAdmissionPolicy (labelled
+// LabelVAPReports) and MutatingAdmissionPolicy (with
+// Options.MutatingAdmissionPolicyReports).
+type admissionPolicyKind struct {
+	policy, binding schema.GroupVersionResource
+	// reported says whether a policy object is scanned.
+	reported func(*unstructured.Unstructured) bool
+	// compile converts a policy and compiles it with its bindings
+	// (unreadable bindings are left out).
+	compile func(ctx context.Context, policy *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error)
+}
+
+var validatingAdmissionPolicies = admissionPolicyKind{
+	policy: apiresources.ValidatingAdmissionPolicy, binding: apiresources.ValidatingAdmissionPolicyBinding,
+	reported: func(u *unstructured.Unstructured) bool {
+		l := u.GetLabels()
+		return l[LabelVAPReports] == "true" && l[LabelReportsDisabled] == ""
+	},
+	compile: func(ctx context.Context, u *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
+		var p admissionregistrationv1.ValidatingAdmissionPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			return nil, nil, err
+		}
+		p.APIVersion, p.Kind = admissionregistrationv1.SchemeGroupVersion.String(), "ValidatingAdmissionPolicy"
+		compiled, err := engine.CompileValidatingAdmissionPolicy(&p, convertBindings[admissionregistrationv1.ValidatingAdmissionPolicyBinding](ctx, bindings))
+		return &p, compiled, err
+	},
+}
+
+var mutatingAdmissionPolicies = admissionPolicyKind{
+	policy: apiresources.MutatingAdmissionPolicy, binding: apiresources.MutatingAdmissionPolicyBinding,
+	reported: func(u *unstructured.Unstructured) bool { return u.GetLabels()[LabelReportsDisabled] == "" },
+	compile: func(ctx context.Context, u *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
+		var p admissionregistrationv1beta1.MutatingAdmissionPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			return nil, nil, err
+		}
+		p.APIVersion, p.Kind = admissionregistrationv1beta1.SchemeGroupVersion.String(), "MutatingAdmissionPolicy"
+		compiled, err := engine.CompileMutatingAdmissionPolicy(&p, convertBindings[admissionregistrationv1beta1.MutatingAdmissionPolicyBinding](ctx, bindings))
+		return &p, compiled, err
+	},
+}
+
+// convertBindings converts bindings; one that cannot be read binds nothing
+// (it is final until it is edited: logged, nothing to retry).
+func convertBindings[B any](ctx context.Context, objs []*unstructured.Unstructured) []*B {
+	out := make([]*B, 0, len(objs))
+	for _, u := range objs {
+		b := new(B)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, b); err != nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "admission policy binding could not be read; it binds nothing", "kind", u.GetKind(), "name", u.GetName())
+			continue
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// admissionPolicySet is what the scanner keeps of the admission policies of
+// one kind it scans and of every binding of that kind, and applies their
+// changes (from the control queue, one at a time): a policy is compiled
+// with its bindings, so a binding's change recompiles the policy it names.
+type admissionPolicySet struct {
+	kind admissionPolicyKind
 	// apply scans a policy as any other (Scanner.upsertPolicy);
 	// forgetPolicy drops one and its results (Scanner.removePolicy).
 	apply        func(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error
 	forgetPolicy func(ctx context.Context, key string) error
 
 	mu       sync.Mutex
-	policies map[string]*admissionregistrationv1.ValidatingAdmissionPolicy
-	bindings map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	policies map[string]*unstructured.Unstructured
+	bindings map[string]*unstructured.Unstructured
 }
 
-func newVAPSet(apply func(context.Context, schema.GroupVersionResource, *unstructured.Unstructured) error, forget func(context.Context, string) error) *vapSet {
-	return &vapSet{apply: apply, forgetPolicy: forget, policies: map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{},
-		bindings: map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{}}
+func newAdmissionPolicySet(kind admissionPolicyKind, apply func(context.Context, schema.GroupVersionResource, *unstructured.Unstructured) error, forget func(context.Context, string) error) *admissionPolicySet {
+	return &admissionPolicySet{kind: kind, apply: apply, forgetPolicy: forget,
+		policies: map[string]*unstructured.Unstructured{}, bindings: map[string]*unstructured.Unstructured{}}
 }
 
-// reported says whether a ValidatingAdmissionPolicy is scanned.
-func reported(u *unstructured.Unstructured) bool {
-	l := u.GetLabels()
-	return l[LabelVAPReports] == "true" && l[LabelReportsDisabled] == ""
-}
-
-// readVAP converts a ValidatingAdmissionPolicy, remembers it and compiles
-// it with the bindings that name it.
-func (vs *vapSet) read(u *unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
-	var p admissionregistrationv1.ValidatingAdmissionPolicy
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-		return nil, nil, err
-	}
-	p.APIVersion, p.Kind = admissionregistrationv1.SchemeGroupVersion.String(), "ValidatingAdmissionPolicy"
-	vs.mu.Lock()
-	vs.policies[p.Name] = &p
-	bindings := vs.bindingsOf(p.Name)
-	vs.mu.Unlock()
-	compiled, err := engine.CompileValidatingAdmissionPolicy(&p, bindings)
-	return &p, compiled, err
+// read converts a policy, remembers it and compiles it with the bindings
+// that name it.
+func (as *admissionPolicySet) read(ctx context.Context, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
+	as.mu.Lock()
+	as.policies[u.GetName()] = u
+	bindings := as.bindingsOf(u.GetName())
+	as.mu.Unlock()
+	return as.kind.compile(ctx, u, bindings)
 }
 
 // forget drops a policy that is no longer scanned.
-func (vs *vapSet) forget(name string) {
-	vs.mu.Lock()
-	defer vs.mu.Unlock()
-	delete(vs.policies, name)
+func (as *admissionPolicySet) forget(name string) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	delete(as.policies, name)
 }
 
-// bindingsOf returns the reported bindings of a policy. The caller holds vs.mu.
-func (vs *vapSet) bindingsOf(policy string) []*admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-	var out []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	for _, b := range vs.bindings {
-		if b.Spec.PolicyName == policy && b.Labels[LabelReportsDisabled] == "" {
+// policyNameOf is the policy a binding names.
+func policyNameOf(binding *unstructured.Unstructured) string {
+	name, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName")
+	return name
+}
+
+// bindingsOf returns the reported bindings of a policy. The caller holds as.mu.
+func (as *admissionPolicySet) bindingsOf(policy string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, b := range as.bindings {
+		if policyNameOf(b) == policy && b.GetLabels()[LabelReportsDisabled] == "" {
 			out = append(out, b)
 		}
 	}
@@ -94,100 +155,84 @@ func (vs *vapSet) bindingsOf(policy string) []*admissionregistrationv1.Validatin
 }
 
 // setBinding records a binding (nil u: deleted) and returns the scanned
-// policy to recompile (the one it names, or named before), if any.
-func (vs *vapSet) setBinding(name string, u *unstructured.Unstructured) (affected []*admissionregistrationv1.ValidatingAdmissionPolicy, err error) {
-	var b *admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	if u != nil {
-		b = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-		if err = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, b); err != nil {
-			b = nil // an unreadable binding binds nothing
-		}
-	}
-	vs.mu.Lock()
-	defer vs.mu.Unlock()
+// policies to recompile (the one it names, or named before).
+func (as *admissionPolicySet) setBinding(name string, u *unstructured.Unstructured) []*unstructured.Unstructured {
+	as.mu.Lock()
+	defer as.mu.Unlock()
 	names := map[string]bool{}
-	if old := vs.bindings[name]; old != nil {
-		names[old.Spec.PolicyName] = true
+	if old := as.bindings[name]; old != nil {
+		names[policyNameOf(old)] = true
 	}
-	if b != nil {
-		vs.bindings[name] = b
-		names[b.Spec.PolicyName] = true
+	if u != nil {
+		as.bindings[name] = u
+		names[policyNameOf(u)] = true
 	} else {
-		delete(vs.bindings, name)
+		delete(as.bindings, name)
 	}
-	for n := range names {
-		if p := vs.policies[n]; p != nil {
-			affected = append(affected, p)
-		}
-	}
-	return affected, err
+	return as.policiesNamed(names)
 }
 
-// dropMissingBindings forgets the bindings not in a complete list and
-// returns the scanned policies they named.
-func (vs *vapSet) dropMissingBindings(objs []*unstructured.Unstructured) []*admissionregistrationv1.ValidatingAdmissionPolicy {
-	present := map[string]bool{}
-	for _, u := range objs {
-		present[u.GetName()] = true
-	}
-	vs.mu.Lock()
-	defer vs.mu.Unlock()
-	names := map[string]bool{}
-	for n, b := range vs.bindings {
-		if !present[n] {
-			names[b.Spec.PolicyName] = true
-			delete(vs.bindings, n)
-		}
-	}
-	var out []*admissionregistrationv1.ValidatingAdmissionPolicy
+// policiesNamed are the scanned policies of those names. The caller holds as.mu.
+func (as *admissionPolicySet) policiesNamed(names map[string]bool) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
 	for n := range names {
-		if p := vs.policies[n]; p != nil {
+		if p := as.policies[n]; p != nil {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
-// upsert applies a ValidatingAdmissionPolicy's change: a labelled one is
-// scanned; an unlabelled one (or one whose label went) has no results.
-func (vs *vapSet) upsert(ctx context.Context, u *unstructured.Unstructured) error {
-	if !reported(u) {
-		return vs.remove(ctx, u.GetName())
+// dropMissingBindings forgets the bindings not in a complete list and
+// returns the scanned policies they named.
+func (as *admissionPolicySet) dropMissingBindings(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	present := map[string]bool{}
+	for _, u := range objs {
+		present[u.GetName()] = true
 	}
-	return vs.apply(ctx, apiresources.ValidatingAdmissionPolicy, u)
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	names := map[string]bool{}
+	for n, b := range as.bindings {
+		if !present[n] {
+			names[policyNameOf(b)] = true
+			delete(as.bindings, n)
+		}
+	}
+	return as.policiesNamed(names)
+}
+
+// upsert applies a policy's change: a reported one is scanned; one that is
+// not (or no longer) has no results.
+func (as *admissionPolicySet) upsert(ctx context.Context, u *unstructured.Unstructured) error {
+	if !as.kind.reported(u) {
+		return as.remove(ctx, u.GetName())
+	}
+	return as.apply(ctx, as.kind.policy, u)
 }
 
 // remove forgets a policy and its results.
-func (vs *vapSet) remove(ctx context.Context, name string) error {
-	vs.forget(name)
-	return vs.forgetPolicy(ctx, apiresources.PolicyKey(apiresources.ValidatingAdmissionPolicy, "", name))
+func (as *admissionPolicySet) remove(ctx context.Context, name string) error {
+	as.forget(name)
+	return as.forgetPolicy(ctx, apiresources.PolicyKey(as.kind.policy, "", name))
 }
 
 // upsertBinding applies a binding's change (nil: deleted): the policy it
 // binds, or bound, is compiled again.
-func (vs *vapSet) upsertBinding(ctx context.Context, name string, u *unstructured.Unstructured) error {
-	affected, err := vs.setBinding(name, u)
-	if err != nil {
-		// An unreadable binding is final until it is edited: nothing to retry.
-		logr.FromContextOrDiscard(ctx).Error(err, "ValidatingAdmissionPolicyBinding could not be read; it binds nothing", "name", name)
-	}
-	return vs.recompile(ctx, affected)
+func (as *admissionPolicySet) upsertBinding(ctx context.Context, name string, u *unstructured.Unstructured) error {
+	return as.recompile(ctx, as.setBinding(name, u))
 }
 
 // applyBindingList forgets the bindings not in a complete list.
-func (vs *vapSet) applyBindingList(ctx context.Context, objs []*unstructured.Unstructured) error {
-	return vs.recompile(ctx, vs.dropMissingBindings(objs))
+func (as *admissionPolicySet) applyBindingList(ctx context.Context, objs []*unstructured.Unstructured) error {
+	return as.recompile(ctx, as.dropMissingBindings(objs))
 }
 
 // recompile compiles scanned policies again (their bindings changed).
-func (vs *vapSet) recompile(ctx context.Context, policies []*admissionregistrationv1.ValidatingAdmissionPolicy) error {
+func (as *admissionPolicySet) recompile(ctx context.Context, policies []*unstructured.Unstructured) error {
 	var errs []error
 	for _, p := range policies {
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
-		if err != nil {
-			continue // it was converted from unstructured: cannot fail
-		}
-		errs = append(errs, vs.apply(ctx, apiresources.ValidatingAdmissionPolicy, &unstructured.Unstructured{Object: obj}))
+		errs = append(errs, as.apply(ctx, as.kind.policy, p))
 	}
 	return errors.Join(errs...)
 }

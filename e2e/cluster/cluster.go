@@ -150,6 +150,10 @@ func startLocal(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 	// A bare API server has no endpoints controller for itself; without this
 	// it logs loopback-endpoint errors every few seconds.
 	api.Configure().Set("endpoint-reconciler-type", "none")
+	// MutatingAdmissionPolicies (beta, off by default in Kubernetes 1.35)
+	// served, for the reports of R44.
+	api.Configure().Set("feature-gates", "MutatingAdmissionPolicy=true")
+	api.Configure().Set("runtime-config", "admissionregistration.k8s.io/v1beta1=true")
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcdPath, Out: opts.Logs, Err: opts.Logs}
 	env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")
 

@@ -127,7 +127,7 @@ func Setup(clusterName string) env.Func {
 			"--kubeconfig", cfg.KubeconfigFile(), "--namespace", Namespace,
 			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
 			"--set", "webhook.clientCA.secretName="+webhookClientCASecret, "--set", "scanner.rescanEndpoint=true",
-			"--set", "exceptionNamespace="+ExceptionNamespace); err != nil {
+			"--set", "exceptionNamespace="+ExceptionNamespace, "--set", "mutatingAdmissionPolicyReports=true"); err != nil {
 			return ctx, err
 		}
 		start = time.Now()
@@ -145,7 +145,8 @@ type authDirKey struct{}
 // webhookClientConfig writes, under dir, the API server's webhook client
 // certificate and AdmissionConfiguration (as the local control plane has
 // them, docs/security.md) and a copy of kind-config.yaml that hands them to
-// the API server: the folder is mounted at the same path in the node and in
+// the API server (with MutatingAdmissionPolicies served, as the local
+// control plane serves them, for R44): the folder is mounted at the same path in the node and in
 // the kube-apiserver Pod, so the paths in the files hold everywhere. It
 // returns the CA file and the kind configuration's path.
 func webhookClientConfig(root, dir string) (caFile, config string, err error) {
@@ -178,6 +179,8 @@ func webhookClientConfig(root, dir string) (caFile, config string, err error) {
 apiServer:
   extraArgs:
     admission-control-config-file: %[1]s
+    feature-gates: MutatingAdmissionPolicy=true
+    runtime-config: admissionregistration.k8s.io/v1beta1=true
   extraVolumes:
     - name: tally-webhook-client
       hostPath: %[2]s
