@@ -49,7 +49,9 @@
 //	background controller:          after the fact, when its UpdateRequest   generate: a second after the
 //	generate, mutateExisting        is processed: on the trigger, source     request, on the trigger, as
 //	                                background-scan, owned by it             Kyverno's (nothing generated);
-//	                                                                         mutateExisting: not written
+//	                                                                         mutateExisting: in the same
+//	                                                                         report, one result per target
+//	                                                                         with patched-target
 //
 // So one request may give up to four reports (ValidatingPolicy, classic
 // Enforce, classic Audit, classic mutate), each with the policy labels of its own results;
@@ -490,11 +492,13 @@ type generation struct {
 }
 
 // generated are the results Kyverno's background controller reports for
-// the classic generate rules that apply to an admitted CREATE or UPDATE
-// (the trigger): pass, no message, property generated-resources naming the
-// resource the rule's generate block names ("/v1, Kind=Secret Name=x
-// Namespace=y"; variables are not substituted), process as the policy's.
-// The stand-in generates nothing. The caller holds s.mu.
+// the classic generate and mutateExisting rules that apply to an admitted
+// CREATE or UPDATE (the trigger): pass; a generate rule's with no message
+// and property generated-resources naming the resource its generate block
+// names ("/v1, Kind=Secret Name=x Namespace=y"; variables are not
+// substituted), a mutateExisting rule's one per target with property
+// patched-target naming it the same way; process as the policy's. The
+// stand-in generates and mutates nothing. The caller holds s.mu.
 func (s *standin) generated(a admission.Admitted, obj map[string]any) []generation {
 	if obj == nil {
 		return nil
@@ -505,34 +509,68 @@ func (s *standin) generated(a admission.Admitted, obj map[string]any) []generati
 			continue
 		}
 		g := generation{policy: name, namespaced: cp.compiled.Namespace != "", resourceVersion: cp.resourceVersion}
+		process := report.ProcessAdmission
+		if s.background[name] {
+			process = report.ProcessBackground
+		}
 		for _, r := range cp.compiled.LeftOutApplying(obj, nil) {
-			if r.Type != "generate" || r.Raw.Generate == nil {
-				continue
-			}
-			var target struct{ APIVersion, Kind, Name, Namespace string }
-			if err := json.Unmarshal(r.Raw.Generate.Raw, &target); err != nil {
-				continue
-			}
-			gv, _ := schema.ParseGroupVersion(target.APIVersion)
-			generatedResource := gv.WithKind(target.Kind).String() + " Name=" + target.Name
-			if target.Namespace != "" {
-				generatedResource += " Namespace=" + target.Namespace
-			}
-			process := report.ProcessAdmission
-			if s.background[name] {
-				process = report.ProcessBackground
-			}
-			g.results = append(g.results, wgv1alpha2.PolicyReportResult{
+			result := wgv1alpha2.PolicyReportResult{
 				Source: engine.SourceKyverno, Policy: name, Rule: r.Name, Result: wgv1alpha2.ResultPass, Scored: true,
-				Timestamp:  metav1.Timestamp{Seconds: time.Now().Unix()},
-				Properties: map[string]string{"process": process, "generated-resources": generatedResource},
-			})
+				Timestamp: metav1.Timestamp{Seconds: time.Now().Unix()},
+			}
+			switch {
+			case r.Type == "generate" && r.Raw.Generate != nil:
+				var target targetRef
+				if err := json.Unmarshal(r.Raw.Generate.Raw, &target); err != nil {
+					continue
+				}
+				result.Properties = map[string]string{"process": process, "generated-resources": target.String()}
+				g.results = append(g.results, result)
+			case r.Type == "mutate" && r.Raw.Mutate != nil:
+				// mutateExisting: one result per target, on the trigger.
+				var m struct{ Targets []targetRef }
+				if err := json.Unmarshal(r.Raw.Mutate.Raw, &m); err != nil {
+					continue
+				}
+				for _, target := range m.Targets {
+					result := result
+					result.Message = "mutated " + target.Kind + "/" + target.Name
+					if target.Namespace != "" {
+						result.Message += " in namespace " + target.Namespace
+					}
+					result.Properties = map[string]string{"process": process, "patched-target": target.String()}
+					g.results = append(g.results, result)
+				}
+			}
 		}
 		if len(g.results) > 0 {
 			out = append(out, g)
 		}
 	}
 	return out
+}
+
+// targetRef names a resource a generate or mutateExisting rule acts on.
+type targetRef struct{ APIVersion, Kind, Name, Namespace string }
+
+// String names it as Kyverno's reports do: "/v1, Kind=Secret Name=x
+// Namespace=y".
+func (t targetRef) String() string {
+	gv, _ := schema.ParseGroupVersion(t.APIVersion)
+	s := gv.WithKind(t.Kind).String() + " Name=" + t.Name
+	if t.Namespace != "" {
+		s += " Namespace=" + t.Namespace
+	}
+	return s
+}
+
+// mutatesExisting says whether a mutate rule has targets (mutateExisting).
+func mutatesExisting(r kyvernov1.Rule) bool {
+	if r.Mutate == nil {
+		return false
+	}
+	var m struct{ Targets []json.RawMessage }
+	return json.Unmarshal(r.Mutate.Raw, &m) == nil && len(m.Targets) > 0
 }
 
 // backgroundControllerDelay is how long after the admission the stand-in's
@@ -596,8 +634,8 @@ func (s *standin) mutated(a admission.Admitted, obj map[string]any) ([]wgv1alpha
 			continue
 		}
 		for _, r := range mp.compiled.LeftOutApplying(obj, nil) {
-			if r.Type != "mutate" {
-				continue
+			if r.Type != "mutate" || mutatesExisting(r.Raw) {
+				continue // mutateExisting: the background controller's (generated)
 			}
 			process := report.ProcessAdmission
 			if s.background[name] {
