@@ -158,7 +158,8 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 		return fmt.Errorf("create namespace %s: %w", namespace, err)
 	}
 	reg := prometheus.NewRegistry()
-	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, controlled: map[string]controllerPolicy{}, ctx: ctx,
+	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, controlled: map[string]controllerPolicy{},
+		generating: map[string]generatingPolicy{}, ctx: ctx,
 		created: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kyverno_standin_reports_created_total", Help: "EphemeralReports and ClusterEphemeralReports written, by kind.",
 		}, []string{"kind"})}
@@ -212,6 +213,11 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 			defer src.Stop()
 		}
 	}
+	// Kyverno's background controller reports GeneratingPolicies.
+	if _, err := dyn.Resource(gvrGeneratingPolicy).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
+		src := watch.Start(ctx, dyn, gvrGeneratingPolicy, gpolWatch{s})
+		defer src.Stop()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 2)
@@ -227,6 +233,7 @@ var (
 	gvrNamespacedValidatingPolicy = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedvalidatingpolicies"}
 	gvrMutatingPolicy             = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "mutatingpolicies"}
 	gvrNamespacedMutatingPolicy   = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedmutatingpolicies"}
+	gvrGeneratingPolicy           = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "generatingpolicies"}
 )
 
 // celStatus keeps the status of CEL policies as Kyverno's admission
@@ -298,7 +305,58 @@ type standin struct {
 	// policy labels of the reports of Kyverno's mutating webhook and
 	// background controller).
 	controlled map[string]controllerPolicy
+	// generating are the GeneratingPolicies (Kyverno's background
+	// controller reports them on their triggers), by name.
+	generating map[string]generatingPolicy
 }
+
+// generatingPolicy is a GeneratingPolicy: what selects its triggers (its
+// constraints and match conditions, compiled as a ValidatingPolicy that
+// always passes) and its resourceVersion.
+type generatingPolicy struct {
+	triggers        *engine.Policy
+	resourceVersion string
+}
+
+// gpolWatch keeps the stand-in's GeneratingPolicies.
+type gpolWatch struct{ s *standin }
+
+func (w gpolWatch) Upsert(ctx context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
+	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	vp, err := policiesv1.FromObject(map[string]any{
+		"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": map[string]any{"name": u.GetName()},
+		"spec": map[string]any{
+			"matchConstraints": spec["matchConstraints"], "matchConditions": spec["matchConditions"], "variables": spec["variables"],
+			"validations": []any{map[string]any{"expression": "true"}},
+		},
+	})
+	var triggers *engine.Policy
+	if err == nil {
+		triggers, err = engine.CompileValidatingPolicy(vp)
+	}
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "GeneratingPolicy not understood by the stand-in", "policy", u.GetName())
+		delete(w.s.generating, u.GetName())
+		return
+	}
+	w.s.generating[u.GetName()] = generatingPolicy{triggers: triggers, resourceVersion: u.GetResourceVersion()}
+}
+func (w gpolWatch) Remove(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	delete(w.s.generating, u.GetName())
+}
+func (w gpolWatch) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+	w.s.mu.Lock()
+	clear(w.s.generating)
+	w.s.mu.Unlock()
+	for _, u := range objs {
+		w.Upsert(ctx, gvr, u)
+	}
+}
+func (gpolWatch) Listed(context.Context, schema.GroupVersionResource) {}
 
 // controllerPolicy is a classic policy with mutate or generate rules.
 type controllerPolicy struct {
@@ -473,7 +531,7 @@ func (s *standin) write(a admission.Admitted) {
 // Kyverno's mutating webhook and background controller act on, or nil
 // (none of their policies, another operation). The caller holds s.mu.
 func (s *standin) controlledObject(a admission.Admitted) map[string]any {
-	if len(s.controlled) == 0 || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
+	if (len(s.controlled) == 0 && len(s.generating) == 0) || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
 		return nil
 	}
 	var obj map[string]any
@@ -488,7 +546,9 @@ type generation struct {
 	policy          string
 	namespaced      bool
 	resourceVersion string
-	results         []wgv1alpha2.PolicyReportResult
+	// labelKey is the report's policy label (default: a classic policy's).
+	labelKey string
+	results  []wgv1alpha2.PolicyReportResult
 }
 
 // generated are the results Kyverno's background controller reports for
@@ -547,6 +607,24 @@ func (s *standin) generated(a admission.Admitted, obj map[string]any) []generati
 			out = append(out, g)
 		}
 	}
+	// GeneratingPolicies: rule and policy its name, "policy evaluated
+	// successfully", process always admission review (as Kyverno 1.19);
+	// the stand-in generates nothing, so generated-resources is empty.
+	for name, gp := range s.generating {
+		matched := false
+		for _, r := range gp.triggers.Evaluate(s.ctx, &engine.Request{Object: obj}) {
+			matched = matched || !r.ConditionsNotMet
+		}
+		if !matched {
+			continue
+		}
+		out = append(out, generation{policy: name, resourceVersion: gp.resourceVersion, labelKey: "gpol.kyverno.io/" + name,
+			results: []wgv1alpha2.PolicyReportResult{{
+				Source: "KyvernoGeneratingPolicy", Policy: name, Rule: name, Result: wgv1alpha2.ResultPass, Scored: true,
+				Message: "policy evaluated successfully", Timestamp: metav1.Timestamp{Seconds: time.Now().Unix()},
+				Properties: map[string]string{"process": report.ProcessAdmission, "generated-resources": ""},
+			}}})
+	}
 	return out
 }
 
@@ -595,7 +673,10 @@ func (s *standin) writeGenerated(a admission.Admitted, g generation) {
 	}
 	owner := metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: trigger.GetName(), UID: trigger.GetUID()}
 	policyLabel := "cpol.kyverno.io/" + g.policy
-	if g.namespaced {
+	switch {
+	case g.labelKey != "":
+		policyLabel = g.labelKey
+	case g.namespaced:
 		_, plain, _ := strings.Cut(g.policy, "/")
 		policyLabel = "pol.kyverno.io/" + plain
 	}

@@ -308,10 +308,14 @@ const (
 )
 
 // backgroundControllerResult says whether a result is one of Kyverno's
-// background controller (generate, mutateExisting), which no background
-// scan computes.
+// background controller (generate, mutateExisting, GeneratingPolicy), which
+// no background scan computes.
 func backgroundControllerResult(r wgv1alpha2.PolicyReportResult) bool {
 	_, generated := r.Properties[propertyGeneratedResources]
 	_, patched := r.Properties[propertyPatchedTarget]
-	return generated || patched
+	// GeneratingPolicies are reported by the background controller only.
+	return generated || patched || r.Source == sourceGeneratingPolicy
 }
+
+// sourceGeneratingPolicy is the source of a GeneratingPolicy's results.
+const sourceGeneratingPolicy = "KyvernoGeneratingPolicy"

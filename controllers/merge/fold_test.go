@@ -337,3 +337,40 @@ func TestOneHandlersReportLeavesAnotherHandlersRules(t *testing.T) {
 		t.Fatalf("after a later request: final %q, want %q", got, want2)
 	}
 }
+
+// R45: reports of one request from different handlers of Kyverno, bound
+// to the same content, each merged and deleted before the next arrives
+// (Kyverno's mutating webhook's report of a CREATE is adopted late): a
+// later one stands for the rules it names, never for another handler's
+// results of the same content (seen in the R45 case: a GeneratingPolicy's
+// report took the mutate rule's result with it).
+func TestSameContentReportsOfOtherHandlersStay(t *testing.T) {
+	stored := podObject("a")
+	current := hashOf(t, stored)
+	validate := kyvernoEphemeral("v", current, "r", wgv1alpha2.ResultFail, 10)
+	mutate := kyvernoEphemeral("m", current, "add-label", wgv1alpha2.ResultPass, 11)
+	generate := kyvernoEphemeral("g", "", "clone", wgv1alpha2.ResultPass, 12)
+	client := fakeClient(stored.DeepCopy(), validate.DeepCopy(), mutate.DeepCopy(), generate.DeepCopy())
+	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
+	p := pol(false, true, "r")
+	p.KyvernoOnly = map[string]bool{"add-label": true, "clone": true}
+	m.policies = map[string]PolicyInfo{"p": p}
+	ctx := context.Background()
+	for _, order := range [][]*unstructured.Unstructured{{validate, mutate, generate}, {mutate, validate, generate}} {
+		m.states, m.folds = map[string]*resourceState{}, map[string]*fold{}
+		for _, e := range order {
+			m.Upsert(ctx, apiresources.EphemeralReport, e)
+			if err := m.reconcile(ctx, "u1"); err != nil {
+				t.Fatal(err)
+			}
+			m.Remove(ctx, apiresources.EphemeralReport, e) // merged and deleted
+			if err := m.reconcile(ctx, "u1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const want = "p/add-label=pass admission review;p/clone=pass admission review;p/r=fail admission review;"
+		if got := finalResults(t, m); got != want {
+			t.Errorf("%s first: final %q, want %q", order[0].GetName(), got, want)
+		}
+	}
+}

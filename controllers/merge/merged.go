@@ -105,18 +105,20 @@ func carryRetained(prev *reportPart, next []section, ownHandler func(source, pol
 	return out
 }
 
-// carryOtherHandlers carries the retained results without a content hash
-// (Kyverno's) of the policies the newer sections do not name. Kyverno 1.19
+// carryOtherHandlers carries the retained results (Kyverno's) of the
+// policies the newer sections of the same content hash (or, for results
+// without one, the newer unhashed section) do not name. Kyverno 1.19
 // writes a report per webhook handler for one request (classic Enforce,
-// classic Audit, ValidatingPolicy: kyverno-standin's doc), at other times:
-// a report merged and deleted before the next one of the same request
-// arrived must not take the other handlers' results with it. A newer
-// report stands for the policies it names (a rule of theirs it no longer
-// has is dropped), as Kyverno's reports controller replaces a policy's
-// entries. The results of a rule another handler writes (ownHandler:
-// Kyverno's mutating webhook, its background controller) stand apart: a
-// newer report stands for such a rule only when it names the rule. Callers
-// hold m.mu.
+// classic Audit, ValidatingPolicy, its mutating webhook: kyverno-standin's
+// doc), at other times: a report merged and deleted before the next one of
+// the same request arrived must not take the other handlers' results with
+// it. A newer report stands for the policies it names (a rule of theirs it
+// no longer has is dropped), as Kyverno's reports controller replaces a
+// policy's entries. The results of a rule another handler writes
+// (ownHandler: Kyverno's mutating webhook, its background controller)
+// stand apart: a newer report stands for such a rule only when it names
+// the rule. A retained hashed section the newer ones have no section of is
+// left to carryRetained (the content that last counted). Callers hold m.mu.
 func carryOtherHandlers(prev *reportPart, next []section, ownHandler func(source, policy, rule string) bool) []section {
 	type policyKey struct{ source, policy, rule string }
 	keyOf := func(r compactResult) policyKey {
@@ -125,44 +127,55 @@ func carryOtherHandlers(prev *reportPart, next []section, ownHandler func(source
 		}
 		return policyKey{r.meta.source, r.meta.policy, ""}
 	}
-	named := map[policyKey]bool{}
-	unhashed := -1
+	named := map[string]map[policyKey]bool{} // by content hash
+	index := map[string]int{}
 	for i, s := range next {
-		if s.hash == "" {
-			unhashed = i
-			for _, r := range s.results {
-				named[keyOf(r)] = true
-			}
-		}
-	}
-	var carried []compactResult
-	newest := metav1.Timestamp{}
-	for _, s := range prev.sections {
-		if s.hash != "" {
+		if s.hash == seededHash {
 			continue
 		}
+		index[s.hash] = i
+		if named[s.hash] == nil {
+			named[s.hash] = map[policyKey]bool{}
+		}
 		for _, r := range s.results {
-			if !named[keyOf(r)] {
+			named[s.hash][keyOf(r)] = true
+		}
+	}
+	out := slices.Clone(next)
+	for _, s := range prev.sections {
+		if s.hash == seededHash {
+			continue
+		}
+		i, ok := index[s.hash]
+		if !ok && s.hash != "" {
+			continue // carryRetained's
+		}
+		var carried []compactResult
+		for _, r := range s.results {
+			if !named[s.hash][keyOf(r)] {
 				carried = append(carried, r)
 			}
 		}
-		if after(s.newest, newest) {
-			newest = s.newest
+		if len(carried) == 0 {
+			continue
 		}
+		if !ok {
+			out = append(out, section{results: carried, newest: s.newest})
+			index[s.hash] = len(out) - 1
+			named[s.hash] = map[policyKey]bool{}
+			for _, r := range carried {
+				named[s.hash][keyOf(r)] = true
+			}
+			continue
+		}
+		merged := out[i]
+		merged.results = append(slices.Clone(merged.results), carried...)
+		if after(s.newest, merged.newest) {
+			merged.newest = s.newest
+		}
+		out[i] = merged
 	}
-	if len(carried) == 0 {
-		return next
-	}
-	if unhashed < 0 {
-		return append(next, section{results: carried, newest: newest})
-	}
-	s := next[unhashed]
-	s.results = append(slices.Clone(s.results), carried...)
-	if after(newest, s.newest) {
-		s.newest = newest
-	}
-	next[unhashed] = s
-	return next
+	return out
 }
 
 // undone is what an admission part becomes when its report is deleted by
