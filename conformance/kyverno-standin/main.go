@@ -45,7 +45,11 @@
 //	                                                                         results only; nothing mutated;
 //	                                                                         on a CREATE no resource UID,
 //	                                                                         as Kyverno's: adopted by name)
-//	verifyImages, MutatingPolicy    a goroutine not waited for               not written (issues 42, 43)
+//	verifyImages                    a goroutine not waited for               with classic mutate: pass
+//	                                                                         "verified image signatures for
+//	                                                                         IMG" per rule selecting an image
+//	                                                                         (nothing verified)
+//	MutatingPolicy                  a goroutine not waited for               not written
 //	background controller:          after the fact, when its UpdateRequest   generate: a second after the
 //	generate, mutateExisting        is processed: on the trigger, source     request, on the trigger, as
 //	                                background-scan, owned by it             Kyverno's (nothing generated);
@@ -115,6 +119,7 @@ import (
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/wildcard"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -414,7 +419,9 @@ func (s *standin) remember(gvr schema.GroupVersionResource, u *unstructured.Unst
 		s.enforce[name] = enforces(u)
 		delete(s.controlled, name)
 		admission, found, _ := unstructured.NestedBool(u.Object, "spec", "admission")
-		if p, err := catalog.Read(gvr, u); err == nil && (admission || !found) && slices.ContainsFunc(p.Compiled.LeftOut, func(r engine.LeftOutRule) bool { return r.Type == "mutate" || r.Type == "generate" }) {
+		if p, err := catalog.Read(gvr, u); err == nil && (admission || !found) && slices.ContainsFunc(p.Compiled.LeftOut, func(r engine.LeftOutRule) bool {
+			return r.Type == "mutate" || r.Type == "generate" || r.Type == "verifyImages"
+		}) {
 			s.controlled[name] = controllerPolicy{compiled: p.Compiled, resourceVersion: u.GetResourceVersion()}
 		}
 	case gvrValidatingPolicy, gvrNamespacedValidatingPolicy:
@@ -642,6 +649,32 @@ func (t targetRef) String() string {
 	return s
 }
 
+// verifiedImage is the first image of a Pod's containers that a
+// verifyImages rule's imageReferences select (and its skipImageReferences
+// do not), or "".
+func verifiedImage(r kyvernov1.Rule, pod map[string]any) string {
+	if r.VerifyImages == nil {
+		return ""
+	}
+	var entries []struct{ ImageReferences, SkipImageReferences []string }
+	if err := json.Unmarshal(r.VerifyImages.Raw, &entries); err != nil {
+		return ""
+	}
+	spec, _, _ := unstructured.NestedMap(pod, "spec")
+	for _, field := range []string{"initContainers", "containers", "ephemeralContainers"} {
+		containers, _ := spec[field].([]any)
+		for _, c := range containers {
+			image, _, _ := unstructured.NestedString(c.(map[string]any), "image")
+			for _, e := range entries {
+				if wildcard.Any(e.ImageReferences, image) && !wildcard.Any(e.SkipImageReferences, image) {
+					return image
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // mutatesExisting says whether a mutate rule has targets (mutateExisting).
 func mutatesExisting(r kyvernov1.Rule) bool {
 	if r.Mutate == nil {
@@ -715,16 +748,27 @@ func (s *standin) mutated(a admission.Admitted, obj map[string]any) ([]wgv1alpha
 			continue
 		}
 		for _, r := range mp.compiled.LeftOutApplying(obj, nil) {
-			if r.Type != "mutate" || mutatesExisting(r.Raw) {
-				continue // mutateExisting: the background controller's (generated)
-			}
 			process := report.ProcessAdmission
 			if s.background[name] {
 				process = report.ProcessBackground
 			}
-			message := fmt.Sprintf("mutated %s/%s", a.Subject.Kind, a.Subject.Name)
-			if a.Subject.Namespace != "" {
-				message += " in namespace " + a.Subject.Namespace
+			var message string
+			switch {
+			case r.Type == "verifyImages":
+				// The stand-in verifies nothing: every image a rule selects
+				// is reported verified, as Kyverno reports a signed one.
+				image := verifiedImage(r.Raw, obj)
+				if image == "" {
+					continue
+				}
+				message = "verified image signatures for " + image
+			case r.Type == "mutate" && !mutatesExisting(r.Raw): // mutateExisting: the background controller's (generated)
+				message = fmt.Sprintf("mutated %s/%s", a.Subject.Kind, a.Subject.Name)
+				if a.Subject.Namespace != "" {
+					message += " in namespace " + a.Subject.Namespace
+				}
+			default:
+				continue
 			}
 			results = append(results, wgv1alpha2.PolicyReportResult{
 				Source: engine.SourceKyverno, Policy: name, Rule: r.Name, Result: wgv1alpha2.ResultPass, Scored: true, Timestamp: now,
