@@ -14,7 +14,7 @@ import (
 // (R46): the policy is applied with Kubernetes' patchers and the mutated
 // resource compared with patchedResources.
 func TestMutatingPolicyExpectations(t *testing.T) {
-	for _, dir := range []string{"add-labels", "json-patch"} {
+	for _, dir := range []string{"add-labels", "json-patch", "namespaced", "exception"} {
 		outcomes, err := RunFile(context.Background(), filepath.Join("testdata", "mpol", dir, TestFileName))
 		if err != nil {
 			t.Fatal(err)
@@ -94,6 +94,17 @@ func TestMutatingAdmissionPolicy(t *testing.T) {
 		if g.Result != w.Result || g.Message != w.Message || g.Rule != "set-env-label" || g.Policy != "set-env-label" ||
 			g.Source != engine.SourceMutatingAdmissionPolicy || g.Properties[engine.PropertyMAPBinding] != "set-env-label-prod" {
 			t.Errorf("%s: got %+v, want %s %q, rule set-env-label, mapBinding set-env-label-prod", r.name, g, w.Result, w.Message)
+		}
+	}
+}
+
+// A NamespacedMutatingPolicy applies in its own namespace only.
+func TestNamespacedMutatingPolicyStaysInItsNamespace(t *testing.T) {
+	l := runAndLoad(t, filepath.Join("testdata", "mpol", "namespaced", TestFileName), 2)
+	for _, r := range l.resources {
+		_, _, matched := l.policies[0].Policy.Mutate(context.Background(), l.request(l.policies[0], r, ""))
+		if want := r.namespace == "shop"; matched != want {
+			t.Errorf("%s/%s: applied %v, want %v", r.namespace, r.name, matched, want)
 		}
 	}
 }
