@@ -69,7 +69,7 @@ func CompileMutatingAdmissionPolicy(p *admissionregistrationv1beta1.MutatingAdmi
 		gvk := gv.WithKind(pk.Kind)
 		paramKind = &gvk
 	}
-	m, _ := compileMutations(kindMutatingAdmPol, p.Name, spec, paramKind != nil)
+	m, _ := compileMutations(kindMutatingAdmPol, p.Name, spec, paramKind != nil, false)
 	if m.env == nil {
 		return nil, fmt.Errorf("%s %s: no CEL environment", kindMutatingAdmPol, p.Name)
 	}

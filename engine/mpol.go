@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/match"
 )
 
@@ -68,7 +70,7 @@ func CompileMutatingPolicy(mp *policiesv1.MutatingPolicy) (*Policy, error) {
 	if len(spec.Mutations) == 0 {
 		return nil, fmt.Errorf("%s %s: spec.mutations: at least one mutation is required", kind, name)
 	}
-	m, errs := compileMutations(kind, name, spec, false)
+	m, errs := compileMutations(kind, name, spec, false, true)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s %s: %w", kind, name, errors.Join(errs...))
 	}
@@ -82,12 +84,17 @@ func CompileMutatingPolicy(mp *policiesv1.MutatingPolicy) (*Policy, error) {
 
 // compileMutations compiles a mutating policy's variables, match
 // conditions and mutations with Kubernetes' compiler (params declared when
-// hasParams), each error naming its field. The patchers keep the errors
-// of the expressions they could not compile, and return them when applied.
-func compileMutations(kind, name string, spec policiesv1.MutatingPolicySpec, hasParams bool) (*mutatingPolicy, []error) {
+// hasParams; Kyverno's pure CEL functions with kyvernoLibs), each error
+// naming its field. The patchers keep the errors of the expressions they
+// could not compile, and return them when applied.
+func compileMutations(kind, name string, spec policiesv1.MutatingPolicySpec, hasParams, kyvernoLibs bool) (*mutatingPolicy, []error) {
 	m := &mutatingPolicy{kind: kind, spec: spec, background: spec.BackgroundEnabled()}
 	m.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
-	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	envSet, err := mutationEnv(kyvernoLibs)
+	if err != nil {
+		return m, []error{fmt.Errorf("CEL environment: %w", err)}
+	}
+	compiler, err := plugincel.NewCompositedCompiler(envSet)
 	if err != nil {
 		return m, []error{fmt.Errorf("CEL environment: %w", err)}
 	}
@@ -137,6 +144,23 @@ func compileMutations(kind, name string, spec policiesv1.MutatingPolicySpec, has
 	}
 	m.env = compiler.CompositionEnv
 	return m, errs
+}
+
+// mutationEnvs are the environments of mutating policies: Kubernetes'
+// (MutatingAdmissionPolicy), and Kubernetes' with Kyverno's pure functions
+// (MutatingPolicy), each built once.
+var mutationEnvs = sync.OnceValues(func() (*environment.EnvSet, error) {
+	return environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Extend(environment.VersionedOptions{
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions:        cel.PureLibraries(),
+	})
+})
+
+func mutationEnv(kyvernoLibs bool) (*environment.EnvSet, error) {
+	if !kyvernoLibs {
+		return environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()), nil
+	}
+	return mutationEnvs()
 }
 
 func patchField(t admissionregistrationv1beta1.PatchType) string {

@@ -186,3 +186,30 @@ func BenchmarkMutatingPolicy(b *testing.B) {
 		})
 	}
 }
+
+// A MutatingPolicy may call Kyverno's CEL functions that read nothing but
+// their arguments; one that reads the cluster is refused, naming it.
+func TestMutatingPolicyKyvernoFunctions(t *testing.T) {
+	p := mutatingPolicy(t, mpolHeader+`
+  variables:
+  - {name: registry, expression: 'image(object.spec.containers[0].image).registry()'}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{metadata: Object.metadata{annotations: {"registry": variables.registry, "digest": sha256("x")}}}'
+`)
+	got := p.Evaluate(context.Background(), &engine.Request{Object: pod(t, podWithTeam), Background: true})
+	if len(got) != 1 || got[0].Result != engine.Fail || got[0].Message != "mutation is not applied" {
+		t.Errorf("got %+v, want fail: the annotations are not there", got)
+	}
+	var obj map[string]any
+	_ = yaml.Unmarshal([]byte(mpolHeader+`
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: 'Object{metadata: Object.metadata{labels: resource.Get("v1", "configmaps", "default", "x").data}}'}
+`), &obj)
+	mp, _ := policiesv1.MutatingFromObject(obj)
+	if _, err := engine.CompileMutatingPolicy(mp); err == nil || !strings.Contains(err.Error(), "spec.mutations[0]") || !strings.Contains(err.Error(), "resource") {
+		t.Errorf("got %v, want the call to resource.Get refused", err)
+	}
+}

@@ -19,15 +19,25 @@ import (
 )
 
 // kyvernoLibraries are the functions Kyverno adds to a ValidatingPolicy's
-// environment that need no cluster: json, yaml, hashes, service account
-// names, image references, time and math.round. Kyverno's library version 1.18 spells every member both ways
-// (json.unmarshal and json.Unmarshal), and so does tally.
-//
-// The calls that read a cluster (resource.*, http.*, globalContext.*,
-// image.GetMetadata) are members of variables served by the evaluation's
-// data (Input.Data); without it they fail with an error naming the call,
-// which the policy's result reports.
+// environment: the pure ones (pureLibraries), and the calls that read a
+// cluster (resource.*, http.*, globalContext.*, image.GetMetadata), members
+// of variables served by the evaluation's data (Input.Data); without it
+// they fail with an error naming the call, which the policy's result
+// reports.
 func kyvernoLibraries() []celgo.EnvOption {
+	opts := pureLibraries()
+	opts = append(opts, resourceLibrary()...)
+	opts = append(opts, httpLibrary()...)
+	opts = append(opts, imageDataLibrary()...)
+	opts = append(opts, globalContextLibrary()...)
+	return opts
+}
+
+// pureLibraries are the functions that need no cluster: json, yaml,
+// hashes, service account names, image references, time and math.round.
+// Kyverno's library version 1.18 spells every member both ways
+// (json.unmarshal and json.Unmarshal), and so does tally.
+func pureLibraries() []celgo.EnvOption {
 	var opts []celgo.EnvOption
 	// both declares ns.name and ns.Name, each with its own overload ids.
 	both := func(ns, name string, overloads func(id string) []celgo.FunctionOpt) {
@@ -52,10 +62,6 @@ func kyvernoLibraries() []celgo.EnvOption {
 		both("hash", h.name, unary(celgo.StringType, celgo.StringType, fn))
 	}
 	opts = append(opts, imageLibrary()...)
-	opts = append(opts, resourceLibrary()...)
-	opts = append(opts, httpLibrary()...)
-	opts = append(opts, imageDataLibrary()...)
-	opts = append(opts, globalContextLibrary()...)
 	opts = append(opts, timeLibrary()...)
 	opts = append(opts, celgo.Function("math.round", celgo.Overload("math_round_double_int", []*celgo.Type{celgo.DoubleType, celgo.IntType}, celgo.DoubleType,
 		celgo.BinaryBinding(roundTo))))
@@ -63,6 +69,14 @@ func kyvernoLibraries() []celgo.EnvOption {
 	both("user", "parseServiceAccount", unary(celgo.StringType, celgo.DynType, parseServiceAccount))
 	return opts
 }
+
+// PureLibraries are Kyverno's CEL functions that read nothing but their
+// arguments (json, yaml, hashes, image references, time, math.round,
+// parseServiceAccount): what a MutatingPolicy, compiled by Kubernetes'
+// own machinery, can call. The ones that read the cluster or the network
+// (resource, http, imageData, globalContext) need variables of the
+// evaluation that machinery does not bind.
+func PureLibraries() []celgo.EnvOption { return pureLibraries() }
 
 func jsonUnmarshal(v ref.Val) ref.Val {
 	s, ok := v.Value().(string)
