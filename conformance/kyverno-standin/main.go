@@ -33,8 +33,11 @@
 //	ValidatingPolicy (and the       before the answer: the handler waits     before the answer: created
 //	namespaced kind)                for its report; none when a Deny policy  in the Sink, which the
 //	                                matched (see below)                      bridge calls before answering
-//	ImageValidatingPolicy           before the answer (waits)                not written: tally evaluates
-//	                                                                         no image policy (issue 42)
+//	ImageValidatingPolicy           before the answer (waits)                before the answer, its own
+//	                                                                         report: pass "success" per
+//	                                                                         policy selecting the object and
+//	                                                                         one of its images (nothing
+//	                                                                         verified)
 //	ValidatingAdmissionPolicy       none (the API server evaluates VAPs;     none
 //	                                reported in the background only)
 //	classic mutate                  a goroutine not waited for               a goroutine, its own report:
@@ -164,7 +167,7 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 	}
 	reg := prometheus.NewRegistry()
 	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, controlled: map[string]controllerPolicy{},
-		generating: map[string]generatingPolicy{}, ctx: ctx,
+		generating: map[string]matchedPolicy{}, imageValidating: map[string]matchedPolicy{}, ctx: ctx,
 		created: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kyverno_standin_reports_created_total", Help: "EphemeralReports and ClusterEphemeralReports written, by kind.",
 		}, []string{"kind"})}
@@ -218,10 +221,16 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 			defer src.Stop()
 		}
 	}
-	// Kyverno's background controller reports GeneratingPolicies.
-	if _, err := dyn.Resource(gvrGeneratingPolicy).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
-		src := watch.Start(ctx, dyn, gvrGeneratingPolicy, gpolWatch{s})
-		defer src.Stop()
+	// Kyverno's background controller reports GeneratingPolicies, its
+	// webhook ImageValidatingPolicies.
+	for gvr, into := range map[schema.GroupVersionResource]func(*standin) map[string]matchedPolicy{
+		gvrGeneratingPolicy:      func(s *standin) map[string]matchedPolicy { return s.generating },
+		gvrImageValidatingPolicy: func(s *standin) map[string]matchedPolicy { return s.imageValidating },
+	} {
+		if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
+			src := watch.Start(ctx, dyn, gvr, matchedWatch{s: s, into: into})
+			defer src.Stop()
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -239,6 +248,7 @@ var (
 	gvrMutatingPolicy             = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "mutatingpolicies"}
 	gvrNamespacedMutatingPolicy   = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedmutatingpolicies"}
 	gvrGeneratingPolicy           = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "generatingpolicies"}
+	gvrImageValidatingPolicy      = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "imagevalidatingpolicies"}
 )
 
 // celStatus keeps the status of CEL policies as Kyverno's admission
@@ -311,22 +321,40 @@ type standin struct {
 	// background controller).
 	controlled map[string]controllerPolicy
 	// generating are the GeneratingPolicies (Kyverno's background
-	// controller reports them on their triggers), by name.
-	generating map[string]generatingPolicy
+	// controller reports them on their triggers), imageValidating the
+	// ImageValidatingPolicies (its webhook reports them at admission), by
+	// name.
+	generating, imageValidating map[string]matchedPolicy
 }
 
-// generatingPolicy is a GeneratingPolicy: what selects its triggers (its
-// constraints and match conditions, compiled as a ValidatingPolicy that
-// always passes) and its resourceVersion.
-type generatingPolicy struct {
-	triggers        *engine.Policy
+// matchedPolicy is a CEL policy kind tally does not evaluate, as the
+// stand-in reads it: what selects its resources (its constraints and
+// match conditions, compiled as a ValidatingPolicy that always passes),
+// its image references (ImageValidatingPolicy) and its resourceVersion.
+type matchedPolicy struct {
+	selects         *engine.Policy
+	images          []string // globs of spec.matchImageReferences
+	background      bool     // spec.evaluation.background.enabled
 	resourceVersion string
 }
 
-// gpolWatch keeps the stand-in's GeneratingPolicies.
-type gpolWatch struct{ s *standin }
+// applies says whether the policy selects an admitted object.
+func (p matchedPolicy) applies(ctx context.Context, obj map[string]any) bool {
+	for _, r := range p.selects.Evaluate(ctx, &engine.Request{Object: obj}) {
+		if !r.ConditionsNotMet {
+			return true
+		}
+	}
+	return false
+}
 
-func (w gpolWatch) Upsert(ctx context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
+// matchedWatch keeps the stand-in's policies of one such kind.
+type matchedWatch struct {
+	s    *standin
+	into func(*standin) map[string]matchedPolicy
+}
+
+func (w matchedWatch) Upsert(ctx context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
 	vp, err := policiesv1.FromObject(map[string]any{
 		"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": map[string]any{"name": u.GetName()},
@@ -335,33 +363,41 @@ func (w gpolWatch) Upsert(ctx context.Context, _ schema.GroupVersionResource, u 
 			"validations": []any{map[string]any{"expression": "true"}},
 		},
 	})
-	var triggers *engine.Policy
+	var selects *engine.Policy
 	if err == nil {
-		triggers, err = engine.CompileValidatingPolicy(vp)
+		selects, err = engine.CompileValidatingPolicy(vp)
+	}
+	var images []string
+	refs, _, _ := unstructured.NestedSlice(u.Object, "spec", "matchImageReferences")
+	for _, r := range refs {
+		if glob, _, _ := unstructured.NestedString(r.(map[string]any), "glob"); glob != "" {
+			images = append(images, glob)
+		}
 	}
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
 	if err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "GeneratingPolicy not understood by the stand-in", "policy", u.GetName())
-		delete(w.s.generating, u.GetName())
+		logr.FromContextOrDiscard(ctx).Error(err, "policy not understood by the stand-in", "kind", u.GetKind(), "policy", u.GetName())
+		delete(w.into(w.s), u.GetName())
 		return
 	}
-	w.s.generating[u.GetName()] = generatingPolicy{triggers: triggers, resourceVersion: u.GetResourceVersion()}
+	background, found, _ := unstructured.NestedBool(u.Object, "spec", "evaluation", "background", "enabled")
+	w.into(w.s)[u.GetName()] = matchedPolicy{selects: selects, images: images, background: background || !found, resourceVersion: u.GetResourceVersion()}
 }
-func (w gpolWatch) Remove(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (w matchedWatch) Remove(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
-	delete(w.s.generating, u.GetName())
+	delete(w.into(w.s), u.GetName())
 }
-func (w gpolWatch) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (w matchedWatch) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	w.s.mu.Lock()
-	clear(w.s.generating)
+	clear(w.into(w.s))
 	w.s.mu.Unlock()
 	for _, u := range objs {
 		w.Upsert(ctx, gvr, u)
 	}
 }
-func (gpolWatch) Listed(context.Context, schema.GroupVersionResource) {}
+func (matchedWatch) Listed(context.Context, schema.GroupVersionResource) {}
 
 // controllerPolicy is a classic policy with mutate or generate rules.
 type controllerPolicy struct {
@@ -496,6 +532,7 @@ func (s *standin) write(a admission.Admitted) {
 	}
 	obj := s.controlledObject(a)
 	generated := s.generated(a, obj)
+	images, imageLabels := s.imagesValidated(obj)
 	mutated, mutateLabels := s.mutated(a, obj)
 	groups[groupMutate] = mutated
 	if len(mutateLabels) > 0 { // the request's labels are the bridge's: never changed in place
@@ -529,16 +566,58 @@ func (s *standin) write(a admission.Admitted) {
 		}
 		go s.create(gvr, obj)
 	}
+	if len(images) > 0 {
+		// Kyverno's ImageValidatingPolicy handler writes its report before
+		// it answers, as the ValidatingPolicy handler does.
+		if gvr, obj, err := s.ephemeralReport(a, images, imageLabels); err == nil {
+			s.create(gvr, obj)
+		}
+	}
 	for _, g := range generated {
 		go s.writeGenerated(a, g)
 	}
+}
+
+// imagesValidated are the results of the ImageValidatingPolicies that
+// select an admitted CREATE or UPDATE and one of its images, as Kyverno's
+// webhook reports them (rule = policy, source KyvernoImageValidatingPolicy;
+// the stand-in verifies nothing: "success"), and their policies' labels.
+// The caller holds s.mu.
+func (s *standin) imagesValidated(obj map[string]any) ([]wgv1alpha2.PolicyReportResult, map[string]string) {
+	if obj == nil {
+		return nil, nil
+	}
+	var results []wgv1alpha2.PolicyReportResult
+	labels := map[string]string{}
+	for name, p := range s.imageValidating {
+		if !p.applies(s.ctx, obj) || !hasImage(obj, p.images) {
+			continue
+		}
+		process := report.ProcessBackground // spec.evaluation.background, on by default
+		if !p.background {
+			process = report.ProcessAdmission
+		}
+		results = append(results, wgv1alpha2.PolicyReportResult{
+			Source: "KyvernoImageValidatingPolicy", Policy: name, Rule: name, Result: wgv1alpha2.ResultPass, Scored: true,
+			Message: "success", Timestamp: metav1.Timestamp{Seconds: time.Now().Unix()},
+			Properties: map[string]string{"process": process},
+		})
+		labels["ivpol.kyverno.io/"+name] = p.resourceVersion
+	}
+	return results, labels
+}
+
+// hasImage says whether a Pod has an image one of the globs selects (any
+// image when there are none).
+func hasImage(pod map[string]any, globs []string) bool {
+	return slices.ContainsFunc(podImages(pod), func(image string) bool { return len(globs) == 0 || wildcard.Any(globs, image) })
 }
 
 // controlledObject is the object of an admitted CREATE or UPDATE that
 // Kyverno's mutating webhook and background controller act on, or nil
 // (none of their policies, another operation). The caller holds s.mu.
 func (s *standin) controlledObject(a admission.Admitted) map[string]any {
-	if (len(s.controlled) == 0 && len(s.generating) == 0) || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
+	if (len(s.controlled) == 0 && len(s.generating) == 0 && len(s.imageValidating) == 0) || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
 		return nil
 	}
 	var obj map[string]any
@@ -618,11 +697,7 @@ func (s *standin) generated(a admission.Admitted, obj map[string]any) []generati
 	// successfully", process always admission review (as Kyverno 1.19);
 	// the stand-in generates nothing, so generated-resources is empty.
 	for name, gp := range s.generating {
-		matched := false
-		for _, r := range gp.triggers.Evaluate(s.ctx, &engine.Request{Object: obj}) {
-			matched = matched || !r.ConditionsNotMet
-		}
-		if !matched {
+		if !gp.applies(s.ctx, obj) {
 			continue
 		}
 		out = append(out, generation{policy: name, resourceVersion: gp.resourceVersion, labelKey: "gpol.kyverno.io/" + name,
@@ -660,19 +735,32 @@ func verifiedImage(r kyvernov1.Rule, pod map[string]any) string {
 	if err := json.Unmarshal(r.VerifyImages.Raw, &entries); err != nil {
 		return ""
 	}
-	spec, _, _ := unstructured.NestedMap(pod, "spec")
-	for _, field := range []string{"initContainers", "containers", "ephemeralContainers"} {
-		containers, _ := spec[field].([]any)
-		for _, c := range containers {
-			image, _, _ := unstructured.NestedString(c.(map[string]any), "image")
-			for _, e := range entries {
-				if wildcard.Any(e.ImageReferences, image) && !wildcard.Any(e.SkipImageReferences, image) {
-					return image
-				}
+	for _, image := range podImages(pod) {
+		for _, e := range entries {
+			if wildcard.Any(e.ImageReferences, image) && !wildcard.Any(e.SkipImageReferences, image) {
+				return image
 			}
 		}
 	}
 	return ""
+}
+
+// podImages are the images of a Pod's containers, init and ephemeral ones
+// included.
+func podImages(pod map[string]any) []string {
+	var out []string
+	spec, _, _ := unstructured.NestedMap(pod, "spec")
+	for _, field := range []string{"initContainers", "containers", "ephemeralContainers"} {
+		containers, _ := spec[field].([]any)
+		for _, c := range containers {
+			if m, ok := c.(map[string]any); ok {
+				if image, _, _ := unstructured.NestedString(m, "image"); image != "" {
+					out = append(out, image)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // mutatesExisting says whether a mutate rule has targets (mutateExisting).

@@ -374,3 +374,57 @@ func TestSameContentReportsOfOtherHandlersStay(t *testing.T) {
 		}
 	}
 }
+
+// The same, in every order and every way the reports may be folded
+// together before a merge.
+func TestOtherHandlersResultsStayInAnyOrder(t *testing.T) {
+	stored := podObject("a")
+	current := hashOf(t, stored)
+	reports := []*unstructured.Unstructured{
+		kyvernoEphemeral("v", current, "r", wgv1alpha2.ResultFail, 10),
+		kyvernoEphemeral("m", current, "add-label", wgv1alpha2.ResultPass, 11),
+		kyvernoEphemeral("g", "", "clone", wgv1alpha2.ResultPass, 12),
+		kyvernoEphemeral("x", "", "target", wgv1alpha2.ResultPass, 13),
+	}
+	const want = "p/add-label=pass admission review;p/clone=pass admission review;p/r=fail admission review;p/target=pass admission review;"
+	var permute func(prefix, rest []int)
+	ctx := context.Background()
+	permute = func(prefix, rest []int) {
+		if len(rest) > 0 {
+			for i := range rest {
+				next := append(append([]int{}, rest[:i]...), rest[i+1:]...)
+				permute(append(append([]int{}, prefix...), rest[i]), next)
+			}
+			return
+		}
+		for pattern := range 1 << (len(prefix) - 1) { // bit i: merge after the i-th report
+			client := fakeClient(stored.DeepCopy(), reports[0].DeepCopy(), reports[1].DeepCopy(), reports[2].DeepCopy(), reports[3].DeepCopy())
+			m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
+			p := pol(false, true, "r")
+			p.KyvernoOnly = map[string]bool{"add-label": true, "clone": true, "target": true}
+			m.policies = map[string]PolicyInfo{"p": p}
+			var pending []*unstructured.Unstructured
+			for i, ri := range prefix {
+				m.Upsert(ctx, apiresources.EphemeralReport, reports[ri])
+				pending = append(pending, reports[ri])
+				if i < len(prefix)-1 && pattern&(1<<i) == 0 {
+					continue
+				}
+				if err := m.reconcile(ctx, "u1"); err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range pending {
+					m.Remove(ctx, apiresources.EphemeralReport, e) // merged and deleted
+				}
+				pending = nil
+				if err := m.reconcile(ctx, "u1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := finalResults(t, m); got != want {
+				t.Errorf("order %v, merges %04b: final %q, want %q", prefix, pattern, got, want)
+			}
+		}
+	}
+	permute(nil, []int{0, 1, 2, 3})
+}

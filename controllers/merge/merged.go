@@ -66,7 +66,8 @@ func (m *Merger) deleteMerged(ctx context.Context, uid string, ref reportRef) er
 	return fmt.Errorf("delete merged %s %s/%s: %w", ref.gvr.Resource, ref.namespace, ref.name, err)
 }
 
-// carryRetained returns the sections of a retained admission part that a
+// carryRetained returns the sections of a retained admission part (prev,
+// or the one prev replaced when prev itself was not merged yet) that a
 // newer report of the same resource keeps: the section that last counted
 // (the results of the content the resource had, which a forged review for
 // other content must not erase) unless the newer report has that content's
@@ -78,6 +79,12 @@ func (m *Merger) deleteMerged(ctx context.Context, uid string, ref reportRef) er
 // the one of the policy's validate rules (mutate, generate, verifyImages:
 // PolicyInfo.KyvernoOnly): each of those rules stands apart.
 func carryRetained(prev *reportPart, next []section, ownHandler func(source, policy, rule string) bool) []section {
+	if prev.present && !prev.retained && prev.before != nil && prev.before.retained {
+		// prev, not merged yet, is replaced (a fold of Kyverno's reports
+		// made again with one more): what the last merge kept is carried
+		// as it was into prev.
+		prev = prev.before
+	}
 	if !prev.present || !prev.retained {
 		return next
 	}
