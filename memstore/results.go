@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"fmt"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"sort"
 )
 
@@ -158,20 +159,18 @@ func (w *WriteTxn) SetResults(uid string, results []Result) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("set results of %s: %w", uid, err)
 	}
-	type key struct{ source, policy, rule string }
-	prev := map[key]Result{}
+	prev := map[wgv1alpha2.ResultKey]Result{}
 	if set != nil {
 		for _, r := range set.results {
-			e := r.Value()
-			prev[key{e.Source, e.Policy, e.Rule}] = r
+			prev[r.Value().Key()] = r
 		}
 	}
 	changed := len(prev) != len(results)
 	merged := make([]Result, 0, len(results))
-	seen := make(map[key]bool, len(results))
+	seen := make(map[wgv1alpha2.ResultKey]bool, len(results))
 	for _, r := range results {
 		e := r.Value()
-		k := key{e.Source, e.Policy, e.Rule}
+		k := e.Key()
 		if seen[k] {
 			return false, fmt.Errorf("set results of %s: two results for %s/%s", uid, e.Policy, e.Rule)
 		}

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"fmt"
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"time"
 	"unique"
 
@@ -94,6 +95,11 @@ type Entry struct {
 	// Properties is the entry's properties in the caller's canonical
 	// encoding (a string, so that Entry is comparable).
 	Properties string
+}
+
+// Key is the entry's result identity (source, policy, rule).
+func (e Entry) Key() wgv1alpha2.ResultKey {
+	return wgv1alpha2.ResultKey{Source: e.Source, Policy: e.Policy, Rule: e.Rule}
 }
 
 // Result is the current result of one rule of one policy for one resource:

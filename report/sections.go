@@ -94,13 +94,16 @@ func Sections(results []wgv1alpha2.PolicyReportResult, fallback string) []Sectio
 // content the resource does not have adds a section of its own. The output
 // is sorted by policy, rule and content hash.
 func FoldAdmission(have, incoming []wgv1alpha2.PolicyReportResult) []wgv1alpha2.PolicyReportResult {
-	type key struct{ hash, source, policy, rule string }
+	type key struct {
+		hash string
+		wgv1alpha2.ResultKey
+	}
 	keyOf := func(r *wgv1alpha2.PolicyReportResult) key {
-		source := r.Source
-		if source == "" {
-			source = Source // older writers leave the classic source out
+		k := key{HashOf(r, ""), r.Key()}
+		if k.Source == "" {
+			k.Source = Source // older writers leave the classic source out
 		}
-		return key{HashOf(r, ""), source, r.Policy, r.Rule}
+		return k
 	}
 	byKey := make(map[key]wgv1alpha2.PolicyReportResult, len(have)+len(incoming))
 	for _, r := range have {

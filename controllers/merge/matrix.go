@@ -53,8 +53,6 @@ type Input struct {
 	Filter   Filter
 }
 
-type ruleKey struct{ source, policy, rule string }
-
 // PolicyKey is a policy's key in Input.Policies: its name for a classic
 // policy (source kyverno), its source and name for a CEL policy, so that a
 // ValidatingPolicy and a ClusterPolicy of the same name are told apart.
@@ -85,14 +83,14 @@ func PolicyKey(source, policy string) string {
 // passes for Enforce rules, while existing resources report whatever the
 // background scan found when background is on.
 func Merge(in Input) []wgv1alpha2.PolicyReportResult {
-	chosen := make(map[ruleKey]wgv1alpha2.PolicyReportResult, len(in.Background)+len(in.Admission))
-	backgroundSeen := make(map[ruleKey]bool, len(in.Background))
+	chosen := make(map[wgv1alpha2.ResultKey]wgv1alpha2.PolicyReportResult, len(in.Background)+len(in.Admission))
+	backgroundSeen := make(map[wgv1alpha2.ResultKey]bool, len(in.Background))
 	for _, r := range in.Background {
 		p, ok := in.Policies[PolicyKey(r.Source, r.Policy)]
 		if !ok || !p.Background || !(p.AnyRule || p.Rules[r.Rule]) {
 			continue
 		}
-		k := ruleKey{r.Source, r.Policy, r.Rule}
+		k := r.Key()
 		backgroundSeen[k] = true
 		chosen[k] = r
 	}
@@ -102,7 +100,7 @@ func Merge(in Input) []wgv1alpha2.PolicyReportResult {
 		if !ok || !p.Admission || !(p.AnyRule || p.Rules[r.Rule] || kyvernoOnly) {
 			continue
 		}
-		k := ruleKey{r.Source, r.Policy, r.Rule}
+		k := r.Key()
 		if p.Background && in.BackgroundCurrent && !backgroundSeen[k] && !kyvernoOnly {
 			continue // the current background scan says the rule no longer applies
 		}
@@ -113,7 +111,7 @@ func Merge(in Input) []wgv1alpha2.PolicyReportResult {
 	}
 	out := make([]wgv1alpha2.PolicyReportResult, 0, len(chosen))
 	for k, r := range chosen {
-		p := in.Policies[PolicyKey(k.source, k.policy)]
+		p := in.Policies[PolicyKey(k.Source, k.Policy)]
 		if p.ReportsDisabled {
 			continue
 		}

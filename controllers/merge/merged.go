@@ -127,14 +127,16 @@ func carryRetained(prev *reportPart, next []section, ownHandler func(source, pol
 // the rule. A retained hashed section the newer ones have no section of is
 // left to carryRetained (the content that last counted). Callers hold m.mu.
 func carryOtherHandlers(prev *reportPart, next []section, ownHandler func(source, policy, rule string) bool) []section {
-	type policyKey struct{ source, policy, rule string }
-	keyOf := func(r compactResult) policyKey {
+	// A policy's results go together (rule ""), another handler's rule's
+	// apart.
+	keyOf := func(r compactResult) wgv1alpha2.ResultKey {
+		k := wgv1alpha2.ResultKey{Source: r.meta.source, Policy: r.meta.policy}
 		if ownHandler != nil && ownHandler(r.meta.source, r.meta.policy, r.meta.rule) {
-			return policyKey{r.meta.source, r.meta.policy, r.meta.rule}
+			k.Rule = r.meta.rule
 		}
-		return policyKey{r.meta.source, r.meta.policy, ""}
+		return k
 	}
-	named := map[string]map[policyKey]bool{} // by content hash
+	named := map[string]map[wgv1alpha2.ResultKey]bool{} // by content hash
 	index := map[string]int{}
 	for i, s := range next {
 		if s.hash == seededHash {
@@ -142,7 +144,7 @@ func carryOtherHandlers(prev *reportPart, next []section, ownHandler func(source
 		}
 		index[s.hash] = i
 		if named[s.hash] == nil {
-			named[s.hash] = map[policyKey]bool{}
+			named[s.hash] = map[wgv1alpha2.ResultKey]bool{}
 		}
 		for _, r := range s.results {
 			named[s.hash][keyOf(r)] = true
@@ -169,7 +171,7 @@ func carryOtherHandlers(prev *reportPart, next []section, ownHandler func(source
 		if !ok {
 			out = append(out, section{results: carried, newest: s.newest})
 			index[s.hash] = len(out) - 1
-			named[s.hash] = map[policyKey]bool{}
+			named[s.hash] = map[wgv1alpha2.ResultKey]bool{}
 			for _, r := range carried {
 				named[s.hash][keyOf(r)] = true
 			}
@@ -294,15 +296,15 @@ func chosenFrom(final, admission []wgv1alpha2.PolicyReportResult) bool {
 	}
 	// The rule and the time: the merge may turn a fail into a warn (R24).
 	type key struct {
-		source, policy, rule string
-		at                   metav1.Timestamp
+		wgv1alpha2.ResultKey
+		at metav1.Timestamp
 	}
 	from := make(map[key]bool, len(admission))
 	for _, r := range admission {
-		from[key{r.Source, r.Policy, r.Rule, r.Timestamp}] = true
+		from[key{r.Key(), r.Timestamp}] = true
 	}
 	return slices.ContainsFunc(final, func(r wgv1alpha2.PolicyReportResult) bool {
-		return from[key{r.Source, r.Policy, r.Rule, r.Timestamp}]
+		return from[key{r.Key(), r.Timestamp}]
 	})
 }
 

@@ -38,10 +38,10 @@ type resultEvent struct {
 // and, when success is set, one per policy whose results are all passes and
 // one of which became a pass.
 func resultEvents(before, after []memstore.Result, success bool) []resultEvent {
-	prev := make(map[[2]string]string, len(before))
+	prev := make(map[wgv1alpha2.ResultKey]string, len(before))
 	for _, r := range before {
 		e := r.Value()
-		prev[[2]string{e.Policy, e.Rule}] = e.Result
+		prev[e.Key()] = e.Result
 	}
 	var out []resultEvent
 	passed := map[[2]string]memstore.Entry{} // (source, policy): a result that became a pass
@@ -51,7 +51,7 @@ func resultEvents(before, after []memstore.Result, success bool) []resultEvent {
 		pol := [2]string{e.Source, e.Policy}
 		_, violation := policyevents.StatusOf(wgv1alpha2.Result(e.Result))
 		failing[pol] = failing[pol] || violation
-		if was, ok := prev[[2]string{e.Policy, e.Rule}]; ok && was == e.Result {
+		if was, ok := prev[e.Key()]; ok && was == e.Result {
 			continue // unchanged
 		}
 		switch {

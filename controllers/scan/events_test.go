@@ -13,6 +13,10 @@ func result(policy, rule, res, msg string) memstore.Result {
 	return memstore.NewResult(memstore.Entry{Policy: policy, Rule: rule, Result: res, Message: msg, Source: "kyverno"}, time.Unix(1, 0))
 }
 
+func celResult(source, policy, res string) memstore.Result {
+	return memstore.NewResult(memstore.Entry{Policy: policy, Result: res, Source: source}, time.Unix(1, 0))
+}
+
 func TestResultEventsOnlyOnTransitions(t *testing.T) {
 	failing := result("require-labels", "pods", "fail", "label team is required")
 	pass := func(policy, rule string) memstore.Result { return result(policy, rule, "pass", "ok") }
@@ -63,6 +67,13 @@ func TestResultEventsOnlyOnTransitions(t *testing.T) {
 			after:  []memstore.Result{failing, result("p", "r", "fail", "bad")},
 			want:   []string{"p/r fail"},
 		},
+		// A MutatingPolicy named as a failing ValidatingPolicy: both have
+		// no rule, and are told apart by source.
+		"a policy of another kind with the same name has its own event": {
+			before: []memstore.Result{celResult(engine.SourceValidatingPolicy, "same", "fail")},
+			after:  []memstore.Result{celResult(engine.SourceValidatingPolicy, "same", "fail"), celResult(engine.SourceMutatingPolicy, "same", "fail")},
+			want:   []string{"same/ fail"},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -92,6 +103,9 @@ func TestEventNames(t *testing.T) {
 		{memstore.Entry{Source: engine.SourceValidatingPolicy, Policy: "vp"}, "ValidatingPolicy/vp", "vp"},
 		{memstore.Entry{Source: engine.SourceValidatingPolicy, Policy: "team-a/nvp"}, "NamespacedValidatingPolicy/team-a/nvp", "nvp"},
 		{memstore.Entry{Source: engine.SourceValidatingAdmissionPolicy, Policy: "vap"}, "ValidatingAdmissionPolicy/vap", "vap"},
+		{memstore.Entry{Source: engine.SourceMutatingPolicy, Policy: "mp"}, "MutatingPolicy/mp", "mp"},
+		{memstore.Entry{Source: engine.SourceMutatingPolicy, Policy: "team-a/nmp"}, "NamespacedMutatingPolicy/team-a/nmp", "nmp"},
+		{memstore.Entry{Source: engine.SourceMutatingAdmissionPolicy, Policy: "map"}, "MutatingAdmissionPolicy/map", "map"},
 	} {
 		if got := policyKeyOf(tc.entry); got != tc.key {
 			t.Errorf("policyKeyOf(%v) = %q, want %q", tc.entry, got, tc.key)

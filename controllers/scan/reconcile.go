@@ -213,11 +213,12 @@ func (s *Scanner) seedResults(seeded map[string][]wgv1alpha2.PolicyReportResult)
 			}
 			s.countResults(before, -1)
 			results := make([]memstore.Result, 0, len(entries))
-			seen := make(map[[2]string]bool, len(entries))
+			seen := make(map[wgv1alpha2.ResultKey]bool, len(entries))
 			for _, e := range entries {
-				if k := [2]string{e.Policy, e.Rule}; !seen[k] { // a hand-edited duplicate: the first wins
+				r := storedResult(slim(e))
+				if k := r.Value().Key(); !seen[k] { // a hand-edited duplicate: the first wins
 					seen[k] = true
-					results = append(results, storedResult(slim(e)))
+					results = append(results, r)
 				}
 			}
 			if _, err := w.SetResults(uid, results); err != nil {
