@@ -95,6 +95,7 @@ OPENREPORTS_CASES := rules R(07|08|09|10|15|18|19)-
 FUZZ_TARGETS := \
 	./engine:FuzzCheckPolicy \
 	./engine:FuzzEvaluate \
+	./engine:FuzzMutatingPolicy \
 	./engine/cel:FuzzCompileEvaluate \
 	./tester:FuzzLoadPolicies \
 	./engine/pattern:FuzzValidate \

@@ -11,7 +11,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 )
 
-func mutatingPolicy(t *testing.T, doc string) *engine.Policy {
+func mutatingPolicy(t testing.TB, doc string) *engine.Policy {
 	t.Helper()
 	var obj map[string]any
 	if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
@@ -38,7 +38,7 @@ spec:
     - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods]}
 `
 
-func pod(t *testing.T, doc string) map[string]any {
+func pod(t testing.TB, doc string) map[string]any {
 	t.Helper()
 	var obj map[string]any
 	if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
@@ -173,9 +173,8 @@ func BenchmarkMutatingPolicy(b *testing.B) {
 `},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			t := &testing.T{}
-			p := mutatingPolicy(t, c.policy)
-			obj := pod(t, podWithTeam)
+			p := mutatingPolicy(b, c.policy)
+			obj := pod(b, podWithTeam)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
@@ -212,4 +211,41 @@ func TestMutatingPolicyKyvernoFunctions(t *testing.T) {
 	if _, err := engine.CompileMutatingPolicy(mp); err == nil || !strings.Contains(err.Error(), "spec.mutations[0]") || !strings.Contains(err.Error(), "resource") {
 		t.Errorf("got %v, want the call to resource.Get refused", err)
 	}
+}
+
+// FuzzMutatingPolicy applies MutatingPolicies (an ApplyConfiguration and a
+// JSONPatch, through Kubernetes' patchers) to arbitrary objects: it must
+// never panic, and it gives one result or none.
+func FuzzMutatingPolicy(f *testing.F) {
+	f.Add([]byte(podWithTeam))
+	f.Add([]byte(podWithoutTeam))
+	f.Add([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x","labels":"not a map"},"spec":{"containers":7}}`))
+	f.Add([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x","namespace":"a"},"spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"lots"}}}]}}`))
+	policies := []*engine.Policy{
+		mutatingPolicy(f, mpolHeader+`
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: 'Object{metadata: Object.metadata{labels: {"team": "a"}}}'}
+`),
+		mutatingPolicy(f, mpolHeader+`
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch: {expression: '[JSONPatch{op: "add", path: "/metadata/labels/team", value: "a"}]'}
+`),
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 16<<10 {
+			t.Skip()
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(data, &obj); err != nil || obj == nil {
+			t.Skip()
+		}
+		for _, p := range policies {
+			if got := p.Evaluate(context.Background(), &engine.Request{Object: obj, Background: true}); len(got) > 1 {
+				t.Errorf("%d results, want at most 1", len(got))
+			}
+			p.Mutate(context.Background(), &engine.Request{Object: obj})
+		}
+	})
 }

@@ -25,6 +25,11 @@ func FuzzLoadPolicies(f *testing.F) {
 		more, _ := filepath.Glob(filepath.Join("..", "..", "shared", "corpus", dir, "*.yaml"))
 		seeds = append(seeds, more...)
 	}
+	// MutatingPolicies and a MutatingAdmissionPolicy (compiled by
+	// Kubernetes' machinery).
+	more, _ := filepath.Glob(filepath.Join("testdata", "mpol", "*", "policy.yaml"))
+	seeds = append(seeds, more...)
+	seeds = append(seeds, filepath.Join("testdata", "map", "policy.yaml"))
 	for _, file := range seeds {
 		data, err := os.ReadFile(file)
 		if err != nil {
