@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1beta1 "k8s.io/api/admissionregistration/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
@@ -248,4 +251,55 @@ func FuzzMutatingPolicy(f *testing.F) {
 			p.Mutate(context.Background(), &engine.Request{Object: obj})
 		}
 	})
+}
+
+type noParams struct{}
+
+func (noParams) Params(context.Context, schema.GroupVersionKind, string, string, *metav1.LabelSelector) ([]map[string]any, error) {
+	return nil, nil
+}
+
+// A MutatingAdmissionPolicy without bindings is evaluated on its own
+// constraints; one whose binding finds no params fails (Deny) or passes
+// (Allow), as Kyverno's reports controller reports it.
+func TestMutatingAdmissionPolicyBindings(t *testing.T) {
+	var p admissionregistrationv1beta1.MutatingAdmissionPolicy
+	if err := yaml.Unmarshal([]byte(`
+metadata: {name: add-team}
+spec:
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: 'Object{metadata: Object.metadata{labels: {"team": "a"}}}'}
+`), &p); err != nil {
+		t.Fatal(err)
+	}
+	deny, allow := admissionregistrationv1beta1.DenyAction, admissionregistrationv1beta1.AllowAction
+	binding := func(action *admissionregistrationv1beta1.ParameterNotFoundActionType) *admissionregistrationv1beta1.MutatingAdmissionPolicyBinding {
+		return &admissionregistrationv1beta1.MutatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "b"},
+			Spec: admissionregistrationv1beta1.MutatingAdmissionPolicyBindingSpec{PolicyName: "add-team",
+				ParamRef: &admissionregistrationv1beta1.ParamRef{Name: "missing", ParameterNotFoundAction: action}},
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		bindings []*admissionregistrationv1beta1.MutatingAdmissionPolicyBinding
+		want     engine.RuleResult
+	}{
+		{"no binding", nil, engine.RuleResult{Result: engine.Pass, Message: "mutation is successfully applied"}},
+		{"params missing, Deny", []*admissionregistrationv1beta1.MutatingAdmissionPolicyBinding{binding(&deny)}, engine.RuleResult{Result: engine.Fail, Message: "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"}},
+		{"params missing, Allow", []*admissionregistrationv1beta1.MutatingAdmissionPolicyBinding{binding(&allow)}, engine.RuleResult{Result: engine.Pass, Message: "mutation is successfully applied"}},
+	} {
+		compiled, err := engine.CompileMutatingAdmissionPolicy(&p, c.bindings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := compiled.Evaluate(context.Background(), &engine.Request{Object: pod(t, podWithTeam), Background: true, Params: noParams{}})
+		if len(got) != 1 || got[0].Result != c.want.Result || got[0].Message != c.want.Message || got[0].Rule != "add-team" || got[0].Source != "MutatingAdmissionPolicy" {
+			t.Errorf("%s: got %+v, want %s %q", c.name, got, c.want.Result, c.want.Message)
+		}
+	}
 }
