@@ -40,8 +40,8 @@ type trackedPolicy struct {
 }
 
 // readPolicy converts and compiles a policy object (through the catalog
-// the admission bridge shares; a ValidatingAdmissionPolicy with its
-// bindings); spec is nil for CEL policies.
+// the admission bridge shares; a Validating- or MutatingAdmissionPolicy
+// with its bindings); spec is nil for CEL policies.
 func (s *Scanner) readPolicy(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
 	switch gvr {
 	case apiresources.ValidatingAdmissionPolicy:
