@@ -157,26 +157,12 @@ func (m *mutatingPolicy) throughBinding(e *evaluation, gvr schema.GroupVersionRe
 	if a.paramKind == nil || b.paramRef == nil {
 		return m.mapOutcome(e, gvr, nil, b.name)
 	}
-	ref := b.paramRef
-	ns := ref.Namespace
-	if ns == "" {
-		ns = e.res.Namespace
-	}
-	var params []map[string]any
-	var err error
-	if e.req.Params == nil {
-		err = fmt.Errorf("no params source for %s", a.paramKind.Kind)
-	} else {
-		params, err = e.req.Params.Params(e.ctx, *a.paramKind, ns, ref.Name, ref.Selector)
-	}
-	if err != nil {
-		return m.mapResult(e, RuleResult{Result: Error, Message: "failed to get params: " + err.Error()}, b.name)
-	}
-	if len(params) == 0 {
-		if ref.ParameterNotFoundAction != nil && *ref.ParameterNotFoundAction == admissionregistrationv1.AllowAction {
-			return m.mapResult(e, RuleResult{Result: Pass, Message: MessageMAPApplied}, b.name)
+	params, r, msg, ok := e.bindingParams(*a.paramKind, b.paramRef)
+	if !ok {
+		if r == Pass {
+			msg = MessageMAPApplied
 		}
-		return m.mapResult(e, RuleResult{Result: Fail, Message: "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"}, b.name)
+		return m.mapResult(e, RuleResult{Result: r, Message: msg}, b.name)
 	}
 	var out RuleResult
 	for i, p := range params {
@@ -243,19 +229,12 @@ func (m *mutatingPolicy) mutateAdmissionPolicy(e *evaluation, gvr schema.GroupVe
 		}
 		binding = chosen.name
 		if a.paramKind != nil && chosen.paramRef != nil {
-			ns := chosen.paramRef.Namespace
-			if ns == "" {
-				ns = res.Namespace
-			}
-			if e.req.Params == nil {
-				return nil, m.mapResult(e, RuleResult{Result: Error, Message: "failed to get params: no params source for " + a.paramKind.Kind}, binding), true
-			}
-			found, err := e.req.Params.Params(e.ctx, *a.paramKind, ns, chosen.paramRef.Name, chosen.paramRef.Selector)
+			found, r, msg, ok := e.bindingParams(*a.paramKind, chosen.paramRef)
 			switch {
-			case err != nil:
-				return nil, m.mapResult(e, RuleResult{Result: Error, Message: "failed to get params: " + err.Error()}, binding), true
-			case len(found) > 0:
+			case ok:
 				params = &unstructured.Unstructured{Object: found[0]}
+			case r != Pass:
+				return nil, m.mapResult(e, RuleResult{Result: r, Message: msg}, binding), true
 			}
 		}
 	}

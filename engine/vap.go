@@ -140,26 +140,9 @@ func (v *vap) throughBinding(e *evaluation, b vapBinding) (RuleResult, bool) {
 	if v.paramKind == nil || b.paramRef == nil {
 		return v.outcome(e, nil, b.name), true
 	}
-	ref := b.paramRef
-	ns := ref.Namespace
-	if ns == "" {
-		ns = e.res.Namespace
-	}
-	var params []map[string]any
-	var err error
-	if e.req.Params == nil {
-		err = fmt.Errorf("no params source for %s", v.paramKind.Kind)
-	} else {
-		params, err = e.req.Params.Params(e.ctx, *v.paramKind, ns, ref.Name, ref.Selector)
-	}
-	if err != nil {
-		return v.result(e, Error, "failed to get params: "+err.Error(), b.name), true
-	}
-	if len(params) == 0 {
-		if ref.ParameterNotFoundAction != nil && *ref.ParameterNotFoundAction == admissionregistrationv1.AllowAction {
-			return v.result(e, Pass, "", b.name), true
-		}
-		return v.result(e, Fail, "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction", b.name), true
+	params, r, msg, ok := e.bindingParams(*v.paramKind, b.paramRef)
+	if !ok {
+		return v.result(e, r, msg, b.name), true
 	}
 	var out RuleResult
 	for i, p := range params {
@@ -169,6 +152,33 @@ func (v *vap) throughBinding(e *evaluation, b vapBinding) (RuleResult, bool) {
 		}
 	}
 	return out, true
+}
+
+// bindingParams reads the params objects a binding names for an admission
+// policy of params of that kind (its namespace, else the resource's). When
+// there are none to evaluate with, ok is false and result and msg say what
+// the binding gives: an error reading them, or, none found, a pass (Allow)
+// or a failure (Deny, the default), as Kubernetes reports them.
+func (e *evaluation) bindingParams(kind schema.GroupVersionKind, ref *admissionregistrationv1.ParamRef) (params []map[string]any, result wgv1alpha2.Result, msg string, ok bool) {
+	ns := ref.Namespace
+	if ns == "" {
+		ns = e.res.Namespace
+	}
+	var err error
+	if e.req.Params == nil {
+		err = fmt.Errorf("no params source for %s", kind.Kind)
+	} else {
+		params, err = e.req.Params.Params(e.ctx, kind, ns, ref.Name, ref.Selector)
+	}
+	switch {
+	case err != nil:
+		return nil, Error, "failed to get params: " + err.Error(), false
+	case len(params) > 0:
+		return params, "", "", true
+	case ref.ParameterNotFoundAction != nil && *ref.ParameterNotFoundAction == admissionregistrationv1.AllowAction:
+		return nil, Pass, "", false
+	}
+	return nil, Fail, "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction", false
 }
 
 // outcome evaluates the policy's expressions once (with params, when

@@ -61,14 +61,7 @@ func (l *loaded) checkMutation(ctx context.Context, o *Outcome, tr TestResult, l
 			return
 		}
 	}
-	switch {
-	case !found:
-		o.Status, o.Reason = Failed, fmt.Sprintf("resource %s not found", o.Resource)
-	case !responded:
-		o.Status, o.Reason = Passed, "excluded: the policy does not apply to the resource"
-	default:
-		o.Status = Passed
-	}
+	o.settle(found, responded)
 }
 
 // documentFor finds the document of an object's kind and name.

@@ -270,6 +270,13 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 			return
 		}
 	}
+	o.settle(found, responded)
+}
+
+// settle decides an expectation no result contradicted: its resource was
+// found (else it fails), and the policy applied to it (else it is
+// excluded, which counts as a pass).
+func (o *Outcome) settle(found, responded bool) {
 	switch {
 	case !found:
 		o.Status, o.Reason = Failed, fmt.Sprintf("resource %s not found", o.Resource)
