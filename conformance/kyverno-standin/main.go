@@ -286,7 +286,7 @@ func (c celStatus) Upsert(ctx context.Context, gvr schema.GroupVersionResource, 
 	go func() {
 		ctx, cancel := context.WithTimeout(c.s.ctx, 30*time.Second)
 		defer cancel()
-		if err := scan.WriteReady(ctx, c.s.client, gvr, u, rejected, "Ready", "kyverno", more...); err != nil && ctx.Err() == nil {
+		if err := scan.WriteReady(ctx, c.s.client, gvr, u, time.Now(), rejected, "Ready", "kyverno", more...); err != nil && ctx.Err() == nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "CEL policy status", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()
@@ -434,7 +434,7 @@ func (s *standin) policyLoaded(gvr schema.GroupVersionResource, u *unstructured.
 	go func() {
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 		defer cancel()
-		if err := scan.WriteReady(ctx, s.client, gvr, u, rejected, "Ready", "kyverno"); err != nil && ctx.Err() == nil {
+		if err := scan.WriteReady(ctx, s.client, gvr, u, time.Now(), rejected, "Ready", "kyverno"); err != nil && ctx.Err() == nil {
 			logr.FromContextOrDiscard(ctx).Error(err, "policy status", "policy", u.GetNamespace()+"/"+u.GetName())
 		}
 	}()

@@ -85,7 +85,7 @@ func BenchmarkRescan(b *testing.B) {
 func BenchmarkPolicyScan(b *testing.B) {
 	const pods = 1000
 	s, ctx := rescanBench(b, pods)
-	tp := s.policies.get("disallow-capabilities")
+	tp := s.handlers.policies.get("disallow-capabilities")
 	if tp == nil {
 		b.Fatal("no policy disallow-capabilities")
 	}
@@ -93,7 +93,7 @@ func BenchmarkPolicyScan(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	for b.Loop() {
-		if err := s.scanPolicy(ctx, tp); err != nil {
+		if err := s.evaluator.scanPolicy(ctx, tp); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -113,18 +113,18 @@ func rescanBench(b *testing.B, pods int) (*Scanner, context.Context) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	for _, gvr := range []schema.GroupVersionResource{apiresources.ClusterPolicy, apiresources.Policy, apiresources.PolicyException, apiresources.Namespace} {
-		s.kinds.synced[sourceKey{gvr: gvr}] = true
+		s.handlers.kinds.synced[sourceKey{gvr: gvr}] = true
 	}
-	s.kinds.remember(gvrPods, "", "Pod")
+	s.handlers.kinds.remember(gvrPods, "", "Pod")
 	for _, p := range policies {
 		tp := newTracked(p.Name, apiresources.ClusterPolicy, p)
 		for _, r := range p.Rules {
 			tp.ruleKinds[r.Name] = []schema.GroupVersionResource{gvrPods}
 		}
-		s.policies.put(tp)
+		s.handlers.policies.put(tp)
 	}
 	for i := range pods {
-		s.upsertResource(context.Background(), gvrPods, benchPod(b, i))
+		s.handlers.upsertResource(context.Background(), gvrPods, benchPod(b, i))
 	}
 	if err := s.RescanAll(ctx); err != nil { // the first scan writes the reports (to the fake client)
 		b.Fatal(err)

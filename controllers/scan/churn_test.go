@@ -51,33 +51,33 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	const resources, live = 100, 10
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := testScanner(t, Options{Clock: clk, NoPolicyStatus: true})
-	s.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
+	s.handlers.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
 		{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: metav1.Verbs{"list", "watch"}}}}}}
-	s.kinds.remember(gvrConfigMaps, "", "ConfigMap")
-	s.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true} // no source is started
+	s.handlers.kinds.remember(gvrConfigMaps, "", "ConfigMap")
+	s.handlers.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true} // no source is started
 	ctx := context.Background()
 	fake := s.client.(*dynamicfake.FakeDynamicClient)
 	work := func() {
-		for s.queue.Len() > 0 {
-			if !s.queue.ProcessNext(ctx, "scan", s.reconcile) {
+		for s.handlers.queue.Len() > 0 {
+			if !s.handlers.queue.ProcessNext(ctx, "scan", s.evaluator.reconcile) {
 				return
 			}
 		}
 		fake.ClearActions() // the fake API server logs every call: not the scanner's memory
 	}
 	for i := range resources {
-		s.upsertResource(context.Background(), gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		s.handlers.upsertResource(context.Background(), gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 			"metadata": map[string]any{"name": fmt.Sprintf("cm-%03d", i), "namespace": "churn", "uid": fmt.Sprintf("uid-%03d", i), "resourceVersion": "1"}}})
 	}
 	minute := 0
 	step := func() {
-		s.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute), fmt.Sprintf("team label required (created minute %d)", minute)))
+		s.handlers.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute), fmt.Sprintf("team label required (created minute %d)", minute)))
 		if minute >= live/2 {
 			n := minute - live/2
-			s.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", n), fmt.Sprintf("team label required (edited minute %d)", minute)))
+			s.handlers.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", n), fmt.Sprintf("team label required (edited minute %d)", minute)))
 		}
 		if minute >= live {
-			s.Remove(context.Background(), apiresources.ClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute-live), ""))
+			s.handlers.Remove(context.Background(), apiresources.ClusterPolicy, churnPolicy(fmt.Sprintf("churn-%d", minute-live), ""))
 		}
 		settle(t, s)
 		work()
@@ -88,20 +88,20 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 		step()
 	}
 	before := churn.LiveHeap()
-	series := testutil.CollectAndCount(s.metrics.results)
+	series := testutil.CollectAndCount(s.handlers.metrics.results)
 	start := time.Now()
 	for range hours * 60 {
 		step()
 	}
 	after := churn.LiveHeap()
 	runtime.KeepAlive(s)
-	n, _ := s.store.Read().CountResults("fail")
+	n, _ := s.handlers.store.Read().CountResults("fail")
 	t.Logf("%d simulated hours: %d policies created, edited and deleted in %s; live heap %.1f MiB before, %.1f MiB after (%+.1f%%); %d fail results, %d result series",
-		hours, hours*60, time.Since(start).Round(time.Millisecond), mib(before), mib(after), 100*(float64(after)-float64(before))/float64(before), n, testutil.CollectAndCount(s.metrics.results))
+		hours, hours*60, time.Since(start).Round(time.Millisecond), mib(before), mib(after), 100*(float64(after)-float64(before))/float64(before), n, testutil.CollectAndCount(s.handlers.metrics.results))
 	if n != resources*live {
 		t.Errorf("%d fail results, want %d", n, resources*live)
 	}
-	if got := testutil.CollectAndCount(s.metrics.results); got != series {
+	if got := testutil.CollectAndCount(s.handlers.metrics.results); got != series {
 		t.Errorf("%d result series after the churn, %d before", got, series)
 	}
 	if after > before+before/4+1<<20 {

@@ -7,12 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tally-dev/tally/api/apiresources"
-	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/watch"
 )
 
@@ -66,15 +64,22 @@ func eventKey(gvr schema.GroupVersionResource, namespace, name string) string {
 // pendingList is a complete list waiting to be applied.
 type pendingList struct{ objs []*unstructured.Unstructured }
 
+// controlApplier applies what the control queue hands it (the policy
+// reconciler): an object's newest event, a kind's complete list (what is
+// not in it is forgotten), and the end of a kind's first list. An error
+// retries the event or list with the queue's backoff.
+type controlApplier interface {
+	applyEvent(ctx context.Context, ev *controlEvent) error
+	applyList(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) error
+	listed(gvr schema.GroupVersionResource)
+}
+
 // controlQueue orders the control events and hands them, one at a time,
-// to the functions that apply them (the scanner's): the newest event of
-// each object, a kind's complete list once the events ahead of it are
-// applied, and the end of a kind's first list once the list is.
+// to the controlApplier its worker runs with: the newest event of each
+// object, a kind's complete list once the events ahead of it are applied,
+// and the end of a kind's first list once the list is.
 type controlQueue struct {
-	queue      *watch.Queue
-	applyEvent func(context.Context, *controlEvent) error
-	applyList  func(context.Context, schema.GroupVersionResource, []*unstructured.Unstructured) error
-	listed     func(schema.GroupVersionResource)
+	queue *watch.Queue
 
 	mu sync.Mutex
 	// events are the newest event of each object, by key, until applied.
@@ -89,10 +94,8 @@ type controlQueue struct {
 	kinds map[string]schema.GroupVersionResource
 }
 
-func newControlQueue(applyEvent func(context.Context, *controlEvent) error,
-	applyList func(context.Context, schema.GroupVersionResource, []*unstructured.Unstructured) error,
-	listed func(schema.GroupVersionResource)) *controlQueue {
-	return &controlQueue{queue: watch.NewQueue("tally-scan-control"), applyEvent: applyEvent, applyList: applyList, listed: listed,
+func newControlQueue() *controlQueue {
+	return &controlQueue{queue: watch.NewQueue("tally-scan-control"),
 		events: map[string]*controlEvent{}, lists: map[schema.GroupVersionResource]*pendingList{},
 		waitingEvents: map[schema.GroupVersionResource]int{}, kinds: map[string]schema.GroupVersionResource{}}
 }
@@ -143,7 +146,7 @@ func (c *controlQueue) waiting(gvr schema.GroupVersionResource, orList bool) boo
 // apply applies what a key stands for; an error retries the key. A list
 // waits for the events ahead of it, the end of a first list for them and
 // the list: each is queued again 10 ms later.
-func (c *controlQueue) apply(ctx context.Context, key string) error {
+func (c *controlQueue) apply(ctx context.Context, a controlApplier, key string) error {
 	switch {
 	case strings.HasPrefix(key, keyEvent):
 		c.mu.Lock()
@@ -152,7 +155,7 @@ func (c *controlQueue) apply(ctx context.Context, key string) error {
 		if ev == nil {
 			return nil // applied already
 		}
-		if err := c.applyEvent(ctx, ev); err != nil {
+		if err := a.applyEvent(ctx, ev); err != nil {
 			return err
 		}
 		c.mu.Lock()
@@ -175,7 +178,7 @@ func (c *controlQueue) apply(ctx context.Context, key string) error {
 		if list == nil {
 			return nil // applied already (its key came again): an absent list is not an empty one
 		}
-		if err := c.applyList(ctx, gvr, list.objs); err != nil {
+		if err := a.applyList(ctx, gvr, list.objs); err != nil {
 			return err
 		}
 		c.mu.Lock()
@@ -187,7 +190,7 @@ func (c *controlQueue) apply(ctx context.Context, key string) error {
 	case strings.HasPrefix(key, keyListed):
 		gvr, later := c.behind(key, keyListed, true)
 		if !later {
-			c.listed(gvr)
+			a.listed(gvr)
 		}
 		return nil
 	}
@@ -208,72 +211,15 @@ func (c *controlQueue) behind(key, prefix string, orList bool) (gvr schema.Group
 	return gvr, false
 }
 
-// processNext applies the next key; false once the queue is shut down.
-func (c *controlQueue) processNext(ctx context.Context) bool {
-	return c.queue.ProcessNext(ctx, "applying a policy change", c.apply)
+// processNext applies the next key through a; false once the queue is
+// shut down.
+func (c *controlQueue) processNext(ctx context.Context, a controlApplier) bool {
+	return c.queue.ProcessNext(ctx, "applying a policy change", func(ctx context.Context, key string) error { return c.apply(ctx, a, key) })
 }
 
-// run applies control events until the queue is shut down (one worker:
-// events apply in the order they came).
-func (c *controlQueue) run(ctx context.Context) {
-	for c.processNext(ctx) {
+// run applies control events through a until the queue is shut down (one
+// worker: events apply in the order they came).
+func (c *controlQueue) run(ctx context.Context, a controlApplier) {
+	for c.processNext(ctx, a) {
 	}
-}
-
-// applyEvent applies one object's newest event (the control queue's).
-func (s *Scanner) applyEvent(ctx context.Context, ev *controlEvent) error {
-	u := ev.obj
-	if !ev.removed {
-		switch ev.gvr {
-		case apiresources.PolicyException, apiresources.CELPolicyException:
-			return s.exceptions.upsert(ctx, ev.gvr, u)
-		case apiresources.ValidatingAdmissionPolicy:
-			return s.vaps.upsert(ctx, u)
-		case apiresources.ValidatingAdmissionPolicyBinding:
-			return s.vaps.upsertBinding(ctx, u.GetName(), u)
-		case apiresources.MutatingAdmissionPolicy:
-			return s.maps.upsert(ctx, u)
-		case apiresources.MutatingAdmissionPolicyBinding:
-			return s.maps.upsertBinding(ctx, u.GetName(), u)
-		}
-		return s.upsertPolicy(ctx, ev.gvr, u)
-	}
-	switch ev.gvr {
-	case apiresources.PolicyException, apiresources.CELPolicyException:
-		return s.exceptions.remove(exceptionKey(ev.gvr, u.GetNamespace(), u.GetName()))
-	case apiresources.ValidatingAdmissionPolicy:
-		return s.vaps.remove(ctx, u.GetName())
-	case apiresources.ValidatingAdmissionPolicyBinding:
-		return s.vaps.upsertBinding(ctx, u.GetName(), nil)
-	case apiresources.MutatingAdmissionPolicy:
-		return s.maps.remove(ctx, u.GetName())
-	case apiresources.MutatingAdmissionPolicyBinding:
-		return s.maps.upsertBinding(ctx, u.GetName(), nil)
-	}
-	s.opts.Catalog.Forget(ev.gvr, u.GetNamespace(), u.GetName())
-	name := apiresources.PolicyKey(ev.gvr, u.GetNamespace(), u.GetName())
-	if err := s.removePolicy(ctx, name); err != nil {
-		return err
-	}
-	// A deleted policy keeps no series (its results' go with them).
-	s.metrics.policyErrors.DeletePartialMatch(prometheus.Labels{labelPolicy: name})
-	return nil
-}
-
-// dropMissing applies a complete list of a control kind (the control
-// queue's): what is not in it is forgotten.
-func (s *Scanner) dropMissing(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) error {
-	if gvr == apiresources.ValidatingAdmissionPolicyBinding {
-		return s.vaps.applyBindingList(ctx, objs)
-	}
-	if gvr == apiresources.MutatingAdmissionPolicyBinding {
-		return s.maps.applyBindingList(ctx, objs)
-	}
-	if gvr == apiresources.PolicyException || gvr == apiresources.CELPolicyException {
-		return s.exceptions.dropMissing(gvr, objs)
-	}
-	if catalog.IsPolicyKind(gvr) {
-		s.opts.Catalog.Retain(gvr, objs)
-	}
-	return s.dropMissingPolicies(ctx, gvr, objs)
 }

@@ -17,15 +17,15 @@ import (
 // a discovery of that kind only; no watch is started.
 func controlScanner(t *testing.T) *Scanner {
 	s := testScanner(t, Options{NoPolicyStatus: true})
-	s.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
+	s.handlers.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
 		{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: metav1.Verbs{"list", "watch"}}}}}}
-	s.kinds.remember(gvrConfigMaps, "", "ConfigMap")
-	s.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true}
+	s.handlers.kinds.remember(gvrConfigMaps, "", "ConfigMap")
+	s.handlers.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true}
 	return s
 }
 
 func policyKeys(s *Scanner) []string {
-	keys := s.policies.keysOf(apiresources.ClusterPolicy)
+	keys := s.handlers.policies.keysOf(apiresources.ClusterPolicy)
 	slices.Sort(keys)
 	return keys
 }
@@ -37,22 +37,22 @@ func stub(name string) *unstructured.Unstructured {
 func TestPolicyHandlersOnlyQueueAndTheWorkerApplies(t *testing.T) {
 	s := controlScanner(t)
 	ctx := context.Background()
-	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("a", "first"))
-	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("a", "second"))
+	s.handlers.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("a", "first"))
+	s.handlers.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("a", "second"))
 	if got := policyKeys(s); len(got) != 0 {
 		t.Fatalf("policies known before the worker ran: %v", got)
 	}
-	if n := s.control.queue.Len(); n != 1 {
+	if n := s.handlers.control.queue.Len(); n != 1 {
 		t.Errorf("control queue holds %d keys, want 1 (one object, its newest event)", n)
 	}
 	settle(t, s)
 	if got := policyKeys(s); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("policies = %v, want [a]", got)
 	}
-	if msg := s.policies.get("a").compiled.Rules[0].Raw.Validate.Message; msg != "second" {
+	if msg := s.handlers.policies.get("a").compiled.Rules[0].Raw.Validate.Message; msg != "second" {
 		t.Errorf("applied version says %q, want the newest (second)", msg)
 	}
-	s.Remove(ctx, apiresources.ClusterPolicy, stub("a"))
+	s.handlers.Remove(ctx, apiresources.ClusterPolicy, stub("a"))
 	if got := policyKeys(s); len(got) != 1 {
 		t.Errorf("policy forgotten before the worker ran: %v", got)
 	}
@@ -67,32 +67,32 @@ func TestPolicyHandlersOnlyQueueAndTheWorkerApplies(t *testing.T) {
 func TestAPolicyListAppliesAfterItsEventsAndBeforeNewerOnes(t *testing.T) {
 	s := controlScanner(t)
 	ctx := context.Background()
-	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("kept", "m"))
-	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("gone", "m"))
+	s.handlers.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("kept", "m"))
+	s.handlers.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("gone", "m"))
 	settle(t, s)
 	// A relist: "gone" was changed, then deleted while the watch was away;
 	// its change is still queued when the list without it comes.
-	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("gone", "changed"))
-	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("kept", "m"))
-	s.Replace(ctx, apiresources.ClusterPolicy, []*unstructured.Unstructured{stub("kept")})
-	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("new", "m")) // after the list
-	delete(s.kinds.synced, sourceKey{gvr: apiresources.ClusterPolicy})
-	s.Listed(ctx, apiresources.ClusterPolicy)
-	if s.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] {
+	s.handlers.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("gone", "changed"))
+	s.handlers.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("kept", "m"))
+	s.handlers.Replace(ctx, apiresources.ClusterPolicy, []*unstructured.Unstructured{stub("kept")})
+	s.handlers.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("new", "m")) // after the list
+	delete(s.handlers.kinds.synced, sourceKey{gvr: apiresources.ClusterPolicy})
+	s.handlers.Listed(ctx, apiresources.ClusterPolicy)
+	if s.handlers.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] {
 		t.Fatal("listed before the list was applied")
 	}
 	// The list and its end wait for the events queued after them (they
 	// are queued again 10 ms later): the worker takes keys until the
 	// ClusterPolicies' end of list is applied.
-	for !s.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] {
-		if !s.control.processNext(ctx) {
+	for !s.handlers.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] {
+		if !s.handlers.control.processNext(ctx, s.reconciler) {
 			t.Fatal("control queue shut down")
 		}
 	}
 	if got := policyKeys(s); !slices.Equal(got, []string{"kept", "new"}) {
 		t.Errorf("policies = %v, want [kept new]", got)
 	}
-	if !s.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] {
+	if !s.handlers.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] {
 		t.Error("ClusterPolicies not listed once the list was applied")
 	}
 }
@@ -102,7 +102,8 @@ func TestAPolicyListAppliesAfterItsEventsAndBeforeNewerOnes(t *testing.T) {
 func TestAControlEventThatFailsIsRetriedWithItsNewestVersion(t *testing.T) {
 	var applied []string
 	failures := 1
-	c := newControlQueue(func(_ context.Context, ev *controlEvent) error {
+	c := newControlQueue()
+	a := applierFunc(func(_ context.Context, ev *controlEvent) error {
 		msg := ev.obj.GetAnnotations()["v"]
 		if failures > 0 {
 			failures--
@@ -110,8 +111,7 @@ func TestAControlEventThatFailsIsRetriedWithItsNewestVersion(t *testing.T) {
 		}
 		applied = append(applied, msg)
 		return nil
-	}, func(context.Context, schema.GroupVersionResource, []*unstructured.Unstructured) error { return nil },
-		func(schema.GroupVersionResource) {})
+	})
 	defer c.queue.ShutDown()
 	version := func(v string) *unstructured.Unstructured {
 		u := stub("p")
@@ -120,13 +120,13 @@ func TestAControlEventThatFailsIsRetriedWithItsNewestVersion(t *testing.T) {
 	}
 	ctx := context.Background()
 	c.event(apiresources.ClusterPolicy, version("1"), false)
-	c.processNext(ctx) // fails: queued again after the backoff
+	c.processNext(ctx, a) // fails: queued again after the backoff
 	if len(applied) != 0 || !c.waiting(apiresources.ClusterPolicy, false) {
 		t.Fatalf("after a failure: applied %v, waiting %v; want nothing applied, the change kept", applied, c.waiting(apiresources.ClusterPolicy, false))
 	}
 	c.event(apiresources.ClusterPolicy, version("2"), false) // newer, while the first waits
 	for c.waiting(apiresources.ClusterPolicy, false) {
-		c.processNext(ctx) // blocks until the retry is due
+		c.processNext(ctx, a) // blocks until the retry is due
 	}
 	if !slices.Equal(applied, []string{"2"}) {
 		t.Errorf("applied %v, want [2] (the newest version, once)", applied)
@@ -138,13 +138,23 @@ func TestAControlEventThatFailsIsRetriedWithItsNewestVersion(t *testing.T) {
 func TestAListAppliedTwiceDropsNothing(t *testing.T) {
 	s := controlScanner(t)
 	ctx := context.Background()
-	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("kept", "m"))
-	s.Replace(ctx, apiresources.ClusterPolicy, []*unstructured.Unstructured{stub("kept")})
+	s.handlers.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("kept", "m"))
+	s.handlers.Replace(ctx, apiresources.ClusterPolicy, []*unstructured.Unstructured{stub("kept")})
 	settle(t, s)
-	if err := s.control.apply(ctx, keyReplace+apiresources.ClusterPolicy.String()); err != nil {
+	if err := s.handlers.control.apply(ctx, s.reconciler, keyReplace+apiresources.ClusterPolicy.String()); err != nil {
 		t.Fatal(err)
 	}
 	if got := policyKeys(s); !slices.Equal(got, []string{"kept"}) {
 		t.Errorf("policies = %v, want [kept]", got)
 	}
 }
+
+// applierFunc applies events with a function, and lists and list ends as
+// nothing.
+type applierFunc func(context.Context, *controlEvent) error
+
+func (f applierFunc) applyEvent(ctx context.Context, ev *controlEvent) error { return f(ctx, ev) }
+func (applierFunc) applyList(context.Context, schema.GroupVersionResource, []*unstructured.Unstructured) error {
+	return nil
+}
+func (applierFunc) listed(schema.GroupVersionResource) {}

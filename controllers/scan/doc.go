@@ -9,6 +9,29 @@
 // background-enabled validate rule matches, started and stopped as policies
 // come and go.
 //
+// Layers, each holding only those below it (no helper holds a function
+// back into one above):
+//   - handlers (handlers.go), the watches' sink: they store resources and
+//     namespaces in memstore and enqueue them, queue control events, and
+//     know what a change enqueues;
+//   - the policy reconciler (reconciler.go), the control queue's worker:
+//     it applies a policy's, exception's (exceptions.go) or admission
+//     policy's (vap.go) change by key, keeps the policy set and the
+//     policies' status (status.go), and enqueues what the change concerns;
+//   - the evaluator (evaluator.go), the evaluation workers: it evaluates
+//     a stored resource (evaluateResource writes nothing), replaces its
+//     results in the store, and gives what changed to the result sink
+//     (results.go), which the metrics, the Events (events.go) and the
+//     report hand-over (reports.go) observe;
+//   - the scheduler (schedule.go), which has the evaluator scan a policy
+//     when it is due;
+//   - the Scanner (scanner.go), which builds them and runs their
+//     goroutines until its context ends. One clock (Options.Clock) times
+//     everything they wait for.
+//
+// A new policy kind is a catalog entry (controllers/catalog) and an
+// engine call: the layers above take it as any policy.
+//
 // Queues: policy, exception and binding changes are applied from a control
 // queue of their own, one worker, in the order they came (control.go): a
 // change that cannot be stored is retried, a complete list applies after the

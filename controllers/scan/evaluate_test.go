@@ -69,7 +69,7 @@ spec:
 	obj := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "cm", "namespace": "ns", "annotations": map[string]any{"secret": "s3cr3t"}}}
 
 	got := map[string]engine.RuleResult{}
-	for _, rr := range s.evaluate(context.Background(), p, &engine.Request{Object: obj, Background: true}) {
+	for _, rr := range s.evaluator.evaluate(context.Background(), p, &engine.Request{Object: obj, Background: true}) {
 		got[rr.Rule] = rr
 	}
 	if len(got) != 2 {
@@ -81,7 +81,7 @@ spec:
 	if bad := got["bad"]; bad.Result != engine.Error || bad.Policy != "p" || bad.Message != panicMessage {
 		t.Errorf("bad: %+v, want an error naming policy p and rule bad", bad)
 	}
-	if n := testutil.ToFloat64(s.metrics.evalPanics); n != 1 {
+	if n := testutil.ToFloat64(s.handlers.metrics.evalPanics); n != 1 {
 		t.Errorf("%s = %v, want 1", metricEvalPanics, n)
 	}
 }
@@ -99,15 +99,15 @@ func testScanner(t *testing.T, opts Options, policies ...*engine.Policy) *Scanne
 	}
 	s := New(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), nil, store, opts)
 	for _, gvr := range []schema.GroupVersionResource{apiresources.ClusterPolicy, apiresources.Policy, apiresources.PolicyException, apiresources.Namespace} {
-		s.kinds.synced[sourceKey{gvr: gvr}] = true
+		s.handlers.kinds.synced[sourceKey{gvr: gvr}] = true
 	}
-	s.kinds.remember(gvrPods, "", "Pod")
+	s.handlers.kinds.remember(gvrPods, "", "Pod")
 	for _, p := range policies {
 		tp := newTracked(p.Name, apiresources.ClusterPolicy, p)
 		for _, r := range p.Rules {
 			tp.ruleKinds[r.Name] = []schema.GroupVersionResource{gvrPods}
 		}
-		s.policies.put(tp)
+		s.handlers.policies.put(tp)
 	}
 	return s
 }
@@ -116,21 +116,21 @@ func TestAResourceEvaluationHasADeadline(t *testing.T) {
 	p := namedPodsPolicy(t)
 	s := testScanner(t, Options{EvalTimeout: time.Nanosecond}, p)
 	pod := benchPod(t, 1)
-	s.upsertResource(context.Background(), gvrPods, pod)
-	if err := s.reconcile(context.Background(), string(pod.GetUID())); err != nil {
+	s.handlers.upsertResource(context.Background(), gvrPods, pod)
+	if err := s.evaluator.reconcile(context.Background(), string(pod.GetUID())); err != nil {
 		t.Fatal(err)
 	}
-	results, err := s.store.Read().Results(string(pod.GetUID()))
+	results, err := s.handlers.store.Read().Results(string(pod.GetUID()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(results) != 1 || results[0].Value().Result != "error" || !strings.Contains(results[0].Value().Message, "deadline") {
 		t.Fatalf("results %+v, want one error result saying the deadline passed", results)
 	}
-	if n := testutil.ToFloat64(s.metrics.evalDeadlines); n != 1 {
+	if n := testutil.ToFloat64(s.handlers.metrics.evalDeadlines); n != 1 {
 		t.Errorf("%s = %v, want 1", metricEvalDeadlines, n)
 	}
-	if s.opts.EvalTimeout = 0; New(s.client, nil, s.store, Options{}).opts.EvalTimeout != DefaultEvalTimeout {
+	if s.opts.EvalTimeout = 0; New(s.client, nil, s.handlers.store, Options{}).opts.EvalTimeout != DefaultEvalTimeout {
 		t.Error("no default deadline")
 	}
 }

@@ -3,9 +3,6 @@ package scan
 import (
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/tally-dev/tally/api/apiresources"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -101,35 +98,4 @@ func policyKeyOf(e memstore.Entry) string {
 		return policiesv1.KindMutatingPolicy + "/" + e.Policy
 	}
 	return e.Policy
-}
-
-// emitResultEvents records the Events of the results of res that changed.
-func (s *Scanner) emitResultEvents(res *memstore.Resource, before, after []memstore.Result) {
-	em := s.opts.Events
-	if em == nil || em.Recorder == nil {
-		return
-	}
-	evs := resultEvents(before, after, em.Success)
-	if len(evs) == 0 {
-		return
-	}
-	apiVersion := res.Version
-	if res.Group != "" {
-		apiVersion = res.Group + "/" + res.Version
-	}
-	ref := &corev1.ObjectReference{APIVersion: apiVersion, Kind: res.Kind, Namespace: res.Namespace, Name: res.Name, UID: types.UID(res.UID)}
-	for _, ev := range evs {
-		var policy *corev1.ObjectReference
-		if tp := s.policies.get(policyKeyOf(ev.entry)); tp != nil {
-			policy = tp.ref
-		}
-		if ev.applied {
-			em.Applied(ref, policy)
-			continue
-		}
-		e := ev.entry
-		status, _ := policyevents.StatusOf(wgv1alpha2.Result(e.Result))
-		em.Violation(ref, policyevents.Result{Policy: policy, PolicyName: shortName(e.Policy), Rule: e.Rule,
-			Status: status, Message: e.Message}, false)
-	}
 }

@@ -8,9 +8,11 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
@@ -25,13 +27,16 @@ import (
 // the change, are evaluated again.
 type exceptionSet struct {
 	store *memstore.Store
-	// rescan queues every resource the named policies can match.
-	rescan func(policies []string)
+	// handlers queue every resource the policies an exception names can
+	// match (enqueuePolicies).
+	handlers *handlers
 	// namespace, when set, is the one namespace exceptions are taken from
 	// (--exception-namespace, Kyverno's --exceptionNamespace; "" or "*":
-	// every namespace). ignored tells of one from elsewhere.
+	// every namespace); one from elsewhere is counted, and told on it
+	// through recorder (the replica keeping the policies' status).
 	namespace string
-	ignored   func(u *unstructured.Unstructured)
+	metrics   *metrics
+	recorder  record.EventRecorder
 }
 
 // celExceptionKey keeps CEL PolicyExceptions apart from kyverno.io ones in
@@ -53,8 +58,10 @@ func (es *exceptionSet) upsert(ctx context.Context, gvr schema.GroupVersionResou
 	name := exceptionKey(gvr, u.GetNamespace(), u.GetName())
 	if !engine.ExceptionNamespaceAllowed(es.namespace, u.GetNamespace()) {
 		logr.FromContextOrDiscard(ctx).Info("PolicyException outside --exception-namespace; ignored", "name", name, "exception-namespace", es.namespace)
-		if es.ignored != nil {
-			es.ignored(u)
+		es.metrics.exceptionsIgnored.Inc()
+		if es.recorder != nil {
+			es.recorder.Eventf(u, corev1.EventTypeWarning, "PolicyExceptionIgnored",
+				"tally takes PolicyExceptions only from namespace %s (--exception-namespace): this one does not apply", es.namespace)
 		}
 		return es.remove(name)
 	}
@@ -87,7 +94,7 @@ func (es *exceptionSet) upsert(ctx context.Context, gvr schema.GroupVersionResou
 		return fmt.Errorf("storing PolicyException %s: %w", name, err)
 	}
 	// The resources the previous version exempted must lose their skip.
-	es.rescan(union(before, policies))
+	es.handlers.enqueuePolicies(union(before, policies))
 	return nil
 }
 
@@ -133,7 +140,7 @@ func (es *exceptionSet) remove(name string) error {
 	if err := es.store.Write(func(w *memstore.WriteTxn) error { return w.DeleteException(name) }); err != nil {
 		return fmt.Errorf("forgetting PolicyException %s: %w", name, err)
 	}
-	es.rescan(policies)
+	es.handlers.enqueuePolicies(policies)
 	return nil
 }
 

@@ -65,8 +65,8 @@ type sourceKey struct {
 	ns  string
 }
 
-// namespacedSink is the scanner as the sink of its watches: a watch of one
-// namespace replaces and lists that namespace only.
+// namespacedSink is the sink of the scanner's watches (its handlers): a
+// watch of one namespace replaces and lists that namespace only.
 type namespacedSink interface {
 	watch.StreamingSink
 	replaceIn(ctx context.Context, gvr schema.GroupVersionResource, namespace string, objs []*unstructured.Unstructured)
@@ -87,8 +87,8 @@ func (n inNamespace) Listed(_ context.Context, gvr schema.GroupVersionResource) 
 	n.listedIn(gvr, n.ns)
 }
 
-func newKindWatch(client dynamic.Interface, disc discovery.DiscoveryInterface, sink namespacedSink) *kindWatch {
-	return &kindWatch{client: client, disc: disc, sink: sink,
+func newKindWatch(client dynamic.Interface, disc discovery.DiscoveryInterface, sink namespacedSink, owns func(namespace string) bool) *kindWatch {
+	return &kindWatch{client: client, disc: disc, sink: sink, owns: owns,
 		sources:    map[sourceKey]*watch.Source{},
 		synced:     map[sourceKey]bool{},
 		owned:      map[string]bool{},
@@ -587,3 +587,28 @@ func (k *kindWatch) policiesListed() bool {
 	}
 	return true
 }
+
+// servedUnevaluatedKinds are the unevaluated kinds discovery serves, each
+// in its newest served version.
+func (k *kindWatch) servedUnevaluatedKinds() []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	found := map[string]bool{}
+	for _, v := range apiresources.KyvernoOnlyVersions {
+		gv := schema.GroupVersion{Group: policiesv1.GroupVersion.Group, Version: v}
+		list, err := k.disc.ServerResourcesForGroupVersion(gv.String())
+		if err != nil || list == nil {
+			continue
+		}
+		for _, p := range apiresources.KyvernoOnlyPolicies {
+			if !found[p.Resource] && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == p.Resource }) {
+				found[p.Resource] = true
+				out = append(out, gv.WithResource(p.Resource))
+			}
+		}
+	}
+	return out
+}
+
+// classicPolicySources are the kinds always listed before any resource is
+// evaluated.
+var classicPolicySources = []schema.GroupVersionResource{apiresources.Namespace, apiresources.PolicyException, apiresources.ClusterPolicy, apiresources.Policy}

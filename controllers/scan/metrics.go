@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tally-dev/tally/memstore"
 )
 
 // Metric names.
@@ -109,4 +111,24 @@ func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics fun
 		m.reportWrites, m.policyErrors, m.kindErrors, m.stored,
 		m.evalPanics, m.evalDeadlines, m.workerPanics, m.exceptionsIgnored, m.unevaluated)
 	return m
+}
+
+// countResults moves the results gauge (R31) by delta for each result. A
+// series whose count falls to zero is deleted: a deleted policy or rule, or
+// a result value no resource has any more, leaves no series behind.
+func (m *metrics) count(results []memstore.Result, delta int) {
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
+	for _, r := range results {
+		e := r.Value()
+		k := [3]string{e.Policy, e.Rule, string(e.Result)}
+		n := m.series[k] + delta
+		if n <= 0 {
+			delete(m.series, k)
+			m.results.DeleteLabelValues(k[0], k[1], k[2])
+			continue
+		}
+		m.series[k] = n
+		m.results.WithLabelValues(k[0], k[1], k[2]).Set(float64(n))
+	}
 }

@@ -17,38 +17,38 @@ import (
 func TestADeletedPolicyLeavesNoSeries(t *testing.T) {
 	p := namedPodsPolicy(t)
 	s := testScanner(t, Options{}, p)
-	s.kinds.sources[sourceKey{gvr: apiresources.Namespace}] = &watch.Source{} // listed: Synced holds once the queue is idle
+	s.handlers.kinds.sources[sourceKey{gvr: apiresources.Namespace}] = &watch.Source{} // listed: Synced holds once the queue is idle
 	for i := range 3 {
 		pod := benchPod(t, i)
-		s.upsertResource(context.Background(), gvrPods, pod)
-		if err := s.reconcile(context.Background(), string(pod.GetUID())); err != nil {
+		s.handlers.upsertResource(context.Background(), gvrPods, pod)
+		if err := s.evaluator.reconcile(context.Background(), string(pod.GetUID())); err != nil {
 			t.Fatal(err)
 		}
 	}
 	drain(s)
-	if err := s.store.Write(func(w *memstore.WriteTxn) error { return w.SetLastScan("p", time.Now().Add(-time.Minute)) }); err != nil {
+	if err := s.handlers.store.Write(func(w *memstore.WriteTxn) error { return w.SetLastScan("p", time.Now().Add(-time.Minute)) }); err != nil {
 		t.Fatal(err)
 	}
-	s.metrics.policyErrors.WithLabelValues("p", "invalid").Inc() // rejected once, before
+	s.handlers.metrics.policyErrors.WithLabelValues("p", "invalid").Inc() // rejected once, before
 	s.sched.runDue(context.Background())
-	if got := testutil.ToFloat64(s.metrics.results.WithLabelValues("p", "named", "pass")); got != 3 {
+	if got := testutil.ToFloat64(s.handlers.metrics.results.WithLabelValues("p", "named", "pass")); got != 3 {
 		t.Fatalf("results{p,named,pass} = %v, want 3", got)
 	}
-	if n := testutil.CollectAndCount(s.metrics.sinceLastScan); n != 1 {
+	if n := testutil.CollectAndCount(s.handlers.metrics.sinceLastScan); n != 1 {
 		t.Fatalf("%d seconds-since-last-scan series, want 1", n)
 	}
 
-	s.Remove(context.Background(), apiresources.ClusterPolicy, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}}})
+	s.handlers.Remove(context.Background(), apiresources.ClusterPolicy, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}}})
 	settle(t, s)
 	drain(s)
 	s.sched.runDue(context.Background())
-	if n := testutil.CollectAndCount(s.metrics.results); n != 0 {
+	if n := testutil.CollectAndCount(s.handlers.metrics.results); n != 0 {
 		t.Errorf("%d results series left, want 0", n)
 	}
-	if n := testutil.CollectAndCount(s.metrics.sinceLastScan); n != 0 {
+	if n := testutil.CollectAndCount(s.handlers.metrics.sinceLastScan); n != 0 {
 		t.Errorf("%d seconds-since-last-scan series left, want 0", n)
 	}
-	if n := testutil.CollectAndCount(s.metrics.policyErrors); n != 0 {
+	if n := testutil.CollectAndCount(s.handlers.metrics.policyErrors); n != 0 {
 		t.Errorf("%d policy-error series left, want 0", n)
 	}
 }

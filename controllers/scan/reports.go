@@ -30,8 +30,9 @@ type reportWriter struct {
 	hub     *handover.Hub
 	metrics *metrics
 	final   FinalReports
-	// owns is the shard: only its final reports are seeded.
-	owns func(namespace string) bool
+	// shard, when set, is the namespaces this replica scans
+	// (Options.Shard): only their final reports are seeded.
+	shard func(namespace string) bool
 
 	mu      sync.Mutex
 	written map[string]writtenReport
@@ -42,8 +43,8 @@ type writtenReport struct {
 	digest    uint64
 }
 
-func newReportWriter(client dynamic.Interface, hub *handover.Hub, m *metrics, final FinalReports) *reportWriter {
-	return &reportWriter{client: client, hub: hub, metrics: m, final: final, written: map[string]writtenReport{}}
+func newReportWriter(client dynamic.Interface, hub *handover.Hub, m *metrics, final FinalReports, shard func(namespace string) bool) *reportWriter {
+	return &reportWriter{client: client, hub: hub, metrics: m, final: final, shard: shard, written: map[string]writtenReport{}}
 }
 
 // digestSeed keys the report digests of this process (they are compared
@@ -188,7 +189,7 @@ func (w *reportWriter) seed(ctx context.Context, keep func(map[string][]wgv1alph
 			}
 			page := map[string][]wgv1alpha2.PolicyReportResult{}
 			for i := range list.Items {
-				if w.owns != nil && !w.owns(list.Items[i].GetNamespace()) {
+				if w.shard != nil && !w.shard(list.Items[i].GetNamespace()) {
 					continue // another replica's shard
 				}
 				var r wgv1alpha2.PolicyReport

@@ -26,7 +26,7 @@ import (
 func newTestWriter(client *dynfake.FakeDynamicClient) (*reportWriter, *handover.Hub, *metrics) {
 	m := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
 	hub := handover.New(handover.Options{})
-	return newReportWriter(client, hub, m, FinalReports{}), hub, m
+	return newReportWriter(client, hub, m, FinalReports{}, nil), hub, m
 }
 
 func handedOver(t *testing.T, hub *handover.Hub, ns, name string) *unstructured.Unstructured {
@@ -207,14 +207,14 @@ func TestASeedTriedAgainCountsEachResultOnce(t *testing.T) {
 		{Policy: "p", Rule: "q", Result: wgv1alpha2.ResultPass, Source: "kyverno"},
 	}}
 	for range 2 {
-		if err := s.seedResults(page); err != nil {
+		if err := s.evaluator.seedResults(page); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := testutil.ToFloat64(s.metrics.results.WithLabelValues("p", "r", "fail")); n != 1 {
+	if n := testutil.ToFloat64(s.handlers.metrics.results.WithLabelValues("p", "r", "fail")); n != 1 {
 		t.Errorf("fail results counted %v, want 1", n)
 	}
-	if got, _ := s.store.Read().Results("uid-1"); len(got) != 2 {
+	if got, _ := s.handlers.store.Read().Results("uid-1"); len(got) != 2 {
 		t.Errorf("%d results stored, want 2", len(got))
 	}
 }

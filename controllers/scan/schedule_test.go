@@ -68,10 +68,10 @@ func scheduledScanner(t *testing.T, now time.Time, schedules map[string]map[stri
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.policies.put(&trackedPolicy{name: name, compiled: &engine.Policy{Name: name}, schedule: sched, background: true})
+		s.handlers.policies.put(&trackedPolicy{name: name, compiled: &engine.Policy{Name: name}, schedule: sched, background: true})
 	}
-	s.kinds.sources[sourceKey{gvr: apiresources.ClusterPolicy}] = &watch.Source{GVR: apiresources.ClusterPolicy}
-	s.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] = true
+	s.handlers.kinds.sources[sourceKey{gvr: apiresources.ClusterPolicy}] = &watch.Source{GVR: apiresources.ClusterPolicy}
+	s.handlers.kinds.synced[sourceKey{gvr: apiresources.ClusterPolicy}] = true
 	return s, clk, store
 }
 
@@ -160,26 +160,26 @@ func TestIntervalScheduleSpreadsFirstScans(t *testing.T) {
 func TestAPolicyScanEvaluatesThatPolicyOnly(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := testScanner(t, Options{Clock: clk, NoPolicyStatus: true})
-	s.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
+	s.handlers.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
 		{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: metav1.Verbs{"list", "watch"}}}}}}
-	s.kinds.remember(gvrConfigMaps, "", "ConfigMap")
-	s.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true}
+	s.handlers.kinds.remember(gvrConfigMaps, "", "ConfigMap")
+	s.handlers.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true}
 	ctx := context.Background()
 	work := func() {
-		for s.queue.Len() > 0 {
-			if !s.queue.ProcessNext(ctx, "scan", s.reconcile) {
+		for s.handlers.queue.Len() > 0 {
+			if !s.handlers.queue.ProcessNext(ctx, "scan", s.evaluator.reconcile) {
 				return
 			}
 		}
 	}
-	s.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy("a", "team required (a)"))
-	s.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy("b", "team required (b)"))
+	s.handlers.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy("a", "team required (a)"))
+	s.handlers.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy("b", "team required (b)"))
 	settle(t, s)
-	s.upsertResource(context.Background(), gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+	s.handlers.upsertResource(context.Background(), gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "cm", "namespace": "ns", "uid": "uid-cm", "resourceVersion": "1"}}})
 	work()
 	messages := func() map[string]string {
-		rs, err := s.store.Read().Results("uid-cm")
+		rs, err := s.handlers.store.Read().Results("uid-cm")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestAPolicyScanEvaluatesThatPolicyOnly(t *testing.T) {
 		return out
 	}
 	// Stand-ins for what each policy's last evaluation stored.
-	if err := s.store.Write(func(w *memstore.WriteTxn) error {
+	if err := s.handlers.store.Write(func(w *memstore.WriteTxn) error {
 		var rs []memstore.Result
 		for _, p := range []string{"a", "b"} {
 			rs = append(rs, memstore.NewResult(memstore.Entry{Policy: p, Rule: "require-team", Result: "fail", Message: "stale " + p, Source: "kyverno"}, clk.Now()))
@@ -200,7 +200,7 @@ func TestAPolicyScanEvaluatesThatPolicyOnly(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.scanPolicy(ctx, s.policies.get("a")); err != nil {
+	if err := s.evaluator.scanPolicy(ctx, s.handlers.policies.get("a")); err != nil {
 		t.Fatal(err)
 	}
 	if got := messages(); got["a"] == "stale a" || got["b"] != "stale b" {
@@ -226,7 +226,7 @@ func TestANewPolicysSinceLastScanIsItsFirstEvaluation(t *testing.T) {
 	}
 	clk.Step(5 * time.Second)
 	s.sched.runDue(ctx)
-	if got := testutil.ToFloat64(s.metrics.sinceLastScan.WithLabelValues("hourly")); got != 5 {
+	if got := testutil.ToFloat64(s.handlers.metrics.sinceLastScan.WithLabelValues("hourly")); got != 5 {
 		t.Errorf("seconds since the last complete scan = %v, want 5 (not the jitter, %v)", got, jitter("hourly", time.Hour).Seconds())
 	}
 }

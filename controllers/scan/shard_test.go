@@ -37,43 +37,44 @@ func namespaceObject(name string) *unstructured.Unstructured {
 func TestAShardedScannerHoldsAndWatchesOnlyItsShard(t *testing.T) {
 	s := controlScanner(t)
 	s.opts.Shard = mine
-	s.kinds.owns = mine
-	s.kinds.namespaced[gvrConfigMaps] = true
+	s.handlers.shard = mine
+	s.handlers.kinds.owns = mine
+	s.handlers.kinds.namespaced[gvrConfigMaps] = true
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s.kinds.ctx = ctx
-	defer s.kinds.stop()
+	s.handlers.kinds.ctx = ctx
+	defer s.handlers.kinds.stop()
 
 	for _, ns := range []string{"a", "b", "theirs"} {
-		s.Upsert(ctx, apiresources.Namespace, namespaceObject(ns))
+		s.handlers.Upsert(ctx, apiresources.Namespace, namespaceObject(ns))
 	}
-	s.kinds.mu.Lock()
+	s.handlers.kinds.mu.Lock()
 	var watched []string
-	for key := range s.kinds.sources {
+	for key := range s.handlers.kinds.sources {
 		if key.gvr == gvrConfigMaps {
 			watched = append(watched, key.ns)
 		}
 	}
-	s.kinds.mu.Unlock()
+	s.handlers.kinds.mu.Unlock()
 	if len(watched) != 2 || !slices.Contains(watched, "a") || !slices.Contains(watched, "b") {
 		t.Errorf("ConfigMaps watched in %v, want in a and b only (one watch each, filtered by the API server)", watched)
 	}
-	if n := s.kinds.ownedNamespaces(); n != 2 {
+	if n := s.handlers.kinds.ownedNamespaces(); n != 2 {
 		t.Errorf("owned namespaces = %d, want 2", n)
 	}
 
-	s.Upsert(ctx, gvrConfigMaps, configMap("a", "one"))
-	s.Upsert(ctx, gvrConfigMaps, configMap("b", "two"))
-	s.Upsert(ctx, gvrConfigMaps, configMap("theirs", "three")) // a watch of every namespace would deliver it
-	r := s.store.Read()
+	s.handlers.Upsert(ctx, gvrConfigMaps, configMap("a", "one"))
+	s.handlers.Upsert(ctx, gvrConfigMaps, configMap("b", "two"))
+	s.handlers.Upsert(ctx, gvrConfigMaps, configMap("theirs", "three")) // a watch of every namespace would deliver it
+	r := s.handlers.store.Read()
 	for uid, want := range map[string]bool{"a-one": true, "b-two": true, "theirs-three": false} {
 		if res, _ := r.Resource(uid); (res != nil) != want {
 			t.Errorf("resource %s stored: %v, want %v", uid, res != nil, want)
 		}
 	}
 	// The watch of namespace a lists it empty: a's ConfigMap goes, b's stays.
-	inNamespace{namespacedSink: s, ns: "a"}.Replace(ctx, gvrConfigMaps, nil)
-	r = s.store.Read()
+	inNamespace{namespacedSink: s.handlers, ns: "a"}.Replace(ctx, gvrConfigMaps, nil)
+	r = s.handlers.store.Read()
 	if res, _ := r.Resource("a-one"); res != nil {
 		t.Errorf("a's ConfigMap stayed after a's complete list lacked it")
 	}
@@ -81,10 +82,10 @@ func TestAShardedScannerHoldsAndWatchesOnlyItsShard(t *testing.T) {
 		t.Errorf("b's ConfigMap went with a's list")
 	}
 	// A namespace deleted stops its watches.
-	s.Remove(ctx, apiresources.Namespace, namespaceObject("b"))
-	s.kinds.mu.Lock()
-	_, still := s.kinds.sources[sourceKey{gvr: gvrConfigMaps, ns: "b"}]
-	s.kinds.mu.Unlock()
+	s.handlers.Remove(ctx, apiresources.Namespace, namespaceObject("b"))
+	s.handlers.kinds.mu.Lock()
+	_, still := s.handlers.kinds.sources[sourceKey{gvr: gvrConfigMaps, ns: "b"}]
+	s.handlers.kinds.mu.Unlock()
 	if still {
 		t.Errorf("the watch of a deleted namespace runs on")
 	}
@@ -92,7 +93,7 @@ func TestAShardedScannerHoldsAndWatchesOnlyItsShard(t *testing.T) {
 
 // A cluster-scoped kind is watched only by the owner of "".
 func TestAClusterScopedKindIsWatchedOnlyByTheOwnerOfTheClusterShard(t *testing.T) {
-	k := newKindWatch(nil, nil, nil)
+	k := newKindWatch(nil, nil, nil, nil)
 	k.owns = mine
 	gvr := schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
 	if keys := k.keysFor(gvr, false); len(keys) != 0 {
@@ -120,7 +121,7 @@ func TestASeedReadsOnlyTheShardsReports(t *testing.T) {
 		apiresources.PolicyReport: "PolicyReportList", apiresources.ClusterPolicyReport: "ClusterPolicyReportList"},
 		final("a", "uid-a"), final("theirs", "uid-theirs"))
 	w, _, _ := newTestWriter(client)
-	w.owns = mine
+	w.shard = mine
 	seeded, err := seedAll(w)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +150,7 @@ func TestAShardWithoutThePolicyStatusReportsTheReadsItWasRefused(t *testing.T) {
 	s.opts.Recorder, s.opts.ReadEvents = nil, readEvents
 	s.opts.Shard = mine
 	ctx := context.Background()
-	s.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("reads-secrets", "m"))
+	s.handlers.Upsert(ctx, apiresources.ClusterPolicy, churnPolicy("reads-secrets", "m"))
 	settle(t, s)
 	s.DataForbidden("reads-secrets", errors.New(`secrets is forbidden`))
 	select {

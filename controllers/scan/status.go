@@ -8,20 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
-
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/tally-dev/tally/api/apiresources"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine"
 )
@@ -104,26 +97,6 @@ func loadedMessage(p *engine.Policy) string {
 	return loaded + ", but for " + engine.DescribeLeftOut(p.LeftOut) + ": " + engine.NotEvaluatedNote
 }
 
-// tellLeftOut records a Warning Event RulesNotEvaluated on a policy with
-// rules tally leaves out, once per generation, from the replica keeping
-// the policies' status (beside Kyverno, Kyverno evaluates them and tally
-// says nothing).
-func (s *Scanner) tellLeftOut(obj runtime.Object, p *engine.Policy) {
-	if p == nil || len(p.LeftOut) == 0 || s.opts.Recorder == nil || s.opts.NoPolicyStatus || obj == nil {
-		return
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return
-	}
-	key := m.GetNamespace() + "/" + m.GetName()
-	if prev, ok := s.leftOutTold.Load(key); ok && prev.(int64) == m.GetGeneration() {
-		return
-	}
-	s.leftOutTold.Store(key, m.GetGeneration())
-	s.opts.Recorder.Eventf(obj, corev1.EventTypeWarning, "RulesNotEvaluated", "%s %s %s", engine.DescribeLeftOut(p.LeftOut), verbOf(p.LeftOut), engine.NotEvaluatedNote)
-}
-
 // CELConditions are the conditions Kyverno writes on a CEL policy that
 // loaded: WebhookConfigured when admission is on (the admission bridge
 // evaluates every policy that compiles, and its rules follow the policies),
@@ -145,52 +118,6 @@ func CELConditions(admission bool, forbidden error) []Condition {
 // webhook configuration to send its requests to tally.
 const webhookWait = 2 * time.Minute
 
-// setPolicyStatus records whether the policy is evaluated, unless its status
-// already says so for this generation. The patch is conditional on the
-// resourceVersion seen: a newer version gets its own update. With admission
-// on (and Options.WebhookConfigured set), Ready waits until the webhook
-// configuration sends the policy's requests to tally; if it does not within
-// webhookWait, Ready (or, for a CEL policy, WebhookConfigured) is False
-// saying so.
-func (s *Scanner) setPolicyStatus(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, rejected error, loaded string, admission bool, more ...Condition) {
-	parent := ctx
-	// An admission policy's status is the API server's; tests that
-	// drive the scanner without Run write none.
-	if s.opts.NoPolicyStatus || !s.running.Load() || gvr == apiresources.ValidatingAdmissionPolicy || gvr == apiresources.MutatingAdmissionPolicy {
-		return
-	}
-	await := rejected == nil && admission && s.opts.WebhookConfigured != nil
-	s.statusWrites.Add(1) // Run waits for it
-	go func() {
-		defer s.statusWrites.Done()
-		if await {
-			name, gen := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName()), u.GetGeneration()
-			waitCtx, cancel := context.WithTimeout(parent, webhookWait)
-			err := wait.PollUntilContextCancel(waitCtx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-				return s.opts.WebhookConfigured(name, gen), nil
-			})
-			cancel()
-			if parent.Err() != nil {
-				return
-			}
-			if err != nil {
-				const why = "the admission webhook's configuration does not send this policy's requests to tally yet"
-				logr.FromContextOrDiscard(ctx).Info("policy not marked Ready: "+why, "policy", name, "waited", webhookWait)
-				if isCELPolicy(gvr) {
-					more = webhookNotConfigured(more, why)
-				} else {
-					rejected = errors.New(why)
-				}
-			}
-		}
-		ctx, cancel := context.WithTimeout(parent, 30*time.Second)
-		defer cancel()
-		if err := WriteReady(ctx, s.client, gvr, u, rejected, loaded, fieldManager, more...); err != nil && ctx.Err() == nil {
-			logr.FromContextOrDiscard(ctx).Error(err, "recording the policy's Ready condition failed", "policy", u.GetNamespace()+"/"+u.GetName())
-		}
-	}()
-}
-
 // webhookNotConfigured turns the WebhookConfigured condition among more
 // False, with the reason.
 func webhookNotConfigured(more []Condition, why string) []Condition {
@@ -208,9 +135,9 @@ func webhookNotConfigured(more []Condition, why string) []Condition {
 // (ReadyPatch), on its status subresource, unless the status already says so. A newer version of the
 // policy (conflict) or a deleted one is not an error: the newer version
 // gets its own write.
-func WriteReady(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, u *unstructured.Unstructured,
+func WriteReady(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, u *unstructured.Unstructured, now time.Time,
 	rejected error, loaded, manager string, more ...Condition) error {
-	patch, changed := ReadyPatch(u, rejected, loaded, more...)
+	patch, changed := ReadyPatch(u, now, rejected, loaded, more...)
 	if !changed {
 		return nil
 	}
@@ -229,7 +156,7 @@ func WriteReady(ctx context.Context, client dynamic.Interface, gvr schema.GroupV
 //
 // A CEL policy (policies.kyverno.io) keeps them under status.conditionStatus,
 // as Kyverno writes its status there.
-func ReadyPatch(u *unstructured.Unstructured, rejected error, loaded string, more ...Condition) (patch []byte, changed bool) {
+func ReadyPatch(u *unstructured.Unstructured, now time.Time, rejected error, loaded string, more ...Condition) (patch []byte, changed bool) {
 	want := []Condition{{Type: conditionReady, True: rejected == nil, Message: loaded}}
 	if rejected != nil {
 		want[0].Message = rejected.Error()
@@ -267,12 +194,12 @@ func ReadyPatch(u *unstructured.Unstructured, rejected error, loaded string, mor
 	if same == len(want) {
 		return nil, false // already recorded
 	}
-	now := time.Now().UTC().Format(time.RFC3339)
+	at := now.UTC().Format(time.RFC3339)
 	for _, w := range want {
 		status, reason := conditionFields(w)
 		next = append(next, map[string]any{
 			"type": w.Type, "status": status, "reason": reason, "message": w.Message,
-			"observedGeneration": gen, "lastTransitionTime": now,
+			"observedGeneration": gen, "lastTransitionTime": at,
 		})
 	}
 	var body any = map[string]any{"ready": ready, "conditions": next}

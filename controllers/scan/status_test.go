@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -65,7 +66,7 @@ func TestCELPoliciesGetKyvernosConditions(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			u := vpol()
-			patch, changed := ReadyPatch(u, nil, "evaluated", CELConditions(tc.admission, tc.forbidden)...)
+			patch, changed := ReadyPatch(u, statusTime, nil, "evaluated", CELConditions(tc.admission, tc.forbidden)...)
 			if !changed {
 				t.Fatal("nothing to record on a policy without status")
 			}
@@ -81,10 +82,10 @@ func TestCELPoliciesGetKyvernosConditions(t *testing.T) {
 			if ready != tc.ready {
 				t.Errorf("ready = %v, want %v", ready, tc.ready)
 			}
-			if _, again := ReadyPatch(u, nil, "evaluated", CELConditions(tc.admission, tc.forbidden)...); again {
+			if _, again := ReadyPatch(u, statusTime, nil, "evaluated", CELConditions(tc.admission, tc.forbidden)...); again {
 				t.Error("the same status is written again")
 			}
-			patch, changed = ReadyPatch(u, errors.New("does not compile"), "evaluated")
+			patch, changed = ReadyPatch(u, statusTime, errors.New("does not compile"), "evaluated")
 			if !changed {
 				t.Fatal("a rejection changes nothing")
 			}
@@ -130,7 +131,7 @@ func TestRulesLeftOutAreNamedInTheStatus(t *testing.T) {
 			p := compile(tc.rules)
 			u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
 				"metadata": map[string]any{"name": "p", "generation": int64(1), "resourceVersion": "3"}}}
-			patch, _ := ReadyPatch(u, leftOutError(p), loadedMessage(p))
+			patch, _ := ReadyPatch(u, statusTime, leftOutError(p), loadedMessage(p))
 			got, ready := conditionsOf(t, u, patch)
 			if got["Ready"] != tc.ready {
 				t.Errorf("Ready = %q\nwant    %q", got["Ready"], tc.ready)
@@ -141,3 +142,6 @@ func TestRulesLeftOutAreNamedInTheStatus(t *testing.T) {
 		})
 	}
 }
+
+// statusTime is when the status tests write conditions.
+var statusTime = time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)

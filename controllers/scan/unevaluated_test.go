@@ -16,8 +16,8 @@ import (
 // from the replica that keeps the policies' status only.
 func TestPoliciesOfKindsTallyDoesNotEvaluateAreTold(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
-	s := &Scanner{opts: Options{Recorder: rec}, metrics: newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })}
-	sink := &unevaluatedSink{s: s}
+	m := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() float64 { return 0 }, func() float64 { return 0 })
+	sink := &unevaluatedSink{recorder: rec, metrics: m}
 	gvr := schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "imagevalidatingpolicies"}
 	mpol := func(generation int64) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy",
@@ -39,13 +39,13 @@ func TestPoliciesOfKindsTallyDoesNotEvaluateAreTold(t *testing.T) {
 	if events[0] != want {
 		t.Errorf("event = %q\nwant    %q", events[0], want)
 	}
-	if got := testutil.ToFloat64(s.metrics.unevaluated.WithLabelValues("ImageValidatingPolicy")); got != 2 {
+	if got := testutil.ToFloat64(m.unevaluated.WithLabelValues("ImageValidatingPolicy")); got != 2 {
 		t.Errorf("%s{kind=ImageValidatingPolicy} = %v, want 2", metricPoliciesNotEvaluated, got)
 	}
 	// Another replica (no recorder) says nothing.
-	quiet := &unevaluatedSink{s: &Scanner{metrics: s.metrics}}
+	quiet := &unevaluatedSink{metrics: m}
 	quiet.Upsert(ctx, gvr, mpol(3))
-	if got := testutil.ToFloat64(s.metrics.unevaluated.WithLabelValues("ImageValidatingPolicy")); got != 2 {
+	if got := testutil.ToFloat64(m.unevaluated.WithLabelValues("ImageValidatingPolicy")); got != 2 {
 		t.Errorf("a replica that does not keep the status counted it: %v", got)
 	}
 }

@@ -2,22 +2,15 @@ package scan
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
-	"time"
 
 	"github.com/go-logr/logr"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	admissionregistrationv1beta1 "k8s.io/api/admissionregistration/v1beta1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/utils/clock"
 
 	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/engine"
@@ -101,22 +94,19 @@ func convertBindings[B any](ctx context.Context, objs []*unstructured.Unstructur
 
 // admissionPolicySet is what the scanner keeps of the admission policies of
 // one kind it scans and of every binding of that kind, and applies their
-// changes (from the control queue, one at a time): a policy is compiled
-// with its bindings, so a binding's change recompiles the policy it names.
+// changes are applied by the policy reconciler (from the control queue,
+// one at a time): a policy is compiled with its bindings, so a binding's
+// change recompiles the policy it names.
 type admissionPolicySet struct {
 	kind admissionPolicyKind
-	// apply scans a policy as any other (Scanner.upsertPolicy);
-	// forgetPolicy drops one and its results (Scanner.removePolicy).
-	apply        func(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error
-	forgetPolicy func(ctx context.Context, key string) error
 
 	mu       sync.Mutex
 	policies map[string]*unstructured.Unstructured
 	bindings map[string]*unstructured.Unstructured
 }
 
-func newAdmissionPolicySet(kind admissionPolicyKind, apply func(context.Context, schema.GroupVersionResource, *unstructured.Unstructured) error, forget func(context.Context, string) error) *admissionPolicySet {
-	return &admissionPolicySet{kind: kind, apply: apply, forgetPolicy: forget,
+func newAdmissionPolicySet(kind admissionPolicyKind) *admissionPolicySet {
+	return &admissionPolicySet{kind: kind,
 		policies: map[string]*unstructured.Unstructured{}, bindings: map[string]*unstructured.Unstructured{}}
 }
 
@@ -200,128 +190,4 @@ func (as *admissionPolicySet) dropMissingBindings(objs []*unstructured.Unstructu
 		}
 	}
 	return as.policiesNamed(names)
-}
-
-// upsert applies a policy's change: a reported one is scanned; one that is
-// not (or no longer) has no results.
-func (as *admissionPolicySet) upsert(ctx context.Context, u *unstructured.Unstructured) error {
-	if !as.kind.reported(u) {
-		return as.remove(ctx, u.GetName())
-	}
-	return as.apply(ctx, as.kind.policy, u)
-}
-
-// remove forgets a policy and its results.
-func (as *admissionPolicySet) remove(ctx context.Context, name string) error {
-	as.forget(name)
-	return as.forgetPolicy(ctx, apiresources.PolicyKey(as.kind.policy, "", name))
-}
-
-// upsertBinding applies a binding's change (nil: deleted): the policy it
-// binds, or bound, is compiled again.
-func (as *admissionPolicySet) upsertBinding(ctx context.Context, name string, u *unstructured.Unstructured) error {
-	return as.recompile(ctx, as.setBinding(name, u))
-}
-
-// applyBindingList forgets the bindings not in a complete list.
-func (as *admissionPolicySet) applyBindingList(ctx context.Context, objs []*unstructured.Unstructured) error {
-	return as.recompile(ctx, as.dropMissingBindings(objs))
-}
-
-// recompile compiles scanned policies again (their bindings changed).
-func (as *admissionPolicySet) recompile(ctx context.Context, policies []*unstructured.Unstructured) error {
-	var errs []error
-	for _, p := range policies {
-		errs = append(errs, as.apply(ctx, as.kind.policy, p))
-	}
-	return errors.Join(errs...)
-}
-
-// paramCache serves the params of ValidatingAdmissionPolicy bindings from
-// the API server, each (kind, namespace, name, selector) read at most once
-// per paramTTL: a scan pass over many resources reads each once.
-type paramCache struct {
-	client dynamic.Interface
-	kinds  *kindWatch
-	clock  clock.PassiveClock
-
-	mu      sync.Mutex
-	entries map[string]paramEntry
-}
-
-type paramEntry struct {
-	at     time.Time
-	params []map[string]any
-	err    error
-}
-
-// paramTTL is how long a params read is reused.
-const paramTTL = 10 * time.Second
-
-func newParamCache(client dynamic.Interface, kinds *kindWatch, clk clock.PassiveClock) *paramCache {
-	return &paramCache{client: client, kinds: kinds, clock: clk, entries: map[string]paramEntry{}}
-}
-
-var _ engine.ParamSource = (*paramCache)(nil)
-
-// Params implements engine.ParamSource: the named object (none if it does
-// not exist), or the objects a selector picks.
-func (pc *paramCache) Params(ctx context.Context, kind schema.GroupVersionKind, namespace, name string, selector *metav1.LabelSelector) ([]map[string]any, error) {
-	sel := ""
-	if selector != nil {
-		s, err := metav1.LabelSelectorAsSelector(selector)
-		if err != nil {
-			return nil, fmt.Errorf("paramRef.selector: %w", err)
-		}
-		sel = s.String()
-	}
-	key := kind.String() + "|" + namespace + "|" + name + "|" + sel
-	now := pc.clock.Now()
-	pc.mu.Lock()
-	e, ok := pc.entries[key]
-	pc.mu.Unlock()
-	if ok && now.Sub(e.at) < paramTTL {
-		return e.params, e.err
-	}
-	params, err := pc.read(ctx, kind, namespace, name, selector != nil, sel)
-	pc.mu.Lock()
-	for k, old := range pc.entries { // a few entries per binding: swept as they expire
-		if now.Sub(old.at) >= paramTTL {
-			delete(pc.entries, k)
-		}
-	}
-	pc.entries[key] = paramEntry{at: now, params: params, err: err}
-	pc.mu.Unlock()
-	return params, err
-}
-
-func (pc *paramCache) read(ctx context.Context, kind schema.GroupVersionKind, namespace, name string, bySelector bool, sel string) ([]map[string]any, error) {
-	gvr, err := pc.kinds.gvrOfKind(kind)
-	if err != nil {
-		return nil, fmt.Errorf("paramKind %w", err)
-	}
-	ri := pc.client.Resource(gvr)
-	var r dynamic.ResourceInterface = ri
-	if namespace != "" {
-		r = ri.Namespace(namespace)
-	}
-	if !bySelector {
-		obj, err := r.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("get %s %s: %w", gvr.Resource, name, err)
-		}
-		return []map[string]any{obj.Object}, nil
-	}
-	list, err := r.List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return nil, fmt.Errorf("list %s (%s): %w", gvr.Resource, sel, err)
-	}
-	out := make([]map[string]any, len(list.Items))
-	for i := range list.Items {
-		out[i] = list.Items[i].Object
-	}
-	return out, nil
 }

@@ -27,20 +27,20 @@ func vapObject(t *testing.T, manifest string) *unstructured.Unstructured {
 // binding, and a policy whose label goes loses its results.
 func TestValidatingAdmissionPolicyFollowsItsBindingsAndLabel(t *testing.T) {
 	s := testScanner(t, Options{NoPolicyStatus: true})
-	s.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
+	s.handlers.kinds.disc = listDiscovery{lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
 		{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: metav1.Verbs{"list", "watch"}}}}}}
-	s.kinds.remember(gvrConfigMaps, "", "ConfigMap")
-	s.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true} // no source is started
+	s.handlers.kinds.remember(gvrConfigMaps, "", "ConfigMap")
+	s.handlers.kinds.users[gvrConfigMaps] = map[string]bool{"(kept by the test)": true} // no source is started
 	ctx := context.Background()
 	work := func() {
-		for s.queue.Len() > 0 {
-			if !s.queue.ProcessNext(ctx, "scan", s.reconcile) {
+		for s.handlers.queue.Len() > 0 {
+			if !s.handlers.queue.ProcessNext(ctx, "scan", s.evaluator.reconcile) {
 				return
 			}
 		}
 	}
 	for _, name := range []string{"good", "bad"} {
-		s.upsertResource(context.Background(), gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		s.handlers.upsertResource(context.Background(), gvrConfigMaps, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 			"metadata": map[string]any{"name": name, "namespace": "ns", "uid": "uid-" + name, "resourceVersion": "1"}}})
 	}
 	policy := `
@@ -56,7 +56,7 @@ spec:
 	results := func() string {
 		var out []string
 		for _, uid := range []string{"uid-good", "uid-bad"} {
-			rs, err := s.store.Read().Results(uid)
+			rs, err := s.handlers.store.Read().Results(uid)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,13 +73,13 @@ spec:
 		want string
 	}{
 		{"unlabelled: not scanned", func() {
-			s.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "false", 1)))
+			s.handlers.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "false", 1)))
 		}, ""},
 		{"labelled, no binding: on its own constraints", func() {
-			s.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "true", 1)))
+			s.handlers.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "true", 1)))
 		}, "uid-good:names/names=pass[] uid-bad:names/names=fail[]"},
 		{"a binding for the bad one only", func() {
-			s.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicyBinding, vapObject(t, `
+			s.handlers.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicyBinding, vapObject(t, `
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
 metadata: {name: only-bad, resourceVersion: "1"}
@@ -92,10 +92,10 @@ spec:
 `))
 		}, "uid-bad:names/names=fail[{\"binding\":\"only-bad\"}]"},
 		{"the binding deleted", func() {
-			s.Remove(context.Background(), apiresources.ValidatingAdmissionPolicyBinding, vapObject(t, `{apiVersion: admissionregistration.k8s.io/v1, kind: ValidatingAdmissionPolicyBinding, metadata: {name: only-bad}}`))
+			s.handlers.Remove(context.Background(), apiresources.ValidatingAdmissionPolicyBinding, vapObject(t, `{apiVersion: admissionregistration.k8s.io/v1, kind: ValidatingAdmissionPolicyBinding, metadata: {name: only-bad}}`))
 		}, "uid-good:names/names=pass[] uid-bad:names/names=fail[]"},
 		{"the label turned off", func() {
-			s.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "false", 1)))
+			s.handlers.Upsert(context.Background(), apiresources.ValidatingAdmissionPolicy, vapObject(t, strings.Replace(policy, "%s", "false", 1)))
 		}, ""},
 	}
 	for _, step := range steps {

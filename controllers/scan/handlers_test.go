@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/engine"
 )
@@ -29,11 +30,11 @@ func exception(policy string) *unstructured.Unstructured {
 // drain empties the queue and returns what it held.
 func drain(s *Scanner) map[string]bool {
 	out := map[string]bool{}
-	for s.queue.Len() > 0 {
-		k, _ := s.queue.Get()
+	for s.handlers.queue.Len() > 0 {
+		k, _ := s.handlers.queue.Get()
 		out[k] = true
-		s.queue.Done(k)
-		s.queue.Forget(k)
+		s.handlers.queue.Done(k)
+		s.handlers.queue.Forget(k)
 	}
 	return out
 }
@@ -53,15 +54,15 @@ spec:
 	}
 	s := testScanner(t, Options{}, policy("pods", "Pod"))
 	cms := policy("configmaps", "ConfigMap")
-	s.kinds.remember(gvrConfigMaps, "", "ConfigMap")
+	s.handlers.kinds.remember(gvrConfigMaps, "", "ConfigMap")
 	tp := newTracked("configmaps", apiresources.ClusterPolicy, cms)
 	tp.ruleKinds["r"] = []schema.GroupVersionResource{gvrConfigMaps}
-	s.policies.put(tp)
+	s.handlers.policies.put(tp)
 	pod := benchPod(t, 1)
-	s.upsertResource(context.Background(), gvrPods, pod)
+	s.handlers.upsertResource(context.Background(), gvrPods, pod)
 	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "cm", "namespace": "ns", "uid": "cm-uid", "resourceVersion": "1"}}}
-	s.upsertResource(context.Background(), gvrConfigMaps, cm)
+	s.handlers.upsertResource(context.Background(), gvrConfigMaps, cm)
 	drain(s)
 
 	podUID, cmUID := string(pod.GetUID()), "cm-uid"
@@ -70,15 +71,15 @@ spec:
 		do   func()
 		want []string
 	}{
-		{"created for pods", func() { s.Upsert(context.Background(), apiresources.PolicyException, exception("pods")) }, []string{podUID}},
-		{"edited from pods to configmaps", func() { s.Upsert(context.Background(), apiresources.PolicyException, exception("configmaps")) }, []string{podUID, cmUID}},
+		{"created for pods", func() { s.handlers.Upsert(context.Background(), apiresources.PolicyException, exception("pods")) }, []string{podUID}},
+		{"edited from pods to configmaps", func() { s.handlers.Upsert(context.Background(), apiresources.PolicyException, exception("configmaps")) }, []string{podUID, cmUID}},
 		{"edited to an invalid version", func() {
 			bad := exception("configmaps")
 			bad.Object["spec"].(map[string]any)["match"] = "not a match"
-			s.Upsert(context.Background(), apiresources.PolicyException, bad)
+			s.handlers.Upsert(context.Background(), apiresources.PolicyException, bad)
 		}, []string{cmUID}},
-		{"created again for pods", func() { s.Upsert(context.Background(), apiresources.PolicyException, exception("pods")) }, []string{podUID}},
-		{"deleted", func() { s.Remove(context.Background(), apiresources.PolicyException, exception("pods")) }, []string{podUID}},
+		{"created again for pods", func() { s.handlers.Upsert(context.Background(), apiresources.PolicyException, exception("pods")) }, []string{podUID}},
+		{"deleted", func() { s.handlers.Remove(context.Background(), apiresources.PolicyException, exception("pods")) }, []string{podUID}},
 	}
 	for _, step := range steps {
 		step.do()
@@ -94,7 +95,7 @@ spec:
 			}
 		}
 	}
-	if xs := s.exceptions.compiled(); len(xs) != 0 {
+	if xs := s.reconciler.exceptions.compiled(); len(xs) != 0 {
 		t.Errorf("%d exceptions left after the delete", len(xs))
 	}
 }
@@ -102,8 +103,8 @@ spec:
 // settle applies the queued control events, as Run's control worker does.
 func settle(t *testing.T, s *Scanner) {
 	t.Helper()
-	for s.control.queue.Len() > 0 {
-		if !s.control.processNext(context.Background()) {
+	for s.handlers.control.queue.Len() > 0 {
+		if !s.handlers.control.processNext(context.Background(), s.reconciler) {
 			t.Fatal("control queue shut down")
 		}
 	}
@@ -116,33 +117,33 @@ func settle(t *testing.T, s *Scanner) {
 func TestAResourceMetBeforeThePoliciesIsQueuedOnceWhenTheyAreListed(t *testing.T) {
 	p := namedPodsPolicy(t)
 	s := testScanner(t, Options{}, p)
-	delete(s.kinds.synced, sourceKey{gvr: apiresources.ClusterPolicy})
+	delete(s.handlers.kinds.synced, sourceKey{gvr: apiresources.ClusterPolicy})
 	ctx := context.Background()
 	pod := benchPod(t, 1)
 	uid := string(pod.GetUID())
-	s.upsertResource(ctx, gvrPods, pod)
+	s.handlers.upsertResource(ctx, gvrPods, pod)
 	if got := drain(s); !got[uid] {
 		t.Fatalf("the stored pod was not queued: %v", got)
 	}
-	if err := s.reconcile(ctx, uid); err != nil {
+	if err := s.evaluator.reconcile(ctx, uid); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(250 * time.Millisecond)
 	if got := drain(s); len(got) != 0 {
 		t.Fatalf("queued again before the policies were listed: %v", got)
 	}
-	s.listedIn(apiresources.ClusterPolicy, "")
+	s.handlers.listedIn(apiresources.ClusterPolicy, "")
 	if got := drain(s); len(got) != 1 || !got[uid] {
 		t.Fatalf("queued when the policies were listed: %v, want the pod once", got)
 	}
-	if err := s.reconcile(ctx, uid); err != nil {
+	if err := s.evaluator.reconcile(ctx, uid); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(250 * time.Millisecond)
 	if got := drain(s); len(got) != 0 {
 		t.Errorf("queued again after its evaluation: %v", got)
 	}
-	if n := testutil.ToFloat64(s.metrics.resources); n != 1 {
+	if n := testutil.ToFloat64(s.handlers.metrics.resources); n != 1 {
 		t.Errorf("%s = %v, want 1", metricResources, n)
 	}
 }
@@ -154,26 +155,26 @@ func TestAWaitingResourceEvaluatedBeforeItsReleaseIsNotQueuedAgain(t *testing.T)
 	p := namedPodsPolicy(t)
 	s := testScanner(t, Options{}, p)
 	synced := sourceKey{gvr: apiresources.ClusterPolicy}
-	delete(s.kinds.synced, synced)
+	delete(s.handlers.kinds.synced, synced)
 	ctx := context.Background()
 	pod := benchPod(t, 1)
 	uid := string(pod.GetUID())
-	s.upsertResource(ctx, gvrPods, pod)
+	s.handlers.upsertResource(ctx, gvrPods, pod)
 	drain(s)
-	if err := s.reconcile(ctx, uid); err != nil { // waits
+	if err := s.evaluator.reconcile(ctx, uid); err != nil { // waits
 		t.Fatal(err)
 	}
 	// The policies' list is applied (queuing the pod again), then marked
 	// listed; the worker takes the pod before the waiting ones are released.
-	s.kinds.synced[synced] = true
-	if err := s.reconcile(ctx, uid); err != nil {
+	s.handlers.kinds.synced[synced] = true
+	if err := s.evaluator.reconcile(ctx, uid); err != nil {
 		t.Fatal(err)
 	}
-	s.listedIn(apiresources.ClusterPolicy, "")
+	s.handlers.listedIn(apiresources.ClusterPolicy, "")
 	if got := drain(s); len(got) != 0 {
 		t.Errorf("queued again after its evaluation: %v", got)
 	}
-	if n := testutil.ToFloat64(s.metrics.resources); n != 1 {
+	if n := testutil.ToFloat64(s.handlers.metrics.resources); n != 1 {
 		t.Errorf("%s = %v, want 1", metricResources, n)
 	}
 }
@@ -195,19 +196,19 @@ spec:
 `)
 	s := testScanner(t, Options{ExceptionNamespace: "platform"}, policy)
 	tenants := exception("pods") // in namespace ns
-	s.Upsert(context.Background(), apiresources.PolicyException, tenants)
+	s.handlers.Upsert(context.Background(), apiresources.PolicyException, tenants)
 	settle(t, s)
-	if xs := s.exceptions.compiled(); len(xs) != 0 {
+	if xs := s.reconciler.exceptions.compiled(); len(xs) != 0 {
 		t.Errorf("an exception of namespace ns applies under --exception-namespace platform")
 	}
-	if got := testutil.ToFloat64(s.metrics.exceptionsIgnored); got != 1 {
+	if got := testutil.ToFloat64(s.handlers.metrics.exceptionsIgnored); got != 1 {
 		t.Errorf("exceptions ignored = %v, want 1", got)
 	}
 	platform := exception("pods")
 	platform.SetNamespace("platform")
-	s.Upsert(context.Background(), apiresources.PolicyException, platform)
+	s.handlers.Upsert(context.Background(), apiresources.PolicyException, platform)
 	settle(t, s)
-	if xs := s.exceptions.compiled(); len(xs) != 1 {
+	if xs := s.reconciler.exceptions.compiled(); len(xs) != 1 {
 		t.Errorf("%d exceptions apply, want the platform namespace's", len(xs))
 	}
 	for allowed, want := range map[string]bool{"": true, "*": true, "ns": true, "platform": false} {
