@@ -72,6 +72,11 @@ type config struct {
 func bindFlags(fs *flag.FlagSet) *config {
 	c := &config{}
 	c.process.Bind(fs, "tally-merger")
+	// As the Pod runs it: beside the scanner (which serves :8080), writing
+	// while that scanner is ready, with no Lease of its own (the pair's is
+	// the scanner's). Both flags exist and take these values: no error.
+	_ = process.SetDefault(fs, "listen", ":8081")
+	_ = process.SetDefault(fs, "leader-elect", "false")
 	fs.IntVar(&c.merge.Workers, "workers", 2, "resources merged in parallel")
 	fs.StringVar(&c.allowed, "allowed-results", "", "comma-separated results to report (default: all of pass,fail,warn,error,skip)")
 	fs.DurationVar(&c.merge.OrphanGrace, "orphan-grace", merge.DefaultOrphanGrace, "check an intermediate report without ownerReference for a deleted resource once it has not changed for this long")

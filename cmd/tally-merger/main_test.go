@@ -57,3 +57,20 @@ func TestFlags(t *testing.T) {
 		t.Errorf("options %+v do not hold the flags given", c.merge)
 	}
 }
+
+// The defaults are the topology the chart ships: the merger beside its
+// scanner in one Pod, on its own port, without a Lease of its own.
+func TestDefaultsAreTheShippedTopology(t *testing.T) {
+	fs := flag.NewFlagSet("tally-merger", flag.ContinueOnError)
+	c := bindFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.process.Listen != ":8081" || c.process.LeaderElect || c.scannerURL != "http://127.0.0.1:8095" {
+		t.Errorf("defaults: listen %q, leader election %v, scanner %q; want the chart's: :8081, false, http://127.0.0.1:8095",
+			c.process.Listen, c.process.LeaderElect, c.scannerURL)
+	}
+	if f := fs.Lookup("leader-elect"); f.DefValue != "false" {
+		t.Errorf("--help shows --leader-elect defaulting to %s, want false", f.DefValue)
+	}
+}

@@ -261,6 +261,10 @@ func (l *Local) args(name string) (binary string, args []string) {
 		// A pair of the shards, as a Pod of the Deployment: its identity is
 		// its Pod's name.
 		common = append(common, "--sharding", "--identity", "pair"+pair)
+	} else if name == "scanner" {
+		// One pair, leading (the chart shards even one replica; a Lease
+		// duration's wait for every start is spared here).
+		common = append(common, "--sharding=false")
 	}
 	if name == "scanner" {
 		// The scanner hands its reports to the mergers on loopback, and

@@ -90,7 +90,7 @@ all tally needs (it reads and reports; the CRDs are installed). Run tally's
 processes against it by hand, each in its own terminal:
 
   kubectl --kubeconfig %[1]s create namespace tally-system
-  go run ./cmd/tally-scanner --kubeconfig %[1]s --namespace tally-system --leader-elect=false --webhook-listen=
+  go run ./cmd/tally-scanner --kubeconfig %[1]s --namespace tally-system --sharding=false --leader-elect=false --webhook-listen=
   go run ./cmd/tally-merger  --kubeconfig %[1]s --namespace tally-system --leader-elect=false --listen=:8081
 
 then create policies and resources (kubectl apply -f config/samples/policies -f config/samples/resources

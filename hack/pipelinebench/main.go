@@ -338,6 +338,8 @@ func run(o options) error {
 				args = append(args, o.scannerFlags...)
 				if o.replicas > 1 {
 					args = append(args, "--sharding", "--identity", fmt.Sprintf("bench-%d", i))
+				} else {
+					args = append(args, "--sharding=false")
 				}
 				p := &pair{handover: handover}
 				if p.scanner, err = start(sbin, "tally-scanner", c.Kubeconfig, args...); err != nil {

@@ -128,7 +128,7 @@ func run(pods, namespaces int, corpus string) error {
 	if err != nil {
 		return err
 	}
-	scanner := exec.Command(bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false", "--namespace", "default",
+	scanner := exec.Command(bin, "--kubeconfig", c.Kubeconfig, "--sharding=false", "--leader-elect=false", "--namespace", "default",
 		"--listen", addr, "--handover-listen", handoverAddr, "--rescan-endpoint", "--profiling", "--kube-api-qps", "500", "--kube-api-burst", "1000")
 	if workers > 0 {
 		scanner.Args = append(scanner.Args, "--workers", strconv.Itoa(workers))

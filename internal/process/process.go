@@ -89,6 +89,21 @@ func (o *Options) Bind(fs *flag.FlagSet, name string) {
 	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/")
 }
 
+// SetDefault changes the default of a flag bound already (Bind's shared
+// ones), for a daemon whose shipped topology differs: the value and what
+// --help shows.
+func SetDefault(fs *flag.FlagSet, name, value string) error {
+	f := fs.Lookup(name)
+	if f == nil {
+		return fmt.Errorf("no flag --%s", name)
+	}
+	if err := f.Value.Set(value); err != nil {
+		return fmt.Errorf("--%s default %q: %w", name, value, err)
+	}
+	f.DefValue = value
+	return nil
+}
+
 // RESTConfig builds the client configuration with the daemon's rate limits.
 func (o *Options) RESTConfig() (*rest.Config, error) {
 	var cfg *rest.Config

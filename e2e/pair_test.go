@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/tally-dev/tally/controllers/data"
+	"github.com/tally-dev/tally/controllers/pair"
+	"github.com/tally-dev/tally/controllers/policyevents"
+	"github.com/tally-dev/tally/controllers/shard"
+	"github.com/tally-dev/tally/internal/process"
+	"github.com/tally-dev/tally/report"
+)
+
+// loopback is a free 127.0.0.1 address.
+func loopback(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// A pair's scanner as tally-scanner runs it, with the shipped defaults
+// (sharded): it joins its shard group through a membership Lease, hands
+// over a ready hand-over, and, once its context ends, returns with every
+// part stopped: the Lease deleted, the hand-over's and the probes' ports
+// closed.
+func TestAPairScannerRunsAndStopsWhole(t *testing.T) {
+	f := features.New("pair.RunScanner").
+		Assess("runs sharded, and stops wholly", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			kube, err := kubernetes.NewForConfig(cfg.Client().RESTConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			const namespace, identity = "tally-pair-test", "pair-test-0"
+			if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+			probes, handoverAddr := loopback(t), loopback(t)
+			o := pair.ScannerOptions{
+				Options: process.Options{Name: "tally-scanner", Kubeconfig: cfg.KubeconfigFile(), Namespace: namespace,
+					QPS: 50, Burst: 100, Listen: probes, Identity: identity},
+				Workers: 2, Interval: time.Hour, EvalTimeout: 10 * time.Second, StateConfigMap: "tally-scan-state",
+				Sharding: true, ShardGroup: "pair-test", PolicyStatus: false,
+				MaxQueuedEvents: policyevents.DefaultMaxQueuedEvents, EventsQPS: policyevents.DefaultEventsQPS,
+				Handover: pair.HandoverOptions{Listen: handoverAddr, ReportAPI: string(report.APIWGPolicy), ManagedBy: "tally-pair-test"},
+				HTTP:     data.HTTPOptions{Timeout: data.DefaultHTTPTimeout},
+			}
+			runCtx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
+			done := make(chan error, 1)
+			go func() { done <- pair.RunScanner(runCtx, o) }()
+			stopped := false
+			defer func() {
+				cancel()
+				if !stopped {
+					<-done
+				}
+			}()
+
+			// Joined: its membership Lease, then (a Lease duration later, 15 s)
+			// its shard scanned and the hand-over ready for the merger.
+			ready := func(url string) bool {
+				resp, err := http.Get(url)
+				if err != nil {
+					return false
+				}
+				_ = resp.Body.Close() // read nothing of it
+				return resp.StatusCode == http.StatusOK
+			}
+			deadline := time.Now().Add(90 * time.Second)
+			for !ready("http://" + handoverAddr + "/readyz") {
+				if time.Now().After(deadline) {
+					t.Fatal("the hand-over was not ready within 90 s")
+				}
+				select {
+				case err := <-done:
+					stopped = true
+					t.Fatalf("RunScanner returned before it was stopped: %v", err)
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			if _, err := kube.CoordinationV1().Leases(namespace).Get(ctx, shard.LeaseName(identity), metav1.GetOptions{}); err != nil {
+				t.Fatalf("the membership Lease of a sharded scanner: %v", err)
+			}
+			if !ready("http://" + probes + "/readyz") {
+				t.Error("the scanner's /readyz is not ready while its hand-over is")
+			}
+
+			cancel()
+			select {
+			case err := <-done:
+				stopped = true
+				if err != nil {
+					t.Errorf("RunScanner stopped with %v, want nil", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("RunScanner did not return within 30 s of its context's end")
+			}
+			// Returned: every part has stopped.
+			if _, err := kube.CoordinationV1().Leases(namespace).Get(ctx, shard.LeaseName(identity), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("the membership Lease after the scanner stopped: %v, want it deleted", err)
+			}
+			for what, addr := range map[string]string{"hand-over": handoverAddr, "probes and metrics": probes} {
+				l, err := net.Listen("tcp", addr)
+				if err != nil {
+					t.Errorf("the %s port %s is still held after RunScanner returned: %v", what, addr, err)
+					continue
+				}
+				_ = l.Close() // only probed
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
