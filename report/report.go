@@ -160,3 +160,14 @@ func WithProcess(results []wgv1alpha2.PolicyReportResult, process string) []wgv1
 	}
 	return results
 }
+
+// Written is what a writer last wrote of one resource's report (the
+// scanner's hand-over, the merger's final report), kept by the resource's
+// UID: where it is, the digest of its content (an unchanged report is not
+// written again), and the resourceVersion the API server gave the write
+// ("" where there is none: the hand-over).
+type Written struct {
+	Namespace       string
+	Digest          uint64
+	ResourceVersion string
+}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2/textlogger"
+	"k8s.io/utils/clock"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/merge"
@@ -135,7 +136,9 @@ func run(ctx context.Context, c *config) error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	mo.Registry, mo.RESTConfig = reg, cfg
+	// One clock for the merger and the follower (tests drive their own).
+	clk := clock.RealClock{}
+	mo.Registry, mo.RESTConfig, mo.Now = reg, cfg, clk.Now
 	mo.Mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	// The final reports' metadata, watched so that one someone else
 	// changes is put right (R48).
@@ -144,7 +147,7 @@ func run(ctx context.Context, c *config) error {
 	}
 	// The hand-over's client is made for each run of the scanner followed
 	// (under its incarnation).
-	return process.Run(ctx, o, cfg, reg, pair.NewFollower(merge.New(dyn, mo), scannerURL, nil), nil)
+	return process.Run(ctx, o, cfg, reg, pair.NewFollower(merge.New(dyn, mo), scannerURL, clk), nil)
 }
 
 func parseAllowed(s string) (merge.Filter, error) {

@@ -102,7 +102,7 @@ type Merger struct {
 	// policyKinds are the kinds of the policies, by key (what a complete
 	// list of a kind can tell gone).
 	policyKinds map[string]schema.GroupVersionResource
-	written     map[string]writtenReport
+	written     map[string]report.Written
 	// seeds are the results of the final reports read at start-up, until
 	// every kind is listed (merged.go).
 	seeds map[string]seed
@@ -128,14 +128,6 @@ type Merger struct {
 	allListed chan struct{}
 }
 
-type writtenReport struct {
-	namespace string
-	digest    uint64
-	// rv is the resourceVersion the merger's last write (or the read at
-	// start-up) gave it: a watch event of another is someone else's
-	// (owned.go).
-	rv string
-}
 
 // SetBackground sets Options.Background for the next Run: the hand-over of
 // the scanner's run the merger follows (handover.IncarnationPath).
@@ -222,7 +214,7 @@ func (m *Merger) reset() {
 	m.allListed = make(chan struct{})
 	m.policies = map[string]PolicyInfo{}
 	m.policyKinds = map[string]schema.GroupVersionResource{}
-	m.written = map[string]writtenReport{}
+	m.written = map[string]report.Written{}
 	m.seeds = nil
 	m.folds = map[string]*fold{}
 	m.unadopted = map[string]unadopted{}
@@ -414,10 +406,10 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 		if !hadReport {
 			return done()
 		}
-		gvr := m.opts.ReportAPI.FinalGVR(prev.namespace)
-		err := m.client.Resource(gvr).Namespace(prev.namespace).Delete(ctx, uid, metav1.DeleteOptions{})
+		gvr := m.opts.ReportAPI.FinalGVR(prev.Namespace)
+		err := m.client.Resource(gvr).Namespace(prev.Namespace).Delete(ctx, uid, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete final report %s/%s: %w", prev.namespace, uid, err)
+			return fmt.Errorf("delete final report %s/%s: %w", prev.Namespace, uid, err)
 		}
 		m.metrics.writes.WithLabelValues("delete").Inc()
 		m.mu.Lock()
@@ -429,7 +421,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	if err != nil {
 		return fmt.Errorf("render final report of %s: %w", uid, err)
 	}
-	if hadReport && prev.digest == digest {
+	if hadReport && prev.Digest == digest {
 		return done()
 	}
 	if !hadReport {
@@ -459,7 +451,7 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	}
 	m.metrics.writes.WithLabelValues(op).Inc()
 	m.mu.Lock()
-	m.written[uid] = writtenReport{namespace: subject.Namespace, digest: digest, rv: rv}
+	m.written[uid] = report.Written{Namespace: subject.Namespace, Digest: digest, ResourceVersion: rv}
 	m.mu.Unlock()
 	return done()
 }
@@ -491,7 +483,7 @@ func (m *Merger) seed(ctx context.Context) error {
 					// for nothing, and the merge writes it again, or
 					// deletes it when its name is no resource's.
 					m.mu.Lock()
-					m.written[list.Items[i].GetName()] = writtenReport{namespace: list.Items[i].GetNamespace()}
+					m.written[list.Items[i].GetName()] = report.Written{Namespace: list.Items[i].GetNamespace()}
 					m.mu.Unlock()
 					m.metrics.putRight.WithLabelValues("read-back-refused").Inc()
 					continue
@@ -509,7 +501,7 @@ func (m *Merger) seed(ctx context.Context) error {
 					}
 				}
 				m.mu.Lock()
-				m.written[r.Name] = writtenReport{namespace: r.Namespace, digest: d, rv: list.Items[i].GetResourceVersion()}
+				m.written[r.Name] = report.Written{Namespace: r.Namespace, Digest: d, ResourceVersion: list.Items[i].GetResourceVersion()}
 				// Admission results live on in the final report once their
 				// AdmissionReport is deleted: read back (seedAdmission, once
 				// the policies are listed).

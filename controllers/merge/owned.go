@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/report"
 )
 
 // The final reports are tally's (R48).
@@ -92,12 +93,12 @@ func (f *finalReports) Upsert(ctx context.Context, _ schema.GroupVersionResource
 	w, had := m.written[uid]
 	// A write of the merger's whose answer is not recorded yet is known by
 	// its managedFields, the merger's alone.
-	if (had && w.rv != "" && w.rv == u.GetResourceVersion()) || onlyManager(u, fieldManager) {
+	if (had && w.ResourceVersion != "" && w.ResourceVersion == u.GetResourceVersion()) || onlyManager(u, fieldManager) {
 		m.mu.Unlock()
 		return
 	}
 	// Its content is unknown: whatever the merge gives differs from it.
-	m.written[uid] = writtenReport{namespace: u.GetNamespace()}
+	m.written[uid] = report.Written{Namespace: u.GetNamespace()}
 	m.mu.Unlock()
 	what := "edited"
 	if !had {
@@ -121,7 +122,7 @@ func (f *finalReports) deleted(ctx context.Context, namespace, uid string) {
 	}
 	m.mu.Lock()
 	w, had := m.written[uid]
-	had = had && w.namespace == namespace
+	had = had && w.Namespace == namespace
 	if had {
 		delete(m.written, uid)
 		if st := m.states[uid]; st != nil {
@@ -153,8 +154,8 @@ func (f *finalReports) Replace(ctx context.Context, gvr schema.GroupVersionResou
 	var gone [][2]string
 	f.m.mu.Lock()
 	for uid, w := range f.m.written {
-		if (w.namespace != "") == (gvr == namespaced) && !present[w.namespace+"/"+uid] {
-			gone = append(gone, [2]string{w.namespace, uid})
+		if (w.Namespace != "") == (gvr == namespaced) && !present[w.Namespace+"/"+uid] {
+			gone = append(gone, [2]string{w.Namespace, uid})
 		}
 	}
 	f.m.mu.Unlock()

@@ -170,7 +170,7 @@ func TestStartUpReadsBackOnlyWhatTheMergerWrote(t *testing.T) {
 			if seeded != tc.trusted {
 				t.Errorf("read back = %v, want %v", seeded, tc.trusted)
 			}
-			if w := m.written["u1"]; !tc.trusted && w.digest != 0 {
+			if w := m.written["u1"]; !tc.trusted && w.Digest != 0 {
 				t.Error("an untrusted report's content counts as what the merger wrote")
 			}
 		})

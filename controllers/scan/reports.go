@@ -35,16 +35,12 @@ type reportWriter struct {
 	shard func(namespace string) bool
 
 	mu      sync.Mutex
-	written map[string]writtenReport
+	written map[string]report.Written
 }
 
-type writtenReport struct {
-	namespace string
-	digest    uint64
-}
 
 func newReportWriter(client dynamic.Interface, hub *handover.Hub, m *metrics, final FinalReports, shard func(namespace string) bool) *reportWriter {
-	return &reportWriter{client: client, hub: hub, metrics: m, final: final, shard: shard, written: map[string]writtenReport{}}
+	return &reportWriter{client: client, hub: hub, metrics: m, final: final, shard: shard, written: map[string]report.Written{}}
 }
 
 // digestSeed keys the report digests of this process (they are compared
@@ -91,7 +87,7 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	w.mu.Lock()
 	prev, ok := w.written[res.UID]
 	w.mu.Unlock()
-	if ok && prev.digest == digest {
+	if ok && prev.Digest == digest {
 		return nil
 	}
 	entries := make([]wgv1alpha2.PolicyReportResult, 0, len(results))
@@ -136,12 +132,12 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 		return err
 	}
 	op := "update"
-	if !ok || prev.digest == 0 {
+	if !ok || prev.Digest == 0 {
 		op = "create"
 	}
 	w.metrics.reportWrites.WithLabelValues(op).Inc()
 	w.mu.Lock()
-	w.written[res.UID] = writtenReport{namespace: res.Namespace, digest: digest}
+	w.written[res.UID] = report.Written{Namespace: res.Namespace, Digest: digest}
 	w.mu.Unlock()
 	return nil
 }
@@ -155,7 +151,7 @@ func (w *reportWriter) remove(uid string) {
 	if !ok {
 		return
 	}
-	w.hub.Delete(prev.namespace, uid)
+	w.hub.Delete(prev.Namespace, uid)
 	w.metrics.reportWrites.WithLabelValues("delete").Inc()
 }
 
@@ -212,7 +208,7 @@ func (w *reportWriter) seed(ctx context.Context, keep func(map[string][]wgv1alph
 				page[r.Name] = results
 				// Known, so that sweepOrphans finds those of resources gone;
 				// digest 0 is no content: the first scan hands it over.
-				w.written[r.Name] = writtenReport{namespace: r.Namespace}
+				w.written[r.Name] = report.Written{Namespace: r.Namespace}
 			}
 			if err := keep(page); err != nil {
 				return 0, err
