@@ -3,6 +3,8 @@
 package apiresources
 
 import (
+	"slices"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	admissionregistrationv1beta1 "k8s.io/api/admissionregistration/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -91,11 +93,7 @@ var CELPolicies = []schema.GroupVersionResource{ValidatingPolicy, NamespacedVali
 
 // IsCELPolicy reports whether gvr is one of CELPolicies.
 func IsCELPolicy(gvr schema.GroupVersionResource) bool {
-	switch gvr {
-	case ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy:
-		return true
-	}
-	return false
+	return slices.Contains(CELPolicies, gvr)
 }
 
 // IsNamespacedCELPolicy reports whether gvr is a namespaced one of

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tally-dev/tally/api/apiresources"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/watch"
 )
 
@@ -29,17 +30,18 @@ import (
 // the store (the scanner's cache of the cluster, as an informer's indexer)
 // and queue the resource's UID for the evaluation workers.
 
-// isControlKind reports whether gvr's events are control events.
+// isControlKind reports whether gvr's events are control events: every
+// policy kind the catalog compiles (a new one is a catalog entry, and its
+// events are control events with no change here), the exceptions, and the
+// admission policies with their bindings.
 func isControlKind(gvr schema.GroupVersionResource) bool {
 	switch gvr {
-	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy,
-		apiresources.MutatingPolicy, apiresources.NamespacedMutatingPolicy,
-		apiresources.PolicyException, apiresources.CELPolicyException,
+	case apiresources.PolicyException, apiresources.CELPolicyException,
 		apiresources.ValidatingAdmissionPolicy, apiresources.ValidatingAdmissionPolicyBinding,
 		apiresources.MutatingAdmissionPolicy, apiresources.MutatingAdmissionPolicyBinding:
 		return true
 	}
-	return false
+	return catalog.IsPolicyKind(gvr)
 }
 
 // controlEvent is the newest change of one object.
