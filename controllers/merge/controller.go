@@ -128,7 +128,6 @@ type Merger struct {
 	allListed chan struct{}
 }
 
-
 // SetBackground sets Options.Background for the next Run: the hand-over of
 // the scanner's run the merger follows (handover.IncarnationPath).
 func (m *Merger) SetBackground(c dynamic.Interface) {

@@ -38,7 +38,6 @@ type reportWriter struct {
 	written map[string]report.Written
 }
 
-
 func newReportWriter(client dynamic.Interface, hub *handover.Hub, m *metrics, final FinalReports, shard func(namespace string) bool) *reportWriter {
 	return &reportWriter{client: client, hub: hub, metrics: m, final: final, shard: shard, written: map[string]report.Written{}}
 }
