@@ -20,23 +20,10 @@ import (
 	"github.com/tally-dev/tally/controllers/pair"
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/shard"
+	"github.com/tally-dev/tally/hack/benchutil"
 	"github.com/tally-dev/tally/internal/process"
 	"github.com/tally-dev/tally/report"
 )
-
-// loopback is a free 127.0.0.1 address.
-func loopback(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
 
 // A pair's scanner as tally-scanner runs it, with the shipped defaults
 // (sharded): it joins its shard group through a membership Lease, hands
@@ -54,7 +41,14 @@ func TestAPairScannerRunsAndStopsWhole(t *testing.T) {
 			if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatal(err)
 			}
-			probes, handoverAddr := loopback(t), loopback(t)
+			probes, err := benchutil.FreeAddr()
+			if err != nil {
+				t.Fatal(err)
+			}
+			handoverAddr, err := benchutil.FreeAddr()
+			if err != nil {
+				t.Fatal(err)
+			}
 			o := pair.ScannerOptions{
 				Options: process.Options{Name: "tally-scanner", Kubeconfig: cfg.KubeconfigFile(), Namespace: namespace,
 					QPS: 50, Burst: 100, Listen: probes, Identity: identity},

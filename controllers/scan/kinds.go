@@ -609,6 +609,9 @@ func (k *kindWatch) servedUnevaluatedKinds() []schema.GroupVersionResource {
 	return out
 }
 
+// celPolicyGVRs are the CEL kinds, in the order they are watched.
+var celPolicyGVRs = append([]schema.GroupVersionResource{apiresources.CELPolicyException}, apiresources.CELPolicies...)
+
 // classicPolicySources are the kinds always listed before any resource is
 // evaluated.
 var classicPolicySources = []schema.GroupVersionResource{apiresources.Namespace, apiresources.PolicyException, apiresources.ClusterPolicy, apiresources.Policy}

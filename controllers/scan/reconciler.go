@@ -384,7 +384,7 @@ func (pr *policyReconciler) setPolicyStatus(ctx context.Context, gvr schema.Grou
 			if !configured {
 				const why = "the admission webhook's configuration does not send this policy's requests to tally yet"
 				logr.FromContextOrDiscard(ctx).Info("policy not marked Ready: "+why, "policy", name, "waited", webhookWait)
-				if isCELPolicy(gvr) {
+				if apiresources.IsCELPolicy(gvr) {
 					more = webhookNotConfigured(more, why)
 				} else {
 					rejected = errors.New(why)
