@@ -1,0 +1,335 @@
+package sigverify
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/sigstore/cosign/v2/pkg/cosign"
+	ociremote "github.com/sigstore/cosign/v2/pkg/oci/remote"
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	"github.com/sigstore/sigstore/pkg/signature"
+
+	"github.com/tally-dev/tally/engine/imageverify"
+)
+
+// verify runs the entry's attestors, then its attestations, on the image
+// at its digest; the messages are Kyverno's.
+func (v *Verifier) verify(ctx context.Context, c imageverify.Check, ref name.Digest, registry string) imageverify.Outcome {
+	e := c.Entry
+	if e.Type == imageverify.TypeNotary {
+		return imageverify.Outcome{Result: resultError, Message: fmt.Sprintf("failed to verify image %s: notary signatures are not verified by tally (docs/known-differences.md)", c.Image)}
+	}
+	if len(e.Attestors) > 0 {
+		for i, set := range e.Attestors {
+			if err := v.verifySet(ctx, e, set, ref, fmt.Sprintf(".attestors[%d]", i), nil); err != nil {
+				return v.failed(c.Image, v.noteDown(registry, err))
+			}
+		}
+		if len(e.Attestations) == 0 {
+			return imageverify.Outcome{Result: resultPass, Message: "verified image signatures for " + c.Image}
+		}
+	}
+	for i, att := range e.Attestations {
+		if o, done := v.verifyAttestation(ctx, c, i, att, ref, registry); done {
+			return o
+		}
+	}
+	return imageverify.Outcome{Result: resultPass, Message: "verified image attestations for " + c.Image}
+}
+
+// verifySet verifies the entries of a set until its count is reached; the
+// errors of the entries that did not verify are joined. With statements
+// set, the entries verify attestations of a predicate type instead of
+// signatures, and statements receives each verified entry's statements.
+func (v *Verifier) verifySet(ctx context.Context, e *imageverify.Verification, set imageverify.AttestorSet, ref name.Digest, path string, att *attestationCheck) error {
+	set = set.ExpandKeys()
+	required := set.RequiredCount()
+	verified := 0
+	var errs []error
+	for i, a := range set.Entries {
+		entryPath := fmt.Sprintf("%s.entries[%d]", path, i)
+		var err error
+		if len(a.Attestor) > 0 {
+			var nested imageverify.AttestorSet
+			if uerr := json.Unmarshal(a.Attestor, &nested); uerr != nil {
+				err = fmt.Errorf("failed to unmarshal nested attestor %s: %w", entryPath, uerr)
+			} else {
+				err = v.verifySet(ctx, e, nested, ref, entryPath+".attestor", att)
+			}
+		} else {
+			var sub string
+			sub, err = v.verifyEntry(ctx, e, a, ref, att)
+			if err != nil {
+				err = fmt.Errorf("%s%s: %w", entryPath, sub, err)
+			}
+		}
+		if err == nil {
+			verified++
+			if verified >= required {
+				return nil
+			}
+			continue
+		}
+		errs = append(errs, err)
+	}
+	if verified >= required {
+		return nil
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("%s: %d of %d attestors verified", path, verified, required)
+	}
+	return joinErrors(errs)
+}
+
+// verifyEntry verifies one attestor: the signature, or with att the
+// attestations of att's predicate type, whose statements att checks.
+func (v *Verifier) verifyEntry(ctx context.Context, e *imageverify.Verification, a imageverify.Attestor, ref name.Digest, att *attestationCheck) (string, error) {
+	co, sub, err := v.checkOpts(ctx, e, a)
+	if err != nil {
+		return sub, err
+	}
+	if att == nil {
+		_, _, err := cosign.VerifyImageSignatures(ctx, ref, co)
+		return sub, err
+	}
+	co.ClaimVerifier = cosign.IntotoSubjectClaimVerifier
+	sigs, _, err := cosign.VerifyImageAttestations(ctx, ref, co)
+	if err != nil {
+		return sub, err
+	}
+	payloads := make([]signatureLike, len(sigs))
+	for i, s := range sigs {
+		payloads[i] = s
+	}
+	return sub, att.check(payloads)
+}
+
+// checkOpts are cosign's options for one attestor: its key, certificate
+// or keyless identity, its transparency log and SCT switches, its
+// annotations, and where the signatures are.
+func (v *Verifier) checkOpts(ctx context.Context, e *imageverify.Verification, a imageverify.Attestor) (*cosign.CheckOpts, string, error) {
+	remoteOpts := []ociremote.Option{ociremote.WithRemoteOptions(v.remoteOptions(ctx)...)}
+	repo := a.Repository
+	if repo == "" {
+		repo = e.Repository
+	}
+	if repo != "" {
+		var nopts []name.Option
+		if rc := e.ImageRegistryCredentials; rc != nil && rc.AllowInsecureRegistry {
+			nopts = append(nopts, name.Insecure)
+		}
+		r, err := name.NewRepository(repo, nopts...)
+		if err != nil {
+			return nil, "", fmt.Errorf("repository %q: %w", repo, err)
+		}
+		remoteOpts = append(remoteOpts, ociremote.WithTargetRepository(r))
+	}
+	co := &cosign.CheckOpts{RegistryClientOpts: remoteOpts, ClaimVerifier: cosign.SimpleClaimVerifier}
+	if len(a.Annotations) > 0 {
+		co.Annotations = map[string]any{}
+		for k, val := range a.Annotations {
+			co.Annotations[k] = val
+		}
+	}
+	var rekor *imageverify.Rekor
+	var ctlog *imageverify.CTLog
+	var sub string
+	switch {
+	case a.Keys != nil:
+		sub = ".keys"
+		k := a.Keys
+		rekor, ctlog = k.Rekor, k.CTLog
+		if k.KMS != "" || k.Secret != nil {
+			return nil, sub, errors.New("keys from a KMS or a Secret are not read by tally (docs/known-differences.md)")
+		}
+		pub, err := cryptoutils.UnmarshalPEMToPublicKey([]byte(k.PublicKeys))
+		if err != nil {
+			return nil, sub, fmt.Errorf("failed to load public key: %w", err)
+		}
+		hash, err := hashOf(k.SignatureAlgorithm)
+		if err != nil {
+			return nil, sub, err
+		}
+		if co.SigVerifier, err = signature.LoadVerifier(pub, hash); err != nil {
+			return nil, sub, fmt.Errorf("failed to load public key: %w", err)
+		}
+	case a.Certificates != nil:
+		sub = ".certificates"
+		cs := a.Certificates
+		rekor, ctlog = cs.Rekor, cs.CTLog
+		certs, err := cryptoutils.UnmarshalCertificatesFromPEM([]byte(cs.Certificate))
+		if err != nil || len(certs) == 0 {
+			return nil, sub, fmt.Errorf("failed to load certificate: %v", err)
+		}
+		if co.SigVerifier, err = signature.LoadVerifier(certs[0].PublicKey, crypto.SHA256); err != nil {
+			return nil, sub, fmt.Errorf("failed to load certificate: %w", err)
+		}
+		if cs.CertificateChain != "" {
+			chain, err := cryptoutils.UnmarshalCertificatesFromPEM([]byte(cs.CertificateChain))
+			if err != nil {
+				return nil, sub, fmt.Errorf("failed to load certificate chain: %w", err)
+			}
+			if err := verifyChain(certs[0], chain); err != nil {
+				return nil, sub, err
+			}
+		}
+	case a.Keyless != nil:
+		sub = ".keyless"
+		kl := a.Keyless
+		rekor, ctlog = kl.Rekor, kl.CTLog
+		co.Identities = []cosign.Identity{{Issuer: kl.Issuer, Subject: kl.Subject, IssuerRegExp: kl.IssuerRegExp, SubjectRegExp: kl.SubjectRegExp}}
+		if kl.Roots != "" {
+			roots, err := cryptoutils.UnmarshalCertificatesFromPEM([]byte(kl.Roots))
+			if err != nil {
+				return nil, sub, fmt.Errorf("failed to load roots: %w", err)
+			}
+			co.RootCerts = x509.NewCertPool()
+			for _, r := range roots {
+				co.RootCerts.AddCert(r)
+			}
+		} else {
+			tm, err := cosign.TrustedRoot() // the public Fulcio's, from sigstore's TUF root
+			if err != nil {
+				return nil, sub, fmt.Errorf("failed to load the Fulcio roots: %w", err)
+			}
+			co.TrustedMaterial = tm
+		}
+	default:
+		return nil, "", errors.New("the attestor has neither keys, certificates, keyless nor a nested attestor")
+	}
+	co.IgnoreTlog = rekor != nil && rekor.IgnoreTlog
+	co.IgnoreSCT = ctlog != nil && ctlog.IgnoreSCT
+	if !co.IgnoreTlog {
+		if err := rekorFor(ctx, co, rekor); err != nil {
+			return nil, sub, err
+		}
+	}
+	if !co.IgnoreSCT && a.Keyless != nil {
+		pubs, err := cosign.GetCTLogPubs(ctx)
+		if err != nil {
+			return nil, sub, fmt.Errorf("failed to load CT log public keys: %w", err)
+		}
+		co.CTLogPubKeys = pubs
+	}
+	return co, sub, nil
+}
+
+func hashOf(alg string) (crypto.Hash, error) {
+	switch alg {
+	case "", "sha256":
+		return crypto.SHA256, nil
+	case "sha224":
+		return crypto.SHA224, nil
+	case "sha384":
+		return crypto.SHA384, nil
+	case "sha512":
+		return crypto.SHA512, nil
+	}
+	return 0, fmt.Errorf("signature algorithm %q is not supported", alg)
+}
+
+func verifyChain(cert *x509.Certificate, chain []*x509.Certificate) error {
+	roots, inter := x509.NewCertPool(), x509.NewCertPool()
+	roots.AddCert(chain[len(chain)-1])
+	for _, c := range chain[:len(chain)-1] {
+		inter.AddCert(c)
+	}
+	_, err := cert.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: cert.NotBefore})
+	if err != nil {
+		return fmt.Errorf("certificate chain: %w", err)
+	}
+	return nil
+}
+
+// attestationCheck checks the statements of one attestation entry: their
+// predicate type, and the entry's conditions on each predicate.
+type attestationCheck struct {
+	predicateType string
+	conditions    func(statement map[string]any) error
+}
+
+func (a *attestationCheck) check(sigs []signatureLike) error {
+	found := false
+	for _, s := range sigs {
+		payload, err := s.Payload()
+		if err != nil {
+			return fmt.Errorf("failed to read the attestation: %w", err)
+		}
+		statement, err := decodeStatement(payload)
+		if err != nil {
+			return err
+		}
+		if t, _ := statement["predicateType"].(string); t != a.predicateType {
+			continue
+		}
+		found = true
+		if a.conditions != nil {
+			if err := a.conditions(statement); err != nil {
+				return err
+			}
+		}
+	}
+	if !found {
+		return fmt.Errorf("predicate type %s not found", a.predicateType)
+	}
+	return nil
+}
+
+// signatureLike is what an attestation gives: its DSSE envelope.
+type signatureLike interface{ Payload() ([]byte, error) }
+
+// decodeStatement reads the in-toto statement of a DSSE envelope.
+func decodeStatement(envelope []byte) (map[string]any, error) {
+	var env struct {
+		Payload string `json:"payload"`
+	}
+	if err := json.Unmarshal(envelope, &env); err != nil {
+		return nil, fmt.Errorf("failed to decode the attestation envelope: %w", err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(env.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("failed to decode the attestation payload: %w", err)
+	}
+	var statement map[string]any
+	if err := json.Unmarshal(raw, &statement); err != nil {
+		return nil, fmt.Errorf("failed to decode the in-toto statement: %w", err)
+	}
+	return statement, nil
+}
+
+// verifyAttestation checks the attestation i of the entry with each of its
+// attestor sets (done with an outcome when one does not verify).
+func (v *Verifier) verifyAttestation(ctx context.Context, c imageverify.Check, i int, att imageverify.Attestation, ref name.Digest, registry string) (imageverify.Outcome, bool) {
+	path := fmt.Sprintf(".attestations[%d]", i)
+	typ := att.Type
+	if typ == "" {
+		typ = att.PredicateType
+	}
+	if typ == "" {
+		return imageverify.Outcome{Result: resultFail, Message: path + ": missing type"}, true
+	}
+	ac := &attestationCheck{predicateType: typ}
+	if c.Conditions != nil {
+		ac.conditions = func(statement map[string]any) error { return c.Conditions(i, statement) }
+	}
+	if len(att.Attestors) == 0 {
+		return imageverify.Outcome{Result: resultError, Message: fmt.Sprintf("failed to verify image %s: %s: an attestation without attestors is not verified by tally (docs/known-differences.md)", c.Image, path)}, true
+	}
+	for j, set := range att.Attestors {
+		if err := v.verifySet(ctx, c.Entry, set, ref, fmt.Sprintf("%s.attestors[%d]", path, j), ac); err != nil {
+			err = v.noteDown(registry, err)
+			if Unreachable(err) {
+				return v.failed(c.Image, err), true
+			}
+			required := set.ExpandKeys().RequiredCount()
+			return imageverify.Outcome{Result: resultFail, Message: fmt.Sprintf("image attestations verification failed, verifiedCount: 0, requiredCount: %d, error: %s", required, err)}, true
+		}
+	}
+	return imageverify.Outcome{}, false
+}

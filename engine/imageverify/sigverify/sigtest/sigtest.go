@@ -1,0 +1,162 @@
+// Package sigtest is a registry of the tests' own, with images signed and
+// attested as cosign signs them (generated keys, no transparency log): no
+// network needed. Used by the unit tests, the CLI tests, the conformance
+// suite and the bench.
+package sigtest
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/sigstore/cosign/v2/pkg/oci/mutate"
+	ociremote "github.com/sigstore/cosign/v2/pkg/oci/remote"
+	"github.com/sigstore/cosign/v2/pkg/oci/static"
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	"github.com/sigstore/sigstore/pkg/signature"
+	"github.com/sigstore/sigstore/pkg/signature/dsse"
+	"github.com/sigstore/sigstore/pkg/signature/payload"
+)
+
+// Registry is an OCI registry served over plain HTTP on a loopback port.
+type Registry struct {
+	// Host is "127.0.0.1:port".
+	Host     string
+	server   *http.Server
+	listener net.Listener
+}
+
+// Start serves a registry on addr ("127.0.0.1:0" for any free port).
+func Start(addr string) (*Registry, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{
+		Handler:  registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithReferrersSupport(true)),
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	go func() { _ = srv.Serve(l) }()
+	return &Registry{Host: l.Addr().String(), server: srv, listener: l}, nil
+}
+
+// Stop stops serving: the registry's address refuses connections.
+func (r *Registry) Stop() { _ = r.server.Close() }
+
+// Push writes a random image as repo:tag and returns its digest reference.
+func (r *Registry) Push(repo, tag string) (name.Digest, error) {
+	img, err := random.Image(256, 1)
+	if err != nil {
+		return name.Digest{}, err
+	}
+	ref, err := name.NewTag(r.Host + "/" + repo + ":" + tag)
+	if err != nil {
+		return name.Digest{}, err
+	}
+	if err := remote.Write(ref, img); err != nil {
+		return name.Digest{}, fmt.Errorf("push %s: %w", ref, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return name.Digest{}, err
+	}
+	return ref.Context().Digest(d.String()), nil
+}
+
+// Key is a generated ECDSA P-256 key pair.
+type Key struct {
+	signer signature.SignerVerifier
+	// PublicPEM is the public key, as a verifyImages rule's publicKeys.
+	PublicPEM string
+}
+
+// NewKey generates a key pair.
+func NewKey() (*Key, error) {
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	sv, err := signature.LoadECDSASignerVerifier(priv, crypto.SHA256)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := cryptoutils.MarshalPublicKeyToPEM(priv.Public())
+	if err != nil {
+		return nil, err
+	}
+	return &Key{signer: sv, PublicPEM: string(pub)}, nil
+}
+
+// Sign attaches the key's cosign signature of the image (with the given
+// annotations in its payload), as `cosign sign --tlog-upload=false` does.
+func (k *Key) Sign(img name.Digest, annotations map[string]any) error {
+	body, err := payload.Cosign{Image: img, Annotations: annotations}.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	sig, err := k.signer.SignMessage(bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	ociSig, err := static.NewSignature(body, base64.StdEncoding.EncodeToString(sig))
+	if err != nil {
+		return err
+	}
+	se, err := ociremote.SignedEntity(img)
+	if err != nil {
+		return err
+	}
+	se, err = mutate.AttachSignatureToEntity(se, ociSig)
+	if err != nil {
+		return err
+	}
+	return ociremote.WriteSignatures(img.Repository, se)
+}
+
+// Attest attaches the key's in-toto attestation of the image with the
+// predicate, as `cosign attest --tlog-upload=false` does.
+func (k *Key) Attest(img name.Digest, predicateType string, predicate map[string]any) error {
+	statement := map[string]any{
+		"_type":         "https://in-toto.io/Statement/v0.1",
+		"predicateType": predicateType,
+		"subject": []any{map[string]any{
+			"name":   img.Repository.Name(),
+			"digest": map[string]any{"sha256": img.DigestStr()[len("sha256:"):]},
+		}},
+		"predicate": predicate,
+	}
+	body, err := json.Marshal(statement)
+	if err != nil {
+		return err
+	}
+	envelope, err := dsse.WrapSigner(k.signer, "application/vnd.in-toto+json").SignMessage(bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	att, err := static.NewAttestation(envelope)
+	if err != nil {
+		return err
+	}
+	se, err := ociremote.SignedEntity(img)
+	if err != nil {
+		return err
+	}
+	se, err = mutate.AttachAttestationToEntity(se, att)
+	if err != nil {
+		return err
+	}
+	return ociremote.WriteAttestations(img.Repository, se)
+}

@@ -1,0 +1,335 @@
+// Package sigverify verifies the cosign signatures and in-toto attestations
+// of container images for classic verifyImages rules (R41), with
+// sigstore's cosign packages and go-containerregistry, and pays for each
+// verification once (R43): outcomes are cached by (rule entry, image
+// digest), tag-to-digest resolutions for less, concurrent checks of one
+// key wait for one verification, registry requests are rate-limited per
+// registry, and a registry that cannot be reached is remembered for a
+// while, so that a down registry costs each result that needs it one fast
+// error and nothing else any time.
+package sigverify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
+	"k8s.io/utils/lru"
+
+	"github.com/tally-dev/tally/engine/imageverify"
+)
+
+// Options configure a Verifier; zero values take the defaults.
+type Options struct {
+	// TTL is how long a verified outcome is reused (default 60m, as
+	// Kyverno's cache); a failed one is reused for DigestTTL.
+	TTL time.Duration
+	// DigestTTL is how long a tag's digest is reused (default 5m).
+	DigestTTL time.Duration
+	// DownTTL is how long a registry that could not be reached is not
+	// asked again (default 30s): its checks are errors meanwhile.
+	DownTTL time.Duration
+	// Entries bounds the outcome cache (default 10,000).
+	Entries int
+	// RequestsPerSecond and Burst limit the requests to one registry
+	// (defaults 20 and 40).
+	RequestsPerSecond float64
+	Burst             int
+	// Timeout bounds one verification (default 30s).
+	Timeout time.Duration
+	// Keychain gives registry credentials (default: the docker config of
+	// the process' user, else anonymous).
+	Keychain authn.Keychain
+	// Transport is the HTTP transport under the rate limit (default
+	// remote.DefaultTransport).
+	Transport http.RoundTripper
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (o *Options) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&o.TTL, time.Hour)
+	def(&o.DigestTTL, 5*time.Minute)
+	def(&o.DownTTL, 30*time.Second)
+	def(&o.Timeout, 30*time.Second)
+	if o.Entries == 0 {
+		o.Entries = 10000
+	}
+	if o.RequestsPerSecond == 0 {
+		o.RequestsPerSecond = 20
+	}
+	if o.Burst == 0 {
+		o.Burst = 40
+	}
+	if o.Keychain == nil {
+		o.Keychain = authn.DefaultKeychain
+	}
+	if o.Transport == nil {
+		o.Transport = remote.DefaultTransport
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Verifier verifies images; it is safe for concurrent use.
+type Verifier struct {
+	opts      Options
+	transport *limitedTransport
+	outcomes  *lru.Cache // key -> cached
+	digests   *lru.Cache // reference -> cached
+	flights   singleflight.Group
+
+	mu   sync.Mutex
+	down map[string]downEntry // registry -> why and until when
+
+	verifications atomic.Int64
+}
+
+type cached struct {
+	outcome imageverify.Outcome
+	until   time.Time
+}
+
+type downEntry struct {
+	err   error
+	until time.Time
+}
+
+// New makes a Verifier.
+func New(o Options) *Verifier {
+	o.defaults()
+	return &Verifier{
+		opts:      o,
+		transport: &limitedTransport{next: o.Transport, rps: o.RequestsPerSecond, burst: o.Burst, limiters: map[string]*rate.Limiter{}},
+		outcomes:  lru.New(o.Entries),
+		digests:   lru.New(o.Entries),
+		down:      map[string]downEntry{},
+	}
+}
+
+// Requests is the number of HTTP requests sent to registries so far.
+func (v *Verifier) Requests() int64 { return v.transport.requests.Load() }
+
+// Verifications is the number of verifications run (not served from the cache).
+func (v *Verifier) Verifications() int64 { return v.verifications.Load() }
+
+// Verify checks one image against one verifyImages entry.
+func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.Outcome {
+	var opts []name.Option
+	if rc := c.Entry.ImageRegistryCredentials; rc != nil && rc.AllowInsecureRegistry {
+		opts = append(opts, name.Insecure)
+	}
+	ref, err := name.ParseReference(c.Image, opts...)
+	if err != nil {
+		return v.failed(c.Image, err)
+	}
+	registry := ref.Context().RegistryStr()
+	if err := v.isDown(registry); err != nil {
+		return v.failed(c.Image, err)
+	}
+	digest, err := v.digestOf(ctx, ref)
+	if err != nil {
+		return v.failed(c.Image, v.noteDown(registry, err))
+	}
+	key := c.Identity + "\x00" + ref.Context().Name() + "@" + digest
+	useCache := imageverify.On(c.Entry.UseCache)
+	if useCache {
+		if o, ok := v.cachedOutcome(key); ok {
+			return o
+		}
+	}
+	res, _, _ := v.flights.Do(key, func() (any, error) {
+		if useCache {
+			if o, ok := v.cachedOutcome(key); ok {
+				return o, nil
+			}
+		}
+		v.verifications.Add(1)
+		vctx, cancel := context.WithTimeout(ctx, v.opts.Timeout)
+		defer cancel()
+		o := v.verify(vctx, c, ref.Context().Digest(digest), registry)
+		o.Digest = digest
+		if o.Result != resultError && useCache {
+			ttl := v.opts.TTL
+			if o.Result != resultPass {
+				ttl = v.opts.DigestTTL // a signature may come: ask again sooner
+			}
+			v.outcomes.Add(key, cached{outcome: o, until: v.opts.Now().Add(ttl)})
+		}
+		return o, nil
+	})
+	return res.(imageverify.Outcome)
+}
+
+const (
+	resultPass  = "pass"
+	resultFail  = "fail"
+	resultError = "error"
+)
+
+func (v *Verifier) cachedOutcome(key string) (imageverify.Outcome, bool) {
+	e, ok := v.outcomes.Get(key)
+	if !ok {
+		return imageverify.Outcome{}, false
+	}
+	c := e.(cached)
+	if v.opts.Now().After(c.until) {
+		v.outcomes.Remove(key)
+		return imageverify.Outcome{}, false
+	}
+	o := c.outcome
+	o.Cached = true
+	return o, true
+}
+
+// digestOf resolves a tag to its digest (cached for DigestTTL); a digest
+// reference is its own.
+func (v *Verifier) digestOf(ctx context.Context, ref name.Reference) (string, error) {
+	if d, ok := ref.(name.Digest); ok {
+		return d.DigestStr(), nil
+	}
+	key := ref.Name()
+	if e, ok := v.digests.Get(key); ok {
+		c := e.(cached)
+		if !v.opts.Now().After(c.until) {
+			return c.outcome.Digest, nil
+		}
+	}
+	d, err, _ := v.flights.Do("digest\x00"+key, func() (any, error) {
+		desc, err := remote.Head(ref, v.remoteOptions(ctx)...)
+		if err != nil {
+			return "", err
+		}
+		digest := desc.Digest.String()
+		v.digests.Add(key, cached{outcome: imageverify.Outcome{Digest: digest}, until: v.opts.Now().Add(v.opts.DigestTTL)})
+		return digest, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return d.(string), nil
+}
+
+func (v *Verifier) remoteOptions(ctx context.Context) []remote.Option {
+	return []remote.Option{
+		remote.WithContext(ctx),
+		remote.WithAuthFromKeychain(v.opts.Keychain),
+		remote.WithTransport(v.transport),
+	}
+}
+
+// failed is the outcome of an error: an error result when the registry
+// could not be reached or answered with a server error (Kyverno's
+// network errors), a failure otherwise. Kyverno's message either way.
+func (v *Verifier) failed(image string, err error) imageverify.Outcome {
+	result := resultFail
+	if Unreachable(err) {
+		result = resultError
+	}
+	return imageverify.Outcome{Result: result, Message: fmt.Sprintf("failed to verify image %s: %s", image, err)}
+}
+
+// Unreachable says that err is the registry's (or the network's) fault,
+// not the image's: no connection, a timeout, a server error, a rate limit.
+func Unreachable(err error) bool {
+	var netErr *net.OpError
+	var dnsErr *net.DNSError
+	if errors.As(err, &netErr) || errors.As(err, &dnsErr) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var terr *transport.Error
+	if errors.As(err, &terr) && (terr.StatusCode >= 500 || terr.StatusCode == http.StatusTooManyRequests) {
+		return true
+	}
+	return false
+}
+
+// noteDown remembers a registry that could not be reached.
+func (v *Verifier) noteDown(registry string, err error) error {
+	var netErr *net.OpError
+	var dnsErr *net.DNSError
+	if errors.As(err, &netErr) || errors.As(err, &dnsErr) || errors.Is(err, context.DeadlineExceeded) {
+		v.mu.Lock()
+		v.down[registry] = downEntry{err: err, until: v.opts.Now().Add(v.opts.DownTTL)}
+		v.mu.Unlock()
+	}
+	return err
+}
+
+func (v *Verifier) isDown(registry string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	d, ok := v.down[registry]
+	if !ok {
+		return nil
+	}
+	if v.opts.Now().After(d.until) {
+		delete(v.down, registry)
+		return nil
+	}
+	return d.err
+}
+
+// limitedTransport counts the requests and holds each to its registry's rate.
+type limitedTransport struct {
+	next     http.RoundTripper
+	rps      float64
+	burst    int
+	requests atomic.Int64
+
+	mu       sync.Mutex
+	limiters map[string]*rate.Limiter
+}
+
+func (t *limitedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.mu.Lock()
+	l, ok := t.limiters[r.URL.Host]
+	if !ok {
+		l = rate.NewLimiter(rate.Limit(t.rps), t.burst)
+		t.limiters[r.URL.Host] = l
+	}
+	t.mu.Unlock()
+	if err := l.Wait(r.Context()); err != nil {
+		return nil, err
+	}
+	t.requests.Add(1)
+	return t.next.RoundTrip(r)
+}
+
+// joinErrors joins errors as Kyverno's messages do ("a; b").
+func joinErrors(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	parts := make([]string, len(errs))
+	for i, e := range errs {
+		parts[i] = e.Error()
+	}
+	return &joined{msg: strings.Join(parts, "; "), errs: errs}
+}
+
+type joined struct {
+	msg  string
+	errs []error
+}
+
+func (j *joined) Error() string   { return j.msg }
+func (j *joined) Unwrap() []error { return j.errs }

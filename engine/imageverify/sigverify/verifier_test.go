@@ -1,0 +1,197 @@
+package sigverify_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/tally-dev/tally/engine/imageverify"
+	"github.com/tally-dev/tally/engine/imageverify/sigverify"
+	"github.com/tally-dev/tally/engine/imageverify/sigverify/sigtest"
+)
+
+type fixture struct {
+	reg              *sigtest.Registry
+	key, other       *sigtest.Key
+	signed, unsigned name.Digest
+	attested         name.Digest
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	reg, err := sigtest.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	f := &fixture{reg: reg}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.key, err = sigtest.NewKey()
+	must(err)
+	f.other, err = sigtest.NewKey()
+	must(err)
+	f.signed, err = reg.Push("team/app", "signed")
+	must(err)
+	f.unsigned, err = reg.Push("team/app", "unsigned")
+	must(err)
+	f.attested, err = reg.Push("team/app", "attested")
+	must(err)
+	must(f.key.Sign(f.signed, map[string]any{"env": "prod"}))
+	must(f.key.Sign(f.attested, nil))
+	must(f.key.Attest(f.attested, "https://example.com/review/v1", map[string]any{"reviewed": true}))
+	return f
+}
+
+func keys(pem string) imageverify.Attestor {
+	return imageverify.Attestor{Keys: &imageverify.StaticKeys{
+		PublicKeys: pem,
+		Rekor:      &imageverify.Rekor{IgnoreTlog: true},
+		CTLog:      &imageverify.CTLog{IgnoreSCT: true},
+	}}
+}
+
+func entry(sets ...imageverify.AttestorSet) *imageverify.Verification {
+	return &imageverify.Verification{ImageReferences: []string{"*"}, Attestors: sets}
+}
+
+func TestVerify(t *testing.T) {
+	f := setup(t)
+	tag := func(d name.Digest, tag string) string { return d.Repository.Name() + ":" + tag }
+	two := 1
+	cases := []struct {
+		name    string
+		image   string
+		entry   *imageverify.Verification
+		result  string
+		message string
+	}{
+		{"signed, by tag", tag(f.signed, "signed"), entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}),
+			"pass", "verified image signatures for " + tag(f.signed, "signed")},
+		{"signed, by digest", f.signed.String(), entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}),
+			"pass", "verified image signatures for " + f.signed.String()},
+		{"unsigned", tag(f.unsigned, "unsigned"), entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}),
+			"fail", "failed to verify image " + tag(f.unsigned, "unsigned") + ": .attestors[0].entries[0].keys: no signatures found"},
+		{"wrong key", tag(f.signed, "signed"), entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{keys(f.other.PublicPEM)}}),
+			"fail", "failed to verify image " + tag(f.signed, "signed") + ": .attestors[0].entries[0].keys: no matching signatures"},
+		{"one of two keys, count 1", tag(f.signed, "signed"), entry(imageverify.AttestorSet{Count: &two, Entries: []imageverify.Attestor{keys(f.other.PublicPEM), keys(f.key.PublicPEM)}}),
+			"pass", "verified image signatures for " + tag(f.signed, "signed")},
+		{"one of two keys, count all", tag(f.signed, "signed"), entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{keys(f.other.PublicPEM), keys(f.key.PublicPEM)}}),
+			"fail", ".attestors[0].entries[0].keys: no matching signatures"},
+		{"annotations match", tag(f.signed, "signed"), entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{func() imageverify.Attestor {
+			a := keys(f.key.PublicPEM)
+			a.Annotations = map[string]string{"env": "prod"}
+			return a
+		}()}}), "pass", "verified image signatures"},
+		{"annotations differ", tag(f.signed, "signed"), entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{func() imageverify.Attestor {
+			a := keys(f.key.PublicPEM)
+			a.Annotations = map[string]string{"env": "dev"}
+			return a
+		}()}}), "fail", "no matching signatures"},
+		{"no such image", f.reg.Host + "/team/none:1", entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}),
+			"fail", "failed to verify image " + f.reg.Host + "/team/none:1: "},
+		{"attestation holds", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
+			Type: "https://example.com/review/v1", Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}},
+		}}}, "pass", "verified image attestations for " + tag(f.attested, "attested")},
+		{"attestation of another type", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
+			Type: "https://example.com/scan/v1", Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}},
+		}}}, "fail", "image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0].attestors[0].entries[0].keys: predicate type https://example.com/scan/v1 not found"},
+		{"attestation, wrong key", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
+			Type: "https://example.com/review/v1", Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.other.PublicPEM)}}},
+		}}}, "fail", "image attestations verification failed"},
+		{"transparency log required, offline", tag(f.signed, "signed"), entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{{Keys: &imageverify.StaticKeys{
+			PublicKeys: f.key.PublicPEM, Rekor: &imageverify.Rekor{URL: "http://127.0.0.1:1"}, CTLog: &imageverify.CTLog{IgnoreSCT: true},
+		}}}}), "error", "failed to verify image"},
+	}
+	v := sigverify.New(sigverify.Options{})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := v.Verify(context.Background(), imageverify.Check{Image: c.image, Identity: c.name, Entry: c.entry})
+			if c.result != "" && o.Result != c.result {
+				t.Errorf("result %s, want %s (%s)", o.Result, c.result, o.Message)
+			}
+			if !strings.Contains(o.Message, c.message) {
+				t.Errorf("message %q, want it to hold %q", o.Message, c.message)
+			}
+			if o.Result == "pass" && o.Digest == "" {
+				t.Errorf("a pass without the digest")
+			}
+		})
+	}
+}
+
+func TestConditionsOnTheStatement(t *testing.T) {
+	f := setup(t)
+	v := sigverify.New(sigverify.Options{})
+	e := &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
+		Type: "https://example.com/review/v1", Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}},
+	}}}
+	var seen map[string]any
+	o := v.Verify(context.Background(), imageverify.Check{Image: f.attested.String(), Identity: "c", Entry: e,
+		Conditions: func(i int, st map[string]any) error {
+			seen = st
+			return errors.New("condition failed: reviewed is true")
+		}})
+	if o.Result != "fail" || !strings.Contains(o.Message, "condition failed: reviewed is true") {
+		t.Fatalf("got %s %q", o.Result, o.Message)
+	}
+	if p, _ := seen["predicate"].(map[string]any); p["reviewed"] != true {
+		t.Fatalf("conditions saw %v", seen)
+	}
+}
+
+// TestOneVerificationPerDigest: a thousand checks of one signed image under
+// one rule verify it once (R43); another rule entry verifies it again.
+func TestOneVerificationPerDigest(t *testing.T) {
+	f := setup(t)
+	v := sigverify.New(sigverify.Options{})
+	e := entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}})
+	image := f.signed.Repository.Name() + ":signed"
+	for i := 0; i < 1000; i++ {
+		if o := v.Verify(context.Background(), imageverify.Check{Image: image, Identity: "p/r/0", Entry: e}); o.Result != "pass" {
+			t.Fatalf("check %d: %s %s", i, o.Result, o.Message)
+		}
+	}
+	if n := v.Verifications(); n != 1 {
+		t.Fatalf("%d verifications for 1000 checks, want 1", n)
+	}
+	if n := v.Requests(); n > 8 {
+		t.Fatalf("%d registry requests for 1000 checks of one image", n)
+	}
+	v.Verify(context.Background(), imageverify.Check{Image: image, Identity: "p/r2/0", Entry: e})
+	if n := v.Verifications(); n != 2 {
+		t.Fatalf("%d verifications after another rule, want 2", n)
+	}
+}
+
+// TestRegistryDown: an unreachable registry gives error, never fail, and
+// is not asked again for a while: the next checks are fast.
+func TestRegistryDown(t *testing.T) {
+	f := setup(t)
+	now := time.Unix(1000, 0)
+	v := sigverify.New(sigverify.Options{Now: func() time.Time { return now }})
+	e := entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}})
+	image := f.signed.Repository.Name() + ":signed"
+	f.reg.Stop()
+	o := v.Verify(context.Background(), imageverify.Check{Image: image, Identity: "r", Entry: e})
+	if o.Result != "error" || !strings.HasPrefix(o.Message, "failed to verify image "+image+": ") {
+		t.Fatalf("registry down: %s %q", o.Result, o.Message)
+	}
+	before := v.Requests()
+	for i := 0; i < 100; i++ {
+		if o := v.Verify(context.Background(), imageverify.Check{Image: image, Identity: "r", Entry: e}); o.Result != "error" {
+			t.Fatalf("check %d: %s", i, o.Result)
+		}
+	}
+	if v.Requests() != before {
+		t.Fatalf("a registry known down was asked again: %d requests", v.Requests()-before)
+	}
+}
