@@ -196,7 +196,7 @@ func (v *Verifier) checkOpts(ctx context.Context, e *imageverify.Verification, a
 		} else {
 			tm, err := cosign.TrustedRoot() // the public Fulcio's, from sigstore's TUF root
 			if err != nil {
-				return nil, sub, fmt.Errorf("failed to load the Fulcio roots: %w", err)
+				return nil, sub, infra(fmt.Errorf("failed to load the Fulcio roots: %w", err))
 			}
 			co.TrustedMaterial = tm
 		}
@@ -213,7 +213,7 @@ func (v *Verifier) checkOpts(ctx context.Context, e *imageverify.Verification, a
 	if !co.IgnoreSCT && a.Keyless != nil {
 		pubs, err := cosign.GetCTLogPubs(ctx)
 		if err != nil {
-			return nil, sub, fmt.Errorf("failed to load CT log public keys: %w", err)
+			return nil, sub, infra(fmt.Errorf("failed to load CT log public keys: %w", err))
 		}
 		co.CTLogPubKeys = pubs
 	}

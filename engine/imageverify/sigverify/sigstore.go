@@ -25,7 +25,7 @@ func rekorFor(ctx context.Context, co *cosign.CheckOpts, r *imageverify.Rekor) e
 	}
 	client, err := rekorclient.GetRekorClient(url)
 	if err != nil {
-		return fmt.Errorf("failed to create the Rekor client for %s: %w", url, err)
+		return infra(fmt.Errorf("failed to create the Rekor client for %s: %w", url, err))
 	}
 	co.RekorClient = client
 	if r != nil && r.PubKey != "" {
@@ -38,8 +38,17 @@ func rekorFor(ctx context.Context, co *cosign.CheckOpts, r *imageverify.Rekor) e
 	}
 	pubs, err := cosign.GetRekorPubs(ctx)
 	if err != nil {
-		return fmt.Errorf("failed to load the Rekor public keys: %w", err)
+		return infra(fmt.Errorf("failed to load the Rekor public keys: %w", err))
 	}
 	co.RekorPubKeys = pubs
 	return nil
 }
+
+// infraError is a failure of the verification's infrastructure (sigstore's
+// TUF root, Rekor, the CT log), not of the image: an error result.
+type infraError struct{ err error }
+
+func (e *infraError) Error() string { return e.err.Error() }
+func (e *infraError) Unwrap() error { return e.err }
+
+func infra(err error) error { return &infraError{err: err} }

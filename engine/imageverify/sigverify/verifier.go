@@ -252,7 +252,8 @@ func (v *Verifier) failed(image string, err error) imageverify.Outcome {
 func Unreachable(err error) bool {
 	var netErr *net.OpError
 	var dnsErr *net.DNSError
-	if errors.As(err, &netErr) || errors.As(err, &dnsErr) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	var ie *infraError
+	if errors.As(err, &netErr) || errors.As(err, &dnsErr) || errors.As(err, &ie) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return true
 	}
 	var terr *transport.Error
