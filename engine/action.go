@@ -33,7 +33,14 @@ func (p *Policy) Enforced(ruleName, namespace string, nsLabels map[string]string
 		return slices.Contains(p.vpol.validationActions(), admissionregistrationv1.Deny)
 	}
 	overridable := p.Namespace == "" && namespace != ""
-	if r := p.Rule(ruleName); r != nil && r.Raw.Validate != nil {
+	if r := p.Rule(ruleName); r != nil && r.images != nil {
+		// A verifyImages entry's failureAction, else the policy's.
+		for _, e := range r.images.entries {
+			if e.FailureAction != "" {
+				return kyvernov1.ValidationFailureAction(e.FailureAction).Enforce()
+			}
+		}
+	} else if r != nil && r.Raw.Validate != nil {
 		v := r.Raw.Validate
 		if overridable {
 			if a, ok := override(v.FailureActionOverrides, namespace, nsLabels); ok {

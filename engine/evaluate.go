@@ -62,6 +62,9 @@ type Request struct {
 	Data   cel.ClusterData
 	Values ValueSource
 	Loader ContextLoader
+	// Images verifies the images of verifyImages rules; nil skips them
+	// (the CLI without --registry).
+	Images ImageVerifier
 
 	// cache holds what every policy evaluated on this request shares. A
 	// Request must not be evaluated by two goroutines at once.
@@ -315,6 +318,9 @@ func (e *evaluation) evaluateRule(rule *Rule, data map[string]any) (RuleResult, 
 		if r, done := e.preconditions(rule, rule.preconditions, data); done {
 			return r, true
 		}
+	}
+	if rule.images != nil {
+		return e.checkImages(rule, data), true
 	}
 	v := rule.Raw.Validate
 	switch {

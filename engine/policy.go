@@ -30,7 +30,8 @@ type Policy struct {
 	Namespace   string
 	Annotations map[string]string
 	Spec        kyvernov1.Spec
-	// Rules are the validate rules, followed by the generated autogen rules.
+	// Rules are the validate and verifyImages rules, followed by the
+	// generated autogen rules.
 	Rules []*Rule
 	// Scored is false when the policy is annotated policies.kyverno.io/scored: "false".
 	Scored   bool
@@ -41,7 +42,7 @@ type Policy struct {
 	// Source is the results' source: kyverno, or KyvernoValidatingPolicy.
 	Source string
 	// LeftOut are the rules of the policy tally does not evaluate (mutate,
-	// generate, verifyImages), in the policy's order (R46).
+	// generate), in the policy's order (R46).
 	LeftOut []LeftOutRule
 
 	// vpol is set for ValidatingPolicies, vap for ValidatingAdmissionPolicies:
@@ -72,6 +73,7 @@ type Rule struct {
 	foreach     []*forEach
 	podSecurity *podsecurity.Compiled
 	cel         *celRule
+	images      *imagesRule
 	// propertyVars says whether reportProperties values hold variables.
 	propertyVars bool
 }
@@ -116,13 +118,13 @@ func compile(kind, name, namespace string, annotations map[string]string, spec k
 		return nil, fmt.Errorf("policy %s: autogen: %w", name, err)
 	}
 	for i := range rules {
-		if rules[i].Validate == nil {
-			continue // mutate, generate and verifyImages rules are not evaluated
+		if rules[i].Validate == nil && rules[i].VerifyImages == nil {
+			continue // mutate and generate rules are not evaluated
 		}
 		p.Rules = append(p.Rules, compileRule(rules[i]))
 	}
 	for _, r := range spec.Rules {
-		if r.Validate == nil {
+		if r.Validate == nil && r.VerifyImages == nil {
 			lr := LeftOutRule{Name: r.Name, Type: ruleType(r), Raw: r}
 			lr.matcher, _ = match.Compile(r.Match, r.Exclude) // one that does not compile applies nowhere
 			p.LeftOut = append(p.LeftOut, lr)
@@ -228,6 +230,9 @@ func (r *Rule) compile() error {
 	if r.preconditions, err = decode(r.Raw.Preconditions, "preconditions"); err != nil {
 		return err
 	}
+	if v == nil {
+		return r.compileImages()
+	}
 	switch {
 	case v.CEL != nil:
 		return r.compileCEL()
@@ -279,7 +284,7 @@ func (r *Rule) compile() error {
 // parse: it could only ever give error results.
 func (r *Rule) checkVariables() error {
 	var parts []any
-	for _, raw := range []any{r.Raw.Validate, r.Raw.Preconditions, r.Raw.Context} {
+	for _, raw := range []any{r.Raw.Validate, r.Raw.VerifyImages, r.Raw.Preconditions, r.Raw.Context} {
 		data, err := json.Marshal(raw)
 		if err != nil {
 			return err

@@ -47,6 +47,8 @@ type loaded struct {
 	// naming contextNames are dropped.
 	live         *Live
 	contextNames map[string]bool
+	// images verifies images (nil: verifyImages rules are skipped).
+	images engine.ImageVerifier
 }
 
 type resource struct {
@@ -58,8 +60,15 @@ type resource struct {
 // means the file itself could not be read; problems with what it names are
 // reported on the affected expectations.
 func RunFile(ctx context.Context, file string) ([]Outcome, error) {
-	r, err := runFile(ctx, file, nil)
+	r, err := runFile(ctx, file, runEnv{})
 	return r.outcomes, err
+}
+
+// runEnv is what a run gives every test: a live cluster to read (nil:
+// the test's values) and an image verifier (nil: registry access off).
+type runEnv struct {
+	live   *Live
+	images engine.ImageVerifier
 }
 
 // Live is a cluster a test's policies read instead of the values its
@@ -75,7 +84,7 @@ type Live struct {
 // name a context entry of a policy are dropped (request values and the
 // like stay), and every context entry is loaded by live.
 func RunFileLive(ctx context.Context, file string, live *Live) ([]Outcome, error) {
-	r, err := runFile(ctx, file, live)
+	r, err := runFile(ctx, file, runEnv{live: live})
 	return r.outcomes, err
 }
 
@@ -93,7 +102,7 @@ type fileRun struct {
 
 // runFile is RunFile that also returns the refused policies and the
 // unreadable inputs of its tests.
-func runFile(ctx context.Context, file string, live *Live) (fileRun, error) {
+func runFile(ctx context.Context, file string, env runEnv) (fileRun, error) {
 	var r fileRun
 	docs, err := ReadDocuments(file)
 	if err != nil {
@@ -104,7 +113,7 @@ func runFile(ctx context.Context, file string, live *Live) (fileRun, error) {
 		if err != nil {
 			return r, err
 		}
-		outs, inv, loadErr := runTest(ctx, file, t, live)
+		outs, inv, loadErr := runTest(ctx, file, t, env)
 		r.outcomes = append(r.outcomes, outs...)
 		r.invalid = append(r.invalid, inv...)
 		if loadErr != nil {
@@ -130,10 +139,11 @@ func testOf(file string, d Document) (*Test, error) {
 	return &t, nil
 }
 
-func runTest(ctx context.Context, file string, t *Test, live *Live) ([]Outcome, []string, error) {
+func runTest(ctx context.Context, file string, t *Test, env runEnv) ([]Outcome, []string, error) {
 	l, loadErr := load(file, t)
-	if live != nil {
-		l.live = live
+	l.images = env.images
+	if env.live != nil {
+		l.live = env.live
 		l.contextNames = map[string]bool{}
 		for _, lp := range l.policies {
 			if lp.Policy == nil {
@@ -267,6 +277,9 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 		}
 		if got != expected {
 			o.Status = Failed
+			if got == string(engine.Skip) && o.Reason == engine.RegistryOffMessage {
+				o.Status = Skipped // not evaluated: never a pass, nor a failure of the policy
+			}
 			return
 		}
 	}
@@ -366,6 +379,7 @@ func (l *loaded) request(lp *LoadedPolicy, r resource, op string) *engine.Reques
 		CELExceptions:   l.exceptions.CEL,
 		Params:          l.params,
 		Values:          vs,
+		Images:          l.images,
 	}
 	req.Subresource, req.Parent = l.test.Values.SubresourceOf(r.obj)
 	if l.cluster != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/wildcard"
 )
 
@@ -22,6 +23,9 @@ type Options struct {
 	// Index, when set, puts each test file in a tier of the corpus index
 	// (FileResult.Tier), and the reports count outcomes per tier.
 	Index *Index
+	// Images verifies the images of verifyImages rules (Kyverno's
+	// --registry); nil skips those rules, and their expectations.
+	Images engine.ImageVerifier
 }
 
 // Selector selects expectations by policy, rule and resource name; an
@@ -164,7 +168,7 @@ func RunFiles(ctx context.Context, files []string, opts Options, rep Reporter) (
 
 // runOne runs one test file and keeps what the selector selects.
 func runOne(ctx context.Context, file string, opts Options) FileResult {
-	run, err := runFile(ctx, file, nil)
+	run, err := runFile(ctx, file, runEnv{images: opts.Images})
 	fr := FileResult{File: file, Tier: opts.Index.TierOf(file), InvalidPolicies: run.invalid, Unreadable: run.unreadable, Err: err}
 	for _, o := range run.outcomes {
 		if opts.Selector.selects(o) {

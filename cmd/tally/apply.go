@@ -19,6 +19,7 @@ import (
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/data"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/imageverify/sigverify"
 	"github.com/tally-dev/tally/report"
 	"github.com/tally-dev/tally/tester"
 )
@@ -38,12 +39,14 @@ type applyOptions struct {
 type dataOptions struct {
 	valuesFile, userInfo string
 	set, contextFiles    []string
+	registry             bool
 }
 
 func (o *dataOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.valuesFile, "values-file", "f", "", "a Values file (cli.kyverno.io Values): variables, per policy, rule and resource, that the cluster would give")
 	f.StringSliceVarP(&o.set, "set", "s", nil, "global variables, key=value (repeatable, comma-separated)")
 	f.StringVarP(&o.userInfo, "userinfo", "u", "", "a UserInfo file: the requesting user, roles and cluster roles")
+	f.BoolVar(&o.registry, "registry", false, registryUsage)
 	f.StringSliceVar(&o.contextFiles, "context-file", nil, "context files (cli.kyverno.io Context: spec.resources) or manifests: the objects configMap and apiCall context entries and CEL resource.Get/List read (repeatable)")
 }
 
@@ -54,6 +57,19 @@ type dataInputs struct {
 	// cluster serves context entries and the CEL resource library; nil
 	// when no context file is given.
 	cluster *data.Offline
+	// images verifies images (--registry); nil skips verifyImages rules.
+	images engine.ImageVerifier
+}
+
+// registryUsage is Kyverno's --registry, for verifyImages rules.
+const registryUsage = "access image registries (with the local docker credentials) to verify the images of verifyImages rules; without it they are skipped"
+
+// imageVerifier is the verifier --registry turns on, nil without it.
+func imageVerifier(on bool) engine.ImageVerifier {
+	if !on {
+		return nil
+	}
+	return sigverify.New(sigverify.Options{})
 }
 
 // request fills in a request for res what the inputs give it.
@@ -68,6 +84,7 @@ func (in *dataInputs) request(req *engine.Request, res map[string]any) {
 	if in.cluster != nil {
 		req.Loader, req.Data = in.cluster, in.cluster
 	}
+	req.Images = in.images
 }
 
 func newApplyCommand() *cobra.Command {
@@ -278,6 +295,7 @@ func (o dataOptions) read() (*dataInputs, error) {
 		errs = append(errs, fmt.Errorf("--context-file: %w", err))
 	}
 	in.cluster = cluster
+	in.images = imageVerifier(o.registry)
 	return in, errors.Join(errs...)
 }
 

@@ -12,7 +12,7 @@ import (
 type testOptions struct {
 	output, byTier, fileName, selector string
 	failOnly, detailed, requireTests   bool
-	removeColor                        bool
+	removeColor, registry              bool
 }
 
 func newTestCommand() *cobra.Command {
@@ -30,6 +30,8 @@ unknown fields, bad enums, a rule without match, unknown operators,
 malformed anchors; CEL expressions that do not compile) is reported with its
 file and field paths; the other tests still run. Expectations of results
 tally does not evaluate (mutate, generate) are counted apart as unsupported.
+Expectations of verifyImages rules need --registry (the registries are
+asked, as kyverno test --registry does); without it they are skipped.
 
 Exit codes, as kyverno test's:
   0  every expectation passed, or no test file was found (without
@@ -53,6 +55,7 @@ Exit codes, as kyverno test's:
 	f.BoolVar(&o.detailed, "detailed-results", false, "list expected and actual results and whole reasons")
 	f.BoolVar(&o.requireTests, "require-tests", false, "fail (exit 1) when no test file is found or the selector selects no expectation")
 	f.BoolVar(&o.removeColor, "remove-color", false, "accepted for kyverno test compatibility: tally prints no color")
+	f.BoolVar(&o.registry, "registry", false, registryUsage)
 	f.BoolVarP(&o.detailed, "verbose", "v", false, "alias of --detailed-results")
 	_ = f.MarkHidden("verbose") // errs only for a flag not defined just above
 	return cmd
@@ -101,7 +104,7 @@ func runTest(cmd *cobra.Command, args []string, o testOptions) error {
 	}
 	// The reporter writes each file's table as the file has run; what goes
 	// to stderr and the exit code come from the summary, once it is whole.
-	rep, err := tester.RunFiles(cmd.Context(), files, tester.Options{Selector: sel, Index: index}, reporter)
+	rep, err := tester.RunFiles(cmd.Context(), files, tester.Options{Selector: sel, Index: index, Images: imageVerifier(o.registry)}, reporter)
 	if err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
 	}

@@ -26,35 +26,26 @@ results:
 - {policy: require-team, rule: team, resources: [web], kind: Pod, result: pass, patchedResources: patched.yaml}
 `
 
-// imagePolicy has only a verifyImages rule, which tally does not evaluate.
-const imagePolicy = `apiVersion: kyverno.io/v1
+// mutatePolicy has only a mutate rule, which tally does not evaluate.
+const mutatePolicy = `apiVersion: kyverno.io/v1
 kind: ClusterPolicy
-metadata: {name: check-images}
+metadata: {name: add-labels}
 spec:
-  validationFailureAction: Audit
   background: true
   rules:
-  - name: signed
+  - name: add-team
     match: {any: [{resources: {kinds: [Pod]}}]}
-    verifyImages:
-    - imageReferences: ["*"]
-      attestors:
-      - entries:
-        - keys:
-            publicKeys: |-
-              -----BEGIN PUBLIC KEY-----
-              MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE8nXRh950IZbRj8Ra/N9sbqOPZrfM
-              5/KAQN0/KjHcorm/J5yQtpqtlUsMQqcxEqzwDLN3akjRvvxNbOmfTeKMvA==
-              -----END PUBLIC KEY-----
+    mutate:
+      patchStrategicMerge: {metadata: {labels: {team: web}}}
 `
 
-const imageTest = `apiVersion: cli.kyverno.io/v1alpha1
+const leftOutTest = `apiVersion: cli.kyverno.io/v1alpha1
 kind: Test
-metadata: {name: images}
-policies: [../images.yaml]
+metadata: {name: left-out}
+policies: [../mutating.yaml]
 resources: [../pods.yaml]
 results:
-- {policy: check-images, rule: signed, resources: [web], kind: Pod, result: fail}
+- {policy: add-labels, rule: add-team, resources: [web], kind: Pod, result: pass}
 `
 
 // tally test takes kyverno test's flags: a table per test file named
@@ -68,7 +59,7 @@ func TestTestFlagsAndExitCodes(t *testing.T) {
 		"good.yaml": goodPolicy, "pods.yaml": pod + "---\n" + podWithoutTeam,
 		"two/kyverno-test.yaml": twoResultsTest, "mutate/kyverno-test.yaml": mutateTest,
 		"other/my-test.yaml": strings.Replace(twoResultsTest, "name: two", "name: renamed", 1),
-		"images.yaml":        imagePolicy, "images/kyverno-test.yaml": imageTest,
+		"mutating.yaml":      mutatePolicy, "left-out/kyverno-test.yaml": leftOutTest,
 	}
 	for name, data := range files {
 		path := filepath.Join(dir, name)
@@ -121,12 +112,12 @@ func TestTestFlagsAndExitCodes(t *testing.T) {
 			stdout: []string{"Unsupported", "0 passed, 0 failed, 0 skipped, 1 unsupported"},
 		},
 		"an expectation of a rule tally does not evaluate is never a pass (R46)": {
-			args: []string{"test", filepath.Join(dir, "images")}, code: 1,
-			stdout: []string{"Unsupported", "rule signed is a verifyImages rule: reported by Kyverno's controllers beside Kyverno; not evaluated by tally", "0 passed, 0 failed, 0 skipped, 1 unsupported"},
+			args: []string{"test", filepath.Join(dir, "left-out")}, code: 1,
+			stdout: []string{"Unsupported", "rule add-team is a mutate rule: reported by Kyverno's controllers beside Kyverno; not evaluated by tally", "0 passed, 0 failed, 0 skipped, 1 unsupported"},
 		},
 		"tally apply names the rules it leaves out (R46)": {
-			args: []string{"apply", filepath.Join(dir, "images.yaml"), "--resource", filepath.Join(dir, "pods.yaml")}, code: 0,
-			stderr: []string{"skipped: policy check-images: rule signed (verifyImages): reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
+			args: []string{"apply", filepath.Join(dir, "mutating.yaml"), "--resource", filepath.Join(dir, "pods.yaml")}, code: 0,
+			stderr: []string{"skipped: policy add-labels: rule add-team (mutate): reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
 		},
 		"-o junit": {
 			args: []string{"test", two, "-o", "junit"}, code: 1,

@@ -240,15 +240,14 @@ func usesJSONPatch(mutate *apiextv1.JSON) bool {
 }
 
 // generatesFor reports whether a rule of a policy that qualifies gets autogen
-// rules: a validate rule (tally evaluates no other kind) checking with a
+// rules: a verifyImages rule, or a validate rule checking with a
 // pattern, anyPattern, deny, foreach, podSecurity or cel, whose match names
 // Pod and whose exclude, if it names kinds, names Pod too.
 func generatesFor(r *kyvernov1.Rule) bool {
-	if strings.HasPrefix(r.Name, autogenPrefix) || r.Validate == nil {
+	if strings.HasPrefix(r.Name, autogenPrefix) || (r.Validate == nil && r.VerifyImages == nil) {
 		return false
 	}
-	v := r.Validate
-	if v.Pattern == nil && v.AnyPattern == nil && v.Deny == nil && len(v.ForEach) == 0 && v.PodSecurity == nil && v.CEL == nil {
+	if v := r.Validate; v != nil && v.Pattern == nil && v.AnyPattern == nil && v.Deny == nil && len(v.ForEach) == 0 && v.PodSecurity == nil && v.CEL == nil {
 		return false
 	}
 	if !containsPod(allKinds(&r.Match)) {
@@ -279,15 +278,17 @@ func generateRule(src *kyvernov1.Rule, kinds []string, t target) (kyvernov1.Rule
 		ex := withKinds(*r.Exclude, kinds, t.everyFilter, false)
 		r.Exclude = &ex
 	}
-	v := r.Validate
-	v.Pattern = wrapPattern(v.Pattern, t)
-	if v.AnyPattern != nil {
-		v.AnyPattern = wrapAnyPattern(v.AnyPattern, t)
+	var podSecurity *kyvernov1.PodSecurity
+	if v := r.Validate; v != nil {
+		v.Pattern = wrapPattern(v.Pattern, t)
+		if v.AnyPattern != nil {
+			v.AnyPattern = wrapAnyPattern(v.AnyPattern, t)
+		}
+		// podSecurity is kept as written: its evaluator takes the Pod spec out of
+		// the controller, so its restrictedField paths stay Pod-relative.
+		podSecurity = v.PodSecurity
+		v.PodSecurity = nil
 	}
-	// podSecurity is kept as written: its evaluator takes the Pod spec out of
-	// the controller, so its restrictedField paths stay Pod-relative.
-	podSecurity := v.PodSecurity
-	v.PodSecurity = nil
 	// Shift the references to the object's spec and metadata in every
 	// expression of the rule (context, preconditions, messages, deny
 	// conditions, foreach lists, pattern values).
@@ -302,9 +303,11 @@ func generateRule(src *kyvernov1.Rule, kinds []string, t target) (kyvernov1.Rule
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return kyvernov1.Rule{}, fmt.Errorf("autogen: %w", err)
 	}
-	out.Validate.PodSecurity = podSecurity
-	if c := out.Validate.CEL; c != nil {
-		c.Raw = shiftReferences(c.Raw, celRoots, t.shift)
+	if out.Validate != nil {
+		out.Validate.PodSecurity = podSecurity
+		if c := out.Validate.CEL; c != nil {
+			c.Raw = shiftReferences(c.Raw, celRoots, t.shift)
+		}
 	}
 	return out, nil
 }

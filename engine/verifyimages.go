@@ -1,0 +1,211 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/engine/conditions"
+	"github.com/tally-dev/tally/engine/imageverify"
+	"github.com/tally-dev/tally/engine/variables"
+	"github.com/tally-dev/tally/engine/wildcard"
+)
+
+// ImageVerifier verifies an image under a verifyImages entry (R41): the
+// registry and cosign work, and its cache (R43). Without one (the CLI
+// without --registry) verifyImages rules are skipped, and say why.
+type ImageVerifier interface {
+	Verify(ctx context.Context, c imageverify.Check) imageverify.Outcome
+}
+
+// RegistryOffMessage is the skip of a verifyImages rule evaluated without
+// registry access.
+const RegistryOffMessage = "image verification skipped: registry access is off (--registry)"
+
+// imagesRule is a compiled verifyImages rule.
+type imagesRule struct {
+	entries []imageverify.Verification
+	// raw is the list as written, for variable substitution when hasVars.
+	raw     any
+	hasVars bool
+	// identity ties cached verifications to the rule as written.
+	identity string
+	// conditions are the decoded conditions of each entry's attestations.
+	conditions [][]any
+}
+
+func (r *Rule) compileImages() error {
+	raw := r.Raw.VerifyImages.Raw
+	entries, err := imageverify.Parse(raw)
+	if err != nil {
+		return err
+	}
+	ir := &imagesRule{entries: entries}
+	if err := json.Unmarshal(raw, &ir.raw); err != nil {
+		return fmt.Errorf("verifyImages: %w", err)
+	}
+	ir.hasVars = variables.HasVariables(ir.raw)
+	sum := sha256.Sum256(raw)
+	ir.identity = r.Name + "/" + hex.EncodeToString(sum[:8])
+	for _, e := range entries {
+		var conds []any
+		for i, a := range e.Attestations {
+			var c any
+			if len(a.Conditions) > 0 {
+				if err := json.Unmarshal(a.Conditions, &c); err != nil {
+					return fmt.Errorf("verifyImages attestations[%d].conditions: %w", i, err)
+				}
+			}
+			conds = append(conds, c)
+		}
+		ir.conditions = append(ir.conditions, conds)
+	}
+	r.images = ir
+	return r.checkVariables()
+}
+
+// containerImages are the images of the subject's pod spec, containers,
+// then init containers, then ephemeral containers.
+func containerImages(obj map[string]any) []string {
+	spec := podSpecOf(obj)
+	var out []string
+	for _, list := range [...]string{"initContainers", "containers", "ephemeralContainers"} {
+		cs, _ := spec[list].([]any)
+		for _, c := range cs {
+			cm, _ := c.(map[string]any)
+			if image, ok := cm["image"].(string); ok && image != "" {
+				out = append(out, image)
+			}
+		}
+	}
+	return out
+}
+
+// imageString prints an image as Kyverno's results do: the registry
+// (docker.io when none is given) and path, then the digest, else the tag.
+func imageString(image string) string {
+	p := parseImage(image)
+	s := p["registry"].(string) + "/" + p["path"].(string)
+	if d, ok := p["digest"].(string); ok && d != "" {
+		return s + "@" + d
+	}
+	return s + ":" + p["tag"].(string)
+}
+
+// checkImages verifies every image of the subject that an entry of the
+// rule selects. Kyverno reports one result per image; a report keeps one
+// result per rule, so tally reports the worst (fail, then error, then
+// pass, then skip), with its message (docs/known-differences.md).
+func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
+	ir := rule.images
+	entries := ir.entries
+	if ir.hasVars {
+		sub, err := variables.Substitute(ir.raw, data)
+		if err != nil {
+			return e.result(rule, Error, "failed to substitute variables: "+causeOf(err).Error())
+		}
+		b, _ := json.Marshal(sub)
+		if entries, err = imageverify.Parse(b); err != nil {
+			return e.result(rule, Error, "failed to substitute variables: "+err.Error())
+		}
+	}
+	images := containerImages(e.obj)
+	var refs []string
+	var worst *RuleResult
+	keep := func(r RuleResult) {
+		if worst == nil || rank(r.Result) > rank(worst.Result) {
+			worst = &r
+		}
+	}
+	for i := range entries {
+		entry := &entries[i]
+		refs = append(refs, entry.ImageReferences...)
+		for _, raw := range images {
+			image := imageString(raw)
+			if !wildcard.Any(entry.ImageReferences, image) {
+				continue
+			}
+			if wildcard.Any(entry.SkipImageReferences, image) {
+				keep(e.result(rule, Skip, fmt.Sprintf("skipping image reference image %s, policy %s ruleName %s", image, e.policy.Name, rule.Name)))
+				continue
+			}
+			if len(entry.Attestors) == 0 && len(entry.Attestations) == 0 {
+				continue // nothing to verify: Kyverno reports no result for the image
+			}
+			if e.req.Images == nil {
+				keep(e.result(rule, Skip, RegistryOffMessage))
+				continue
+			}
+			o := e.req.Images.Verify(e.ctx, imageverify.Check{
+				Image:      image,
+				Identity:   fmt.Sprintf("%s/%s/%d", e.policy.Name, ir.identity, i),
+				Entry:      entry,
+				Conditions: e.attestationConditions(rule, i, entry, data),
+			})
+			keep(e.result(rule, outcomeResult(o.Result), o.Message))
+		}
+	}
+	if worst == nil {
+		return e.result(rule, Skip, fmt.Sprintf("skip run verification as image in resource not found in imageRefs '%s'", refs))
+	}
+	return *worst
+}
+
+// attestationConditions checks the conditions of entry's attestation i
+// on a statement: its predicate's fields are the conditions' variables,
+// beside the rule's data.
+func (e *evaluation) attestationConditions(rule *Rule, idx int, entry *imageverify.Verification, data map[string]any) func(int, map[string]any) error {
+	conds := rule.images.conditions[idx]
+	return func(i int, statement map[string]any) error {
+		if i >= len(conds) || conds[i] == nil {
+			return nil
+		}
+		d := cloneTop(data)
+		if p, ok := statement["predicate"].(map[string]any); ok {
+			for k, v := range p {
+				d[k] = v
+			}
+		}
+		ok, msg, err := conditions.AnyAll(conds[i], d, conditions.Preconditions)
+		if err != nil {
+			return fmt.Errorf("failed to evaluate the attestation conditions: %w", causeOf(err))
+		}
+		if !ok {
+			typ := entry.Attestations[i].Type
+			if typ == "" {
+				typ = entry.Attestations[i].PredicateType
+			}
+			if msg != "" {
+				return fmt.Errorf("attestation checks failed for predicate %s: %s", typ, msg)
+			}
+			return fmt.Errorf("attestation checks failed for predicate %s", typ)
+		}
+		return nil
+	}
+}
+
+func outcomeResult(r string) wgv1alpha2.Result {
+	switch r {
+	case "pass":
+		return Pass
+	case "fail":
+		return Fail
+	}
+	return Error
+}
+
+// rank orders results for the one a rule reports of several images.
+func rank(r wgv1alpha2.Result) int {
+	switch r {
+	case Fail, Warn:
+		return 4
+	case Error:
+		return 3
+	case Pass:
+		return 2
+	}
+	return 1
+}
