@@ -320,6 +320,9 @@ func (e *evaluation) evaluateRule(rule *Rule, data map[string]any) (RuleResult, 
 		}
 	}
 	if rule.images != nil {
+		if e.req.operation() == OpDelete || e.req.Subresource != "" {
+			return RuleResult{}, false // Kyverno verifies no image of a DELETE or a subresource
+		}
 		return e.checkImages(rule, data), true
 	}
 	v := rule.Raw.Validate

@@ -23,7 +23,7 @@ type ImageVerifier interface {
 
 // RegistryOffMessage is the skip of a verifyImages rule evaluated without
 // registry access.
-const RegistryOffMessage = "image verification skipped: registry access is off (--registry)"
+const RegistryOffMessage = "image verification skipped: registry access is off (tally --registry, tally-scanner --verify-images)"
 
 // imagesRule is a compiled verifyImages rule.
 type imagesRule struct {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/imageverify/sigverify/sigtest"
 )
 
@@ -35,7 +36,9 @@ func TestImageExpectationsAreChecked(t *testing.T) {
 	if err := key.Sign(signed, nil); err != nil {
 		t.Fatal(err)
 	}
-	indent := func(s string) string { return "              " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n              ") }
+	indent := func(s string) string {
+		return "              " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n              ")
+	}
 	policy := `apiVersion: kyverno.io/v1
 kind: ClusterPolicy
 metadata: {name: check-images}
@@ -99,7 +102,7 @@ results:
 	for name, c := range map[string]cliCase{
 		"without --registry, skipped, not passed": {
 			args: []string{"test", filepath.Join(dir, "images")}, code: 0,
-			stdout: []string{"Skip", "image verification skipped: registry access is off (--registry)", "1 passed, 0 failed, 2 skipped"},
+			stdout: []string{"Skip", engine.RegistryOffMessage, "1 passed, 0 failed, 2 skipped"},
 		},
 		"with --registry, checked": {
 			args: []string{"test", filepath.Join(dir, "images"), "--registry"}, code: 0,

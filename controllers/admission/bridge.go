@@ -96,6 +96,8 @@ type Options struct {
 	Loader engine.ContextLoader
 	// Data serves the cluster reads of CEL policies (nil: none).
 	Data cel.ClusterData
+	// Images verifies the images of verifyImages rules (nil: skipped).
+	Images engine.ImageVerifier
 	// Events, when set, records Kyverno's result Events of the requests it
 	// answers (violations, blocked requests, and with success events
 	// PolicyApplied); its recorder reports as policyevents.ControllerAdmission.

@@ -230,6 +230,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		UserInfo: userInfoOf(req.UserInfo), NamespaceLabels: nsLabels, Exceptions: snap.exceptions,
 		Loader:   b.opts.Loader,
 		Data:     b.opts.Data,
+		Images:   b.opts.Images,
 		Resource: schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
 	}
 

@@ -35,6 +35,7 @@ import (
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/controllers/shard"
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/internal/process"
 	"github.com/tally-dev/tally/memstore"
 	"github.com/tally-dev/tally/report"
@@ -71,6 +72,8 @@ type ScannerOptions struct {
 	Handover   HandoverOptions
 	HTTP       data.HTTPOptions
 	Images     data.RegistryOptions
+	// ImageVerify configures verifyImages rules' verification.
+	ImageVerify ImageOptions
 	// Clock times what the scanner waits for (nil: the real clock).
 	Clock clock.WithTicker
 }
@@ -101,8 +104,11 @@ type scannerRun struct {
 	emitter    func(controller string) *policyevents.Emitter
 	api        report.API
 	loader     *data.Loader
-	policies   *catalog.Catalog
-	hubs       *handover.Switch
+	// images verifies images for the scan and the webhook alike, with one
+	// cache (R43); nil when --verify-images is off.
+	images   engine.ImageVerifier
+	policies *catalog.Catalog
+	hubs     *handover.Switch
 	// bridge is the admission bridge (nil: the webhook is off).
 	bridge *admission.Bridge
 	// current is the scanner of this run (sharded: of the current shard).
@@ -190,6 +196,7 @@ func RunScanner(ctx context.Context, o ScannerOptions) error {
 			}
 		}})
 
+	r.images = newImageVerifier(o, kube, reg)
 	daemon, leading, err := r.daemon(kube, reg)
 	if err != nil {
 		return err
@@ -300,6 +307,7 @@ func (r *scannerRun) newScanner(hub *handover.Hub, reg prometheus.Registerer, ow
 		Events: r.emitter(policyevents.ControllerScan),
 		Loader: r.loader,
 		Data:   r.loader,
+		Images: r.images,
 		Shard:  owns, StateReadOnly: !clusterShard,
 		ExceptionNamespace:             o.ExceptionNamespace,
 		MutatingAdmissionPolicyReports: o.MAPReports,
@@ -336,7 +344,7 @@ func (r *scannerRun) newBridge(kube kubernetes.Interface, reg prometheus.Registe
 		SecretNamespace: o.Namespace, SecretName: o.Webhook.Secret, DNSNames: dnsNames,
 		WebhookConfiguration: o.Webhook.Configuration, Timeout: o.Webhook.Timeout,
 		ManageRules: o.Webhook.ManageRules, Leading: leading, ClientCAFile: o.Webhook.ClientCA, Recorder: recorder, Registry: reg,
-		Loader: r.loader, Data: r.loader, Events: r.emitter(policyevents.ControllerAdmission),
+		Loader: r.loader, Data: r.loader, Images: r.images, Events: r.emitter(policyevents.ControllerAdmission),
 		Scanned: scanned, ExceptionNamespace: o.ExceptionNamespace,
 	})
 }

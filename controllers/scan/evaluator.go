@@ -151,7 +151,7 @@ func (e *evaluator) evaluateResource(ctx context.Context, r *memstore.ReadTxn, r
 	if err != nil {
 		return nil, false, err
 	}
-	req := &engine.Request{Object: obj, Background: true, Params: e.params, Loader: e.opts.Loader, Data: e.opts.Data}
+	req := &engine.Request{Object: obj, Background: true, Params: e.params, Loader: e.opts.Loader, Data: e.opts.Data, Images: e.opts.Images}
 	if res.Namespace != "" {
 		if ns, _ := r.Namespace(res.Namespace); ns != nil {
 			req.NamespaceLabels = ns.Labels

@@ -56,6 +56,9 @@ type Options struct {
 	// Data serves the cluster reads of CEL policies (nil: none, they are
 	// errors).
 	Data cel.ClusterData
+	// Images verifies the images of verifyImages rules (R41; nil: they
+	// are skipped).
+	Images engine.ImageVerifier
 	// NoPolicyStatus leaves the policies' status alone (beside a Kyverno
 	// that writes it); by default tally keeps their Ready condition.
 	NoPolicyStatus bool

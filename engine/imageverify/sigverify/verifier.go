@@ -52,6 +52,10 @@ type Options struct {
 	// Keychain gives registry credentials (default: the docker config of
 	// the process' user, else anonymous).
 	Keychain authn.Keychain
+	// SecretKeychain, when set, gives the credentials of the Secrets an
+	// entry's imageRegistryCredentials name (in the verifier's namespace,
+	// as Kyverno reads them from its own), before Keychain.
+	SecretKeychain func(ctx context.Context, secrets []string) (authn.Keychain, error)
 	// Transport is the HTTP transport under the rate limit (default
 	// remote.DefaultTransport).
 	Transport http.RoundTripper
@@ -145,6 +149,7 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 	if err := v.isDown(registry); err != nil {
 		return v.failed(c.Image, err)
 	}
+	ctx = v.withKeychain(ctx, c.Entry)
 	digest, err := v.digestOf(ctx, ref)
 	if err != nil {
 		return v.failed(c.Image, v.noteDown(registry, err))
@@ -229,11 +234,49 @@ func (v *Verifier) digestOf(ctx context.Context, ref name.Reference) (string, er
 }
 
 func (v *Verifier) remoteOptions(ctx context.Context) []remote.Option {
+	kc := v.opts.Keychain
+	if l, ok := ctx.Value(keychainKey{}).(*lazyKeychain); ok {
+		kc = l.get(ctx)
+	}
 	return []remote.Option{
 		remote.WithContext(ctx),
-		remote.WithAuthFromKeychain(v.opts.Keychain),
+		remote.WithAuthFromKeychain(kc),
 		remote.WithTransport(v.transport),
 	}
+}
+
+type keychainKey struct{}
+
+// withKeychain carries in ctx the credentials of the entry's Secrets,
+// before the default ones, read only if a registry is asked (never on a
+// cache hit).
+func (v *Verifier) withKeychain(ctx context.Context, e *imageverify.Verification) context.Context {
+	rc := e.ImageRegistryCredentials
+	if rc == nil || len(rc.Secrets) == 0 || v.opts.SecretKeychain == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, keychainKey{}, &lazyKeychain{secrets: rc.Secrets, read: v.opts.SecretKeychain, fallback: v.opts.Keychain})
+}
+
+// lazyKeychain reads an entry's Secrets once, when first needed. Secrets
+// that cannot be read leave the default credentials, and the registry's
+// answer (unauthorized) says the rest.
+type lazyKeychain struct {
+	once     sync.Once
+	secrets  []string
+	read     func(context.Context, []string) (authn.Keychain, error)
+	fallback authn.Keychain
+	kc       authn.Keychain
+}
+
+func (l *lazyKeychain) get(ctx context.Context) authn.Keychain {
+	l.once.Do(func() {
+		l.kc = l.fallback
+		if k, err := l.read(ctx, l.secrets); err == nil {
+			l.kc = authn.NewMultiKeychain(k, l.fallback)
+		}
+	})
+	return l.kc
 }
 
 // failed is the outcome of an error: an error result when the registry
