@@ -8,6 +8,7 @@
 // itself: pattern/anyPattern (package pattern), deny conditions, foreach,
 // podSecurity (package podsecurity) or cel (celrule.go, with Kubernetes'
 // ValidatingAdmissionPolicy semantics). Constructs tally does not evaluate
-// (manifests, assert) give an error result that names them; mutate,
-// generate and verifyImages rules are left out and named (Policy.LeftOut).
+// (manifests, assert) give an error result that names them; mutate and
+// generate rules are left out and named (Policy.LeftOut); verifyImages rules
+// are evaluated through Request.Images (verifyimages.go).
 package engine

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -44,6 +45,10 @@ type Policy struct {
 	// LeftOut are the rules of the policy tally does not evaluate (mutate,
 	// generate), in the policy's order (R46).
 	LeftOut []LeftOutRule
+	// imageRules are the policy's verifyImages rules as written: tally
+	// evaluates them, and beside Kyverno its webhook reports them from
+	// another handler than its validate rules' (ControllerRules).
+	imageRules []LeftOutRule
 
 	// vpol is set for ValidatingPolicies, vap for ValidatingAdmissionPolicies:
 	// neither has rules of its own.
@@ -124,16 +129,21 @@ func compile(kind, name, namespace string, annotations map[string]string, spec k
 		p.Rules = append(p.Rules, compileRule(rules[i]))
 	}
 	for _, r := range spec.Rules {
-		if r.Validate == nil && r.VerifyImages == nil {
+		if r.Validate == nil {
 			lr := LeftOutRule{Name: r.Name, Type: ruleType(r), Raw: r}
 			lr.matcher, _ = match.Compile(r.Match, r.Exclude) // one that does not compile applies nowhere
-			p.LeftOut = append(p.LeftOut, lr)
+			if r.VerifyImages != nil {
+				p.imageRules = append(p.imageRules, lr)
+			} else {
+				p.LeftOut = append(p.LeftOut, lr)
+			}
 		}
 	}
 	return p, nil
 }
 
-// LeftOutRule is a rule tally does not evaluate, and its type.
+// LeftOutRule is a rule tally does not evaluate, or one Kyverno reports
+// from another handler (ControllerRules), and its type.
 type LeftOutRule struct {
 	Name string
 	// Type is mutate, generate or verifyImages.
@@ -144,14 +154,21 @@ type LeftOutRule struct {
 	matcher *match.Matcher
 }
 
-// LeftOutApplying are the rules left out whose match/exclude select a
-// resource (no admission data; autogen rules are not made for them): what
-// Kyverno's own controllers would act on (the conformance suite's Kyverno
-// stand-in reports them as Kyverno does).
-func (p *Policy) LeftOutApplying(obj map[string]any, nsLabels map[string]string) []LeftOutRule {
+// ControllerRules are the rules Kyverno reports from other handlers than
+// its validate rules': mutate and generate (left out by tally) and
+// verifyImages, as written (no autogen rules).
+func (p *Policy) ControllerRules() []LeftOutRule {
+	return append(slices.Clone(p.LeftOut), p.imageRules...)
+}
+
+// ControllerRulesApplying are the ControllerRules whose match/exclude
+// select a resource (no admission data): what Kyverno's own controllers
+// would act on (the conformance suite's Kyverno stand-in reports them as
+// Kyverno does).
+func (p *Policy) ControllerRulesApplying(obj map[string]any, nsLabels map[string]string) []LeftOutRule {
 	var out []LeftOutRule
 	res := resourceOf(obj, "")
-	for _, r := range p.LeftOut {
+	for _, r := range p.ControllerRules() {
 		if r.matcher == nil {
 			continue
 		}
@@ -396,3 +413,6 @@ func (p *Policy) Rule(name string) *Rule {
 	}
 	return nil
 }
+
+// VerifiesImages says whether the rule is a verifyImages rule.
+func (r *Rule) VerifiesImages() bool { return r.images != nil }

@@ -455,7 +455,7 @@ func (s *standin) remember(gvr schema.GroupVersionResource, u *unstructured.Unst
 		s.enforce[name] = enforces(u)
 		delete(s.controlled, name)
 		admission, found, _ := unstructured.NestedBool(u.Object, "spec", "admission")
-		if p, err := catalog.Read(gvr, u); err == nil && (admission || !found) && slices.ContainsFunc(p.Compiled.LeftOut, func(r engine.LeftOutRule) bool {
+		if p, err := catalog.Read(gvr, u); err == nil && (admission || !found) && slices.ContainsFunc(p.Compiled.ControllerRules(), func(r engine.LeftOutRule) bool {
 			return r.Type == "mutate" || r.Type == "generate" || r.Type == "verifyImages"
 		}) {
 			s.controlled[name] = controllerPolicy{compiled: p.Compiled, resourceVersion: u.GetResourceVersion()}
@@ -659,7 +659,7 @@ func (s *standin) generated(a admission.Admitted, obj map[string]any) []generati
 		if s.background[name] {
 			process = report.ProcessBackground
 		}
-		for _, r := range cp.compiled.LeftOutApplying(obj, nil) {
+		for _, r := range cp.compiled.ControllerRulesApplying(obj, nil) {
 			result := wgv1alpha2.PolicyReportResult{
 				Source: engine.SourceKyverno, Policy: name, Rule: r.Name, Result: wgv1alpha2.ResultPass, Scored: true,
 				Timestamp: metav1.Timestamp{Seconds: time.Now().Unix()},
@@ -835,7 +835,7 @@ func (s *standin) mutated(a admission.Admitted, obj map[string]any) ([]wgv1alpha
 		if mp.compiled.Namespace != "" && mp.compiled.Namespace != a.Subject.Namespace {
 			continue
 		}
-		for _, r := range mp.compiled.LeftOutApplying(obj, nil) {
+		for _, r := range mp.compiled.ControllerRulesApplying(obj, nil) {
 			process := report.ProcessAdmission
 			if s.background[name] {
 				process = report.ProcessBackground

@@ -575,6 +575,12 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 	}
 	for _, r := range compiled.Rules {
 		info.Rules[r.Name] = true
+		if r.VerifiesImages() {
+			if info.OtherHandler == nil {
+				info.OtherHandler = map[string]bool{}
+			}
+			info.OtherHandler[r.Name] = true
+		}
 	}
 	for _, r := range compiled.LeftOut {
 		if info.KyvernoOnly == nil {

@@ -14,11 +14,15 @@ type PolicyInfo struct {
 	// Rules are the names of its current validate rules (autogen included).
 	Rules map[string]bool
 	// KyvernoOnly are the names of its rules tally does not evaluate
-	// (mutate, generate, verifyImages; autogen names included): beside
+	// (mutate, generate; autogen names included): beside
 	// Kyverno their results come from Kyverno's controllers alone, through
 	// its admission reports, and stay while the rule does (R45); tally's
 	// background scan never reports them, so it never makes them stale.
 	KyvernoOnly map[string]bool
+	// OtherHandler are the names of its verifyImages rules (autogen
+	// included): tally scans them, and beside Kyverno its webhook reports
+	// them from another handler than the validate rules' (as KyvernoOnly's).
+	OtherHandler map[string]bool
 	// AnyRule is set for CEL policies: their results carry no rule of the
 	// policy's own ("", exception, evaluation, match).
 	AnyRule bool

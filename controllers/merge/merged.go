@@ -77,7 +77,7 @@ func (m *Merger) deleteMerged(ctx context.Context, uid string, ref reportRef) er
 //
 // ownHandler says which results another of Kyverno's handlers writes than
 // the one of the policy's validate rules (mutate, generate, verifyImages:
-// PolicyInfo.KyvernoOnly): each of those rules stands apart.
+// PolicyInfo.KyvernoOnly and OtherHandler): each of those rules stands apart.
 func carryRetained(prev *reportPart, next []section, ownHandler func(source, policy, rule string) bool) []section {
 	if prev.present && !prev.retained && prev.before != nil && prev.before.retained {
 		// prev, not merged yet, is replaced (a fold of Kyverno's reports

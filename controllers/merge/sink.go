@@ -405,9 +405,10 @@ func hasPolicy(st *resourceState, name string) bool {
 }
 
 // ownHandlerLocked says whether a result is of a rule Kyverno writes from
-// another handler than its validate rules' (PolicyInfo.KyvernoOnly).
+// another handler than its validate rules' (PolicyInfo.KyvernoOnly and
+// OtherHandler).
 // Callers hold m.mu.
 func (m *Merger) ownHandlerLocked(source, policy, rule string) bool {
 	p, ok := m.policies[PolicyKey(source, policy)]
-	return ok && p.KyvernoOnly[rule]
+	return ok && (p.KyvernoOnly[rule] || p.OtherHandler[rule])
 }

@@ -123,8 +123,10 @@ func TestRulesLeftOutAreNamedInTheStatus(t *testing.T) {
 		"validate only": {"[" + validate + "]", "True Succeeded the policy is evaluated by tally"},
 		"validate and mutate": {"[" + validate + "," + mutate + "]",
 			"True Succeeded the policy is evaluated by tally, but for rule add-label (mutate): reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
-		"verifyImages and mutate only": {"[" + images + "," + mutate + "]",
-			"False NotEvaluated tally evaluates none of this policy's rules: rules signed (verifyImages), add-label (mutate) are reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
+		"verifyImages and mutate: the images are verified (R41)": {"[" + images + "," + mutate + "]",
+			"True Succeeded the policy is evaluated by tally, but for rule add-label (mutate): reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
+		"mutate only": {"[" + mutate + "]",
+			"False NotEvaluated tally evaluates none of this policy's rules: rule add-label (mutate) is reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
