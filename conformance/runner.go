@@ -132,6 +132,13 @@ func (r *Runner) Run(ctx context.Context, c *Case) (err error) {
 			return &SkipError{Reason: fmt.Sprintf("provider %s cannot %s", r.Provider.Name(), need)}
 		}
 	}
+	if h, ok := r.Provider.(ImageRegistryHost); ok && r.Provider.Can(CanImageRegistry) {
+		withHost, err := withRegistry(c, h.ImageRegistry())
+		if err != nil {
+			return fmt.Errorf("case %s: ${REGISTRY}: %w", c.Name, err)
+		}
+		c = withHost
+	}
 	x := &run{Runner: r, c: c, uids: map[Ref]types.UID{}}
 	defer func() {
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)

@@ -141,6 +141,7 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 			}
 			o := e.req.Images.Verify(e.ctx, imageverify.Check{
 				Image:      image,
+				Policy:     e.policy.Name,
 				Identity:   fmt.Sprintf("%s/%s/%d", e.policy.Name, ir.identity, i),
 				Entry:      entry,
 				Conditions: e.attestationConditions(rule, i, entry, data),

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/conformance"
+	"github.com/tally-dev/tally/engine/imageverify/sigverify/sigtest"
 
 	"github.com/tally-dev/tally/report"
 
@@ -70,6 +71,9 @@ type Local struct {
 	pairs    []int
 	nextPair int
 	proxy    net.Listener
+	// registry serves the suite's image fixtures on a loopback port
+	// (conformance.CanImageRegistry).
+	registry *sigtest.Registry
 }
 
 // process is one tally process.
@@ -197,6 +201,12 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 		}
 	}
 	if l.kube, err = kubernetes.NewForConfig(l.cluster.Config); err != nil {
+		return nil, err
+	}
+	if l.registry, err = sigtest.Start("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("image registry: %w", err)
+	}
+	if err := conformance.PushImageFixtures(l.registry); err != nil {
 		return nil, err
 	}
 	_, err = l.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: localNamespace}}, metav1.CreateOptions{})
@@ -438,6 +448,9 @@ func (l *Local) KeepLogs() { l.keepLogs.Store(true) }
 // after KeepLogs).
 func (l *Local) Stop() error {
 	l.stopping.Store(true)
+	if l.registry != nil {
+		l.registry.Stop()
+	}
 	if l.proxy != nil {
 		_ = l.proxy.Close() // nothing is waiting on it any more
 	}
@@ -547,9 +560,14 @@ func (l *Local) Can(what string) bool {
 		return l.mode == BesideKyverno
 	case conformance.CanShards:
 		return l.sharded
+	case conformance.CanImageRegistry:
+		return l.registry != nil
 	}
 	return false
 }
+
+// ImageRegistry is the loopback registry of the suite's images.
+func (l *Local) ImageRegistry() string { return l.registry.Host }
 
 // Rescan asks the scanner (sharded: every pair's) for a full rescan and
 // waits for it to finish.

@@ -33,17 +33,19 @@ func newImageVerifier(o ScannerOptions, kube kubernetes.Interface, reg prometheu
 		return nil
 	}
 	pull := o.Images.PullSecrets
+	verified := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_image_verifications_total",
+		Help: "Image verifications run (not served from the verification cache) for verifyImages rules, by policy and result."},
+		[]string{"policy", "result"})
 	v := sigverify.New(sigverify.Options{
-		TTL: o.ImageVerify.CacheTTL,
+		TTL:      o.ImageVerify.CacheTTL,
+		Verified: func(policy, result string) { verified.WithLabelValues(policy, result).Inc() },
 		SecretKeychain: func(ctx context.Context, secrets []string) (authn.Keychain, error) {
 			return kauth.New(ctx, kube, kauth.Options{Namespace: o.Namespace,
 				ImagePullSecrets: append(slices.Clone(pull), secrets...), ServiceAccountName: kauth.NoServiceAccount})
 		},
 	})
 	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_image_verifications_total",
-			Help: "Image verifications run (not served from the verification cache) for verifyImages rules."},
-			func() float64 { return float64(v.Verifications()) }),
+		verified,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_image_registry_requests_total",
 			Help: "HTTP requests sent to image registries to verify images."},
 			func() float64 { return float64(v.Requests()) }),

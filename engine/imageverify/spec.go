@@ -214,6 +214,8 @@ type Check struct {
 	// Image is the reference as the resource gives it, completed as Kyverno
 	// prints it (registry/path:tag or registry/path@digest).
 	Image string
+	// Policy names the policy (for metrics).
+	Policy string
 	// Identity identifies the rule's entry: the policy, the rule and the
 	// entry as written, so that a changed policy is verified again.
 	Identity string

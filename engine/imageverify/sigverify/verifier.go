@@ -61,6 +61,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Verified, when set, is told of each verification run (not served
+	// from the cache): the check's policy and the result.
+	Verified func(policy, result string)
 }
 
 func (o *Options) defaults() {
@@ -172,6 +175,9 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 		defer cancel()
 		o := v.verify(vctx, c, ref.Context().Digest(digest), registry)
 		o.Digest = digest
+		if v.opts.Verified != nil {
+			v.opts.Verified(c.Policy, o.Result)
+		}
 		if o.Result != resultError && useCache {
 			ttl := v.opts.TTL
 			if o.Result != resultPass {

@@ -89,6 +89,24 @@ func NewKey() (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
+	return keyOf(priv)
+}
+
+// LoadKey reads an ECDSA private key (PKCS #8 PEM): a key of the tests,
+// whose public half a test's policies name.
+func LoadKey(privatePEM []byte) (*Key, error) {
+	priv, err := cryptoutils.UnmarshalPEMToPrivateKey(privatePEM, cryptoutils.SkipPassword)
+	if err != nil {
+		return nil, err
+	}
+	ec, ok := priv.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("not an ECDSA key: %T", priv)
+	}
+	return keyOf(ec)
+}
+
+func keyOf(priv *ecdsa.PrivateKey) (*Key, error) {
 	sv, err := signature.LoadECDSASignerVerifier(priv, crypto.SHA256)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,95 @@
+package conformance
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+
+	"github.com/tally-dev/tally/engine/imageverify/sigverify/sigtest"
+)
+
+// CanImageRegistry: the provider serves a registry the implementation can
+// reach, holding the suite's image fixtures (PushImageFixtures); cases
+// name it ${REGISTRY}.
+const CanImageRegistry = "image-registry"
+
+// ImageRegistryHost is a provider with a registry of the suite's images.
+type ImageRegistryHost interface {
+	// ImageRegistry is the registry's host[:port], as the implementation
+	// under test reaches it.
+	ImageRegistry() string
+}
+
+// The suite's signing key: its public half is in the cases' policies.
+var (
+	//go:embed testdata/cosign.key
+	fixtureKey []byte
+	//go:embed testdata/cosign.pub
+	FixturePublicKey string
+)
+
+// Image fixtures, under ${REGISTRY}/conformance/ (R41, R43):
+//
+//	signed:1.0      signed with the suite's key
+//	unsigned:1.0    no signature
+//	other-key:1.0   signed with another key
+//	attested:1.0    signed, and attested (predicate type ReviewPredicate:
+//	                {"reviewed": true, "reviewer": "platform"})
+//	shared:1.0      signed (R43: many Pods run it)
+const ReviewPredicate = "https://tally.dev/attestations/review/v1"
+
+// PushImageFixtures writes the suite's images to the registry at host
+// (reachable from this process over plain HTTP).
+func PushImageFixtures(r *sigtest.Registry) error {
+	key, err := sigtest.LoadKey(fixtureKey)
+	if err != nil {
+		return fmt.Errorf("the suite's key: %w", err)
+	}
+	other, err := sigtest.NewKey()
+	if err != nil {
+		return err
+	}
+	push := func(name string, sign ...*sigtest.Key) error {
+		d, err := r.Push("conformance/"+name, "1.0")
+		if err != nil {
+			return err
+		}
+		for _, k := range sign {
+			if err := k.Sign(d, nil); err != nil {
+				return fmt.Errorf("sign %s: %w", name, err)
+			}
+		}
+		if name == "attested" {
+			return key.Attest(d, ReviewPredicate, map[string]any{"reviewed": true, "reviewer": "platform"})
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		keys []*sigtest.Key
+	}{{"signed", []*sigtest.Key{key}}, {"unsigned", nil}, {"other-key", []*sigtest.Key{other}}, {"attested", []*sigtest.Key{key}}, {"shared", []*sigtest.Key{key}}} {
+		if err := push(f.name, f.keys...); err != nil {
+			return fmt.Errorf("image fixture %s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// withRegistry is the case with ${REGISTRY} replaced by the provider's
+// registry host, and ${COSIGN_PUBLIC_KEY} by the suite's public key.
+func withRegistry(c *Case, host string) (*Case, error) {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	pub, _ := json.Marshal(FixturePublicKey)
+	data = bytes.ReplaceAll(data, []byte("${REGISTRY}"), []byte(host))
+	data = bytes.ReplaceAll(data, []byte(`"${COSIGN_PUBLIC_KEY}"`), pub)
+	var out Case
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, err
+	}
+	out.Name = c.Name
+	return &out, nil
+}
