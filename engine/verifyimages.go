@@ -47,6 +47,9 @@ func (r *Rule) compileImages() error {
 	if err := json.Unmarshal(raw, &ir.raw); err != nil {
 		return fmt.Errorf("verifyImages: %w", err)
 	}
+	// The attestations' conditions read each statement's predicate: their
+	// variables are substituted then, not with the rule's.
+	withoutConditions(ir.raw)
 	ir.hasVars = variables.HasVariables(ir.raw)
 	sum := sha256.Sum256(raw)
 	ir.identity = r.Name + "/" + hex.EncodeToString(sum[:8])
@@ -65,6 +68,21 @@ func (r *Rule) compileImages() error {
 	}
 	r.images = ir
 	return r.checkVariables()
+}
+
+// withoutConditions drops the conditions of the attestations of a raw
+// verifyImages list.
+func withoutConditions(list any) {
+	entries, _ := list.([]any)
+	for _, e := range entries {
+		em, _ := e.(map[string]any)
+		atts, _ := em["attestations"].([]any)
+		for _, a := range atts {
+			if am, ok := a.(map[string]any); ok {
+				delete(am, "conditions")
+			}
+		}
+	}
 }
 
 // containerImages are the images of the subject's pod spec, containers,

@@ -1,0 +1,130 @@
+package engine_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/imageverify"
+)
+
+// fakeImages answers from a table by image; it checks the conditions of
+// an attestation on a statement it makes up.
+type fakeImages struct {
+	outcomes map[string]imageverify.Outcome
+	checks   []imageverify.Check
+}
+
+func (f *fakeImages) Verify(_ context.Context, c imageverify.Check) imageverify.Outcome {
+	f.checks = append(f.checks, c)
+	if len(c.Entry.Attestations) > 0 && c.Conditions != nil {
+		if err := c.Conditions(0, map[string]any{"predicate": map[string]any{"reviewed": true, "reviewer": "qa"}}); err != nil {
+			return imageverify.Outcome{Result: "fail", Message: err.Error()}
+		}
+		return imageverify.Outcome{Result: "pass", Message: "verified image attestations for " + c.Image}
+	}
+	if o, ok := f.outcomes[c.Image]; ok {
+		return o
+	}
+	return imageverify.Outcome{Result: "pass", Message: "verified image signatures for " + c.Image}
+}
+
+const imagesPolicy = `
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: images}
+spec:
+  rules:
+  - name: signed
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    verifyImages:
+    - imageReferences: ["ghcr.io/*", "docker.io/*"]
+      skipImageReferences: ["ghcr.io/skip/*"]
+      attestors: [{entries: [{keys: {publicKeys: "{{ request.object.metadata.annotations.key }}"}}]}]
+  - name: reviewed
+    match: {any: [{resources: {kinds: [Pod], names: [reviewed]}}]}
+    verifyImages:
+    - imageReferences: ["ghcr.io/*"]
+      attestations:
+      - type: review
+        attestors: [{entries: [{keys: {publicKeys: K}}]}]
+        conditions:
+        - all:
+          - {key: "{{ reviewer }}", operator: Equals, value: "{{ request.object.metadata.labels.reviewer }}"}
+`
+
+func imagePod(name, labels string, images ...string) string {
+	s := "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name + ", namespace: shop, labels: {" + labels + "}, annotations: {key: PEM}}\nspec:\n  containers:\n"
+	for i, image := range images {
+		s += "  - {name: c" + string(rune('a'+i)) + ", image: \"" + image + "\"}\n"
+	}
+	return s
+}
+
+func TestVerifyImages(t *testing.T) {
+	p := compile(t, imagesPolicy)
+	if len(p.LeftOut) != 0 {
+		t.Fatalf("verifyImages rules left out: %v", p.LeftOut)
+	}
+	cases := []struct {
+		name, pod  string
+		registry   bool
+		rule, want string
+		message    string
+	}{
+		{"signed", imagePod("a", "", "ghcr.io/team/app:1"), true, "signed", "pass", "verified image signatures for ghcr.io/team/app:1"},
+		{"docker hub name completed", imagePod("a", "", "nginx"), true, "signed", "pass", "verified image signatures for docker.io/nginx:latest"},
+		{"by digest", imagePod("a", "", "ghcr.io/team/app:1@sha256:abc"), true, "signed", "pass", "verified image signatures for ghcr.io/team/app@sha256:abc"},
+		{"the worst image decides", imagePod("a", "", "ghcr.io/team/app:1", "ghcr.io/team/bad:1", "ghcr.io/team/down:1"), true, "signed", "fail", "failed to verify image ghcr.io/team/bad:1: no signatures found"},
+		{"error before pass", imagePod("a", "", "ghcr.io/team/app:1", "ghcr.io/team/down:1"), true, "signed", "error", "failed to verify image ghcr.io/team/down:1: dial tcp"},
+		{"skipped reference", imagePod("a", "", "ghcr.io/skip/app:1"), true, "signed", "skip", "skipping image reference image ghcr.io/skip/app:1, policy images ruleName signed"},
+		{"not selected", imagePod("a", "", "quay.io/team/app:1"), true, "signed", "skip", "skip run verification as image in resource not found in imageRefs '[ghcr.io/* docker.io/*]'"},
+		{"registry access off", imagePod("a", "", "ghcr.io/team/app:1"), false, "signed", "skip", engine.RegistryOffMessage},
+		{"attestation conditions read the predicate and the request", imagePod("reviewed", "reviewer: qa", "ghcr.io/team/app:1"), true, "reviewed", "pass", "verified image attestations for ghcr.io/team/app:1"},
+		{"attestation conditions fail", imagePod("reviewed", "reviewer: ops", "ghcr.io/team/app:1"), true, "reviewed", "fail", "attestation checks failed for predicate review"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeImages{outcomes: map[string]imageverify.Outcome{
+				"ghcr.io/team/bad:1":  {Result: "fail", Message: "failed to verify image ghcr.io/team/bad:1: no signatures found"},
+				"ghcr.io/team/down:1": {Result: "error", Message: "failed to verify image ghcr.io/team/down:1: dial tcp: connection refused"},
+			}}
+			req := &engine.Request{Object: resource(t, c.pod), Background: true}
+			if c.registry {
+				req.Images = f
+			}
+			var got *engine.RuleResult
+			for _, r := range p.Evaluate(context.Background(), req) {
+				if r.Rule == c.rule {
+					r := r
+					got = &r
+				}
+			}
+			if got == nil {
+				t.Fatalf("no result of rule %s", c.rule)
+			}
+			if string(got.Result) != c.want || !strings.Contains(got.Message, c.message) {
+				t.Errorf("got %s %q, want %s %q", got.Result, got.Message, c.want, c.message)
+			}
+			for _, ch := range f.checks {
+				if ch.Policy != "images" || ch.Identity == "" {
+					t.Errorf("check without its policy or identity: %+v", ch)
+				}
+				if ch.Entry.Attestors != nil && ch.Entry.Attestors[0].Entries[0].Keys.PublicKeys != "PEM" {
+					t.Errorf("variables not substituted: %q", ch.Entry.Attestors[0].Entries[0].Keys.PublicKeys)
+				}
+			}
+		})
+	}
+}
+
+// TestVerifyImagesNotOnDelete: Kyverno verifies no image of a DELETE.
+func TestVerifyImagesNotOnDelete(t *testing.T) {
+	p := compile(t, imagesPolicy)
+	f := &fakeImages{}
+	req := &engine.Request{OldObject: resource(t, imagePod("a", "", "ghcr.io/team/app:1")), Operation: engine.OpDelete, Images: f}
+	if rs := p.Evaluate(context.Background(), req); len(rs) != 0 || len(f.checks) != 0 {
+		t.Fatalf("DELETE: %v, %d checks", rs, len(f.checks))
+	}
+}
