@@ -123,6 +123,11 @@ func (d Daemon) Ready() bool {
 }
 
 func CreatePods(ctx context.Context, kube kubernetes.Interface, pods, namespaces int) error {
+	return CreatePodsWith(ctx, kube, pods, namespaces, nil)
+}
+
+// CreatePodsWith is CreatePods with each BenchPod changed by edit (nil: none).
+func CreatePodsWith(ctx context.Context, kube kubernetes.Interface, pods, namespaces int, edit func(i int, p *corev1.Pod)) error {
 	for i := range namespaces {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%02d", i)}}
 		if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -141,7 +146,11 @@ func CreatePods(ctx context.Context, kube kubernetes.Interface, pods, namespaces
 				if i >= pods {
 					return
 				}
-				if _, err := kube.CoreV1().Pods(fmt.Sprintf("bench-%02d", i%namespaces)).Create(ctx, BenchPod(i), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				pod := BenchPod(i)
+				if edit != nil {
+					edit(i, pod)
+				}
+				if _, err := kube.CoreV1().Pods(fmt.Sprintf("bench-%02d", i%namespaces)).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 					errs <- err
 					return
 				}

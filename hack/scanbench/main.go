@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -49,6 +50,8 @@ func main() {
 	flag.BoolVar(&contextPolicies, "context-policies", false, "also install two ClusterPolicies that read the cluster: an apiCall of each Pod's namespace and a ConfigMap")
 	flag.StringVar(&scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
 	flag.IntVar(&workers, "workers", 0, "the scanner's --workers (0: its default)")
+	flag.IntVar(&signedImages, "signed-images", 0, "serve this many signed images from a registry of the bench's own, give each Pod's app container one of them, and add a ClusterPolicy verifying them (R43: registry requests per distinct image)")
+	flag.BoolVar(&registryDown, "registry-down", false, "with --signed-images, stop the registry before the scanner starts: every image result is an error, the other results must come on time")
 	flag.DurationVar(&idle, "idle", 0, "after the full scan, measure the scanner's CPU over this long with nothing changing (SCANBENCH_IDLECPU=file: a CPU profile of it)")
 	flag.Parse()
 	if err := run(*pods, *namespaces, *corpus); err != nil {
@@ -64,6 +67,8 @@ var (
 	// contextPolicies adds the policies of contextPolicyManifests.
 	contextPolicies bool
 	idle            time.Duration
+	signedImages    int
+	registryDown    bool
 )
 
 func run(pods, namespaces int, corpus string) error {
@@ -80,7 +85,16 @@ func run(pods, namespaces int, corpus string) error {
 	kube, dyn := c.Kube, c.Dyn
 
 	start := time.Now()
-	if err := benchutil.CreatePods(ctx, kube, pods, namespaces); err != nil {
+	var images *imageFixture
+	var editPod func(int, *corev1.Pod)
+	if signedImages > 0 {
+		if images, err = startImages(signedImages); err != nil {
+			return err
+		}
+		defer images.registry.Stop()
+		editPod = func(i int, p *corev1.Pod) { p.Spec.Containers[0].Image = images.image(i) }
+	}
+	if err := benchutil.CreatePodsWith(ctx, kube, pods, namespaces, editPod); err != nil {
 		return err
 	}
 	fmt.Printf("created %d pods in %d namespaces in %s\n", pods, namespaces, time.Since(start).Round(time.Millisecond))
@@ -94,6 +108,17 @@ func run(pods, namespaces int, corpus string) error {
 			return err
 		}
 		fmt.Println("installed 2 policies that read the cluster (an apiCall per Pod namespace, a ConfigMap)")
+	}
+
+	if images != nil {
+		if err := images.installPolicy(ctx, dyn); err != nil {
+			return err
+		}
+		fmt.Printf("installed a verifyImages policy over %d signed images (registry %s)\n", signedImages, images.registry.Host)
+		if registryDown {
+			images.registry.Stop()
+			fmt.Println("registry stopped: every image result must be an error")
+		}
 	}
 
 	bin := scannerBin
@@ -186,6 +211,15 @@ func run(pods, namespaces int, corpus string) error {
 		fmt.Printf("  CPU during the full scan: %s %.1f s\n", name, cpuAfter[name]-cpuBefore[name])
 	}
 	fmt.Printf("  CPU of the scanner process: %.1f s\n", benchutil.ProcessCPU(scanner.Process.Pid))
+	if images != nil {
+		reqs, _ := m.Value("tally_image_registry_requests_total")
+		verified, _ := m.Value("tally_image_verifications_total")
+		fmt.Printf("  image verification: %.0f registry requests (%.1f per distinct image), %.0f verifications, for %d Pods over %d images\n",
+			reqs, reqs/float64(signedImages), verified, pods, signedImages)
+		if err := images.countResults(ctx, hub); err != nil {
+			return err
+		}
+	}
 	if contextPolicies {
 		n, _ := m.Value("tally_data_requests_total")
 		fmt.Printf("  API requests for the data policies read: %.0f (%d namespaces, 1 ConfigMap list)\n", n, namespaces)
@@ -236,6 +270,10 @@ func run(pods, namespaces int, corpus string) error {
 	evalAfter, _ := m.Value("tally_scan_resources_processed_total")
 	fmt.Printf("forced full rescan, nothing changed: %s; %.0f resources evaluated; %.0f handed over\n",
 		rescan.Round(time.Millisecond), evalAfter-evalBefore, after-before)
+	if images != nil {
+		reqs, _ := m.Value("tally_image_registry_requests_total")
+		fmt.Printf("  registry requests so far: %.0f (the rescan's come from the verification cache)\n", reqs)
+	}
 
 	// 3. One policy edited: its first rule's message changes, so the rule is
 	// re-evaluated wherever it can apply, and failures' messages change.

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tally-dev/tally/api/apiresources"
+	"github.com/tally-dev/tally/engine/imageverify/sigverify/sigtest"
+)
+
+// imageFixture is a registry of the bench's own holding n signed images.
+type imageFixture struct {
+	registry *sigtest.Registry
+	key      *sigtest.Key
+	n        int
+}
+
+func startImages(n int) (*imageFixture, error) {
+	reg, err := sigtest.Start("127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	key, err := sigtest.NewKey()
+	if err != nil {
+		return nil, err
+	}
+	f := &imageFixture{registry: reg, key: key, n: n}
+	for i := range n {
+		d, err := reg.Push(fmt.Sprintf("bench/app-%02d", i), "1.0")
+		if err != nil {
+			return nil, err
+		}
+		if err := key.Sign(d, nil); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// image is the app image of Pod i.
+func (f *imageFixture) image(i int) string {
+	return fmt.Sprintf("%s/bench/app-%02d:1.0", f.registry.Host, i%f.n)
+}
+
+func (f *imageFixture) installPolicy(ctx context.Context, dyn dynamic.Interface) error {
+	indent := "                " + strings.ReplaceAll(strings.TrimSpace(f.key.PublicPEM), "\n", "\n                ")
+	doc := `apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: bench-verify-images}
+spec:
+  validationFailureAction: Audit
+  background: true
+  rules:
+  - name: signed
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    verifyImages:
+    - imageReferences: ["` + f.registry.Host + `/*"]
+      attestors:
+      - entries:
+        - keys:
+            publicKeys: |-
+` + indent + `
+            rekor: {ignoreTlog: true}
+            ctlog: {ignoreSCT: true}
+`
+	var u unstructured.Unstructured
+	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		return err
+	}
+	_, err := dyn.Resource(gvrClusterPolicy).Create(ctx, &u, metav1.CreateOptions{})
+	return err
+}
+
+// countResults prints the results of the verifyImages rule in the
+// handed-over reports, by result.
+func (f *imageFixture) countResults(ctx context.Context, hub dynamic.Interface) error {
+	counts, err := resultsOf(ctx, hub, "bench-verify-images")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  verifyImages results: %v\n", counts)
+	return nil
+}
+
+// resultsOf counts the results of a policy in the handed-over reports,
+// by result.
+func resultsOf(ctx context.Context, hub dynamic.Interface, policy string) (map[string]int, error) {
+	counts := map[string]int{}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := hub.Resource(apiresources.BackgroundScanReport).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range list.Items {
+			results, _, _ := unstructured.NestedSlice(item.Object, "spec", "results")
+			for _, r := range results {
+				m, _ := r.(map[string]any)
+				if m["policy"] == policy {
+					res, _ := m["result"].(string)
+					counts[res]++
+				}
+			}
+		}
+		if opts.Continue = list.GetContinue(); opts.Continue == "" {
+			return counts, nil
+		}
+	}
+}
