@@ -47,7 +47,12 @@ func startKind(ctx context.Context) (conformance.Provider, func() error, error) 
 		_ = stop() // best effort: the setup error is the one to report
 		return nil, nil, err
 	}
-	return &Kind{Deployed: d, cluster: kind.ClusterName(), kube: kube}, stop, nil
+	registry, err := startRegistry(ctx, kube)
+	if err != nil {
+		_ = stop() // best effort: the setup error is the one to report
+		return nil, nil, err
+	}
+	return &Kind{Deployed: d, cluster: kind.ClusterName(), kube: kube, registry: registry}, stop, nil
 }
 
 // Kind is tally deployed on a kind cluster by e2e/kind: a Deployed provider
@@ -59,6 +64,8 @@ type Kind struct {
 	*conformance.Deployed
 	cluster string
 	kube    kubernetes.Interface
+	// registry is the address of the suite's image registry in the cluster.
+	registry string
 }
 
 // Can adds to a Deployed tally what Setup installed: tally's own webhook,
@@ -68,9 +75,14 @@ func (k *Kind) Can(what string) bool {
 	switch what {
 	case conformance.CanTallyWebhook, conformance.CanWebhookClientAuth, conformance.CanMetrics, conformance.CanRestartAPIServer, conformance.CanRescan:
 		return true
+	case conformance.CanImageRegistry:
+		return k.registry != ""
 	}
 	return k.Deployed.Can(what)
 }
+
+// ImageRegistry is the address of the suite's image registry Pod.
+func (k *Kind) ImageRegistry() string { return k.registry }
 
 // ManagedBy is the label value of the final reports of a standalone tally.
 func (k *Kind) ManagedBy() string { return "tally" }

@@ -23,6 +23,18 @@ var binaries = []string{"tally-scanner", "tally-merger", "tally"}
 // registry; the Dockerfile, which starts FROM golang and distroless images,
 // stays what users who can pull build with.
 func BuildImage(ctx context.Context, root, image string) error {
+	pkgs := make([]string, len(binaries))
+	for i, b := range binaries {
+		pkgs[i] = "./cmd/" + b
+	}
+	return BuildStaticImage(ctx, root, image, pkgs, "/usr/local/bin/tally")
+}
+
+// BuildStaticImage builds an image of no base holding the static binaries
+// of the given packages (./path; each named after its last element) at
+// /usr/local/bin, running entrypoint as user 65532: tally's, or a test's
+// own (the conformance suite's image registry).
+func BuildStaticImage(ctx context.Context, root, image string, pkgs []string, entrypoint string) error {
 	if _, err := exec.LookPath("docker"); err != nil {
 		return fmt.Errorf("building %s needs Docker: %w", image, err)
 	}
@@ -33,8 +45,10 @@ func BuildImage(ctx context.Context, root, image string) error {
 	defer os.RemoveAll(dir)
 
 	args := []string{"build", "-trimpath", "-ldflags", "-s -w -X github.com/tally-dev/tally/internal/version.Version=e2e", "-o", dir + "/"}
-	for _, b := range binaries {
-		args = append(args, "./cmd/"+b)
+	args = append(args, pkgs...)
+	var names []string
+	for _, p := range pkgs {
+		names = append(names, filepath.Base(p))
 	}
 	build := exec.CommandContext(ctx, "go", args...)
 	build.Dir = root
@@ -44,12 +58,12 @@ func BuildImage(ctx context.Context, root, image string) error {
 	}
 
 	var layer bytes.Buffer
-	if err := writeLayer(&layer, dir); err != nil {
+	if err := writeLayer(&layer, dir, names); err != nil {
 		return err
 	}
 	imp := exec.CommandContext(ctx, "docker", "import",
 		"--change", "USER 65532:65532",
-		"--change", `ENTRYPOINT ["/usr/local/bin/tally"]`,
+		"--change", `ENTRYPOINT ["`+entrypoint+`"]`,
 		"-", image)
 	imp.Stdin = &layer
 	if out, err := imp.CombinedOutput(); err != nil {
@@ -60,7 +74,7 @@ func BuildImage(ctx context.Context, root, image string) error {
 
 // writeLayer writes the image's file system as a tar stream: /usr/local/bin
 // with the binaries from dir, and an empty /tmp (the chart mounts one).
-func writeLayer(w io.Writer, dir string) error {
+func writeLayer(w io.Writer, dir string, binaries []string) error {
 	tw := tar.NewWriter(w)
 	now := time.Now()
 	for _, d := range []string{"usr/", "usr/local/", "usr/local/bin/"} {

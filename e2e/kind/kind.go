@@ -41,6 +41,9 @@ const (
 	KindVersion = "v0.33.0"
 	// Image is the image BuildImage tags and the cluster runs.
 	Image = "tally:e2e"
+	// RegistryImage is the conformance suite's image registry
+	// (conformance/registry), loaded beside tally's.
+	RegistryImage = "tally-conformance-registry:e2e"
 	// Overlay is the kustomization of the kind installation, from the
 	// repository root (rendered by the config tests; Setup installs the chart).
 	Overlay = "config/overlays/kind"
@@ -94,6 +97,10 @@ func Setup(clusterName string) env.Func {
 		if err := BuildImage(ctx, root, Image); err != nil {
 			return ctx, err
 		}
+		step("building %s (the conformance suite's image registry)", RegistryImage)
+		if err := BuildStaticImage(ctx, root, RegistryImage, []string{"./conformance/registry"}, "/usr/local/bin/registry"); err != nil {
+			return ctx, err
+		}
 		authDir, err := os.MkdirTemp("", "tally-kind-")
 		if err != nil {
 			return ctx, err
@@ -111,8 +118,10 @@ func Setup(clusterName string) env.Func {
 			return ctx, fmt.Errorf("create kind cluster %s: %w", clusterName, err)
 		}
 		step("cluster %s created in %s", clusterName, time.Since(start).Round(time.Second))
-		if ctx, err = envfuncs.LoadImageToCluster(clusterName, Image)(ctx, cfg); err != nil {
-			return ctx, fmt.Errorf("load %s into kind cluster %s: %w", Image, clusterName, err)
+		for _, image := range []string{Image, RegistryImage} {
+			if ctx, err = envfuncs.LoadImageToCluster(clusterName, image)(ctx, cfg); err != nil {
+				return ctx, fmt.Errorf("load %s into kind cluster %s: %w", image, clusterName, err)
+			}
 		}
 		rc, err := clientcmd.BuildConfigFromFlags("", cfg.KubeconfigFile())
 		if err != nil {

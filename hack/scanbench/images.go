@@ -99,7 +99,10 @@ func resultsOf(ctx context.Context, hub dynamic.Interface, policy string) (map[s
 			return nil, err
 		}
 		for _, item := range list.Items {
-			results, _, _ := unstructured.NestedSlice(item.Object, "spec", "results")
+			results, _, err := unstructured.NestedSlice(item.Object, "spec", "results")
+			if err != nil {
+				return nil, err
+			}
 			for _, r := range results {
 				m, _ := r.(map[string]any)
 				if m["policy"] == policy {

@@ -90,7 +90,7 @@ func (v *Verifier) verifySet(ctx context.Context, e *imageverify.Verification, s
 // verifyEntry verifies one attestor: the signature, or with att the
 // attestations of att's predicate type, whose statements att checks.
 func (v *Verifier) verifyEntry(ctx context.Context, e *imageverify.Verification, a imageverify.Attestor, ref name.Digest, att *attestationCheck) (string, error) {
-	co, sub, err := v.checkOpts(ctx, e, a)
+	co, sub, err := v.checkOpts(ctx, e, a, ref)
 	if err != nil {
 		return sub, err
 	}
@@ -113,8 +113,9 @@ func (v *Verifier) verifyEntry(ctx context.Context, e *imageverify.Verification,
 // checkOpts are cosign's options for one attestor: its key, certificate
 // or keyless identity, its transparency log and SCT switches, its
 // annotations, and where the signatures are.
-func (v *Verifier) checkOpts(ctx context.Context, e *imageverify.Verification, a imageverify.Attestor) (*cosign.CheckOpts, string, error) {
-	remoteOpts := []ociremote.Option{ociremote.WithRemoteOptions(v.remoteOptions(ctx)...)}
+func (v *Verifier) checkOpts(ctx context.Context, e *imageverify.Verification, a imageverify.Attestor, ref name.Digest) (*cosign.CheckOpts, string, error) {
+	target := ref.Context()
+	var remoteOpts []ociremote.Option
 	repo := a.Repository
 	if repo == "" {
 		repo = e.Repository
@@ -128,8 +129,14 @@ func (v *Verifier) checkOpts(ctx context.Context, e *imageverify.Verification, a
 		if err != nil {
 			return nil, "", fmt.Errorf("repository %q: %w", repo, err)
 		}
+		target = r
 		remoteOpts = append(remoteOpts, ociremote.WithTargetRepository(r))
 	}
+	ropts, err := v.remoteOptions(ctx, target)
+	if err != nil {
+		return nil, "", err
+	}
+	remoteOpts = append(remoteOpts, ociremote.WithRemoteOptions(ropts...))
 	co := &cosign.CheckOpts{RegistryClientOpts: remoteOpts, ClaimVerifier: cosign.SimpleClaimVerifier}
 	if len(a.Annotations) > 0 {
 		co.Annotations = map[string]any{}

@@ -106,6 +106,8 @@ type Verifier struct {
 
 	mu   sync.Mutex
 	down map[string]downEntry // registry -> why and until when
+	// transports are handshaken transports by repository.
+	transports map[string]handshaken
 
 	verifications atomic.Int64
 }
@@ -129,6 +131,7 @@ func New(o Options) *Verifier {
 		outcomes:  lru.New(o.Entries),
 		digests:   lru.New(o.Entries),
 		down:      map[string]downEntry{},
+		transports: map[string]handshaken{},
 	}
 }
 
@@ -225,7 +228,11 @@ func (v *Verifier) digestOf(ctx context.Context, ref name.Reference) (string, er
 		}
 	}
 	d, err, _ := v.flights.Do("digest\x00"+key, func() (any, error) {
-		desc, err := remote.Head(ref, v.remoteOptions(ctx)...)
+		opts, err := v.remoteOptions(ctx, ref.Context())
+		if err != nil {
+			return "", err
+		}
+		desc, err := remote.Head(ref, opts...)
 		if err != nil {
 			return "", err
 		}
@@ -239,16 +246,57 @@ func (v *Verifier) digestOf(ctx context.Context, ref name.Reference) (string, er
 	return d.(string), nil
 }
 
-func (v *Verifier) remoteOptions(ctx context.Context) []remote.Option {
+// remoteOptions are go-containerregistry's options for reading repo: a
+// transport that has already done the registry's handshake (ping, token)
+// for it, reused for DigestTTL, so that each verification costs only the
+// requests of its manifests and blobs.
+func (v *Verifier) remoteOptions(ctx context.Context, repo name.Repository) ([]remote.Option, error) {
 	kc := v.opts.Keychain
-	if l, ok := ctx.Value(keychainKey{}).(*lazyKeychain); ok {
+	l, secrets := ctx.Value(keychainKey{}).(*lazyKeychain)
+	if secrets {
 		kc = l.get(ctx)
 	}
-	return []remote.Option{
-		remote.WithContext(ctx),
-		remote.WithAuthFromKeychain(kc),
-		remote.WithTransport(v.transport),
+	rt, err := v.handshake(ctx, repo, kc, !secrets)
+	if err != nil {
+		return nil, err
 	}
+	return []remote.Option{remote.WithContext(ctx), remote.WithTransport(rt)}, nil
+}
+
+type handshaken struct {
+	rt    http.RoundTripper
+	until time.Time
+}
+
+// handshake is an authenticated transport for pulling from repo; shared
+// ones (the default keychain's) are kept for DigestTTL.
+func (v *Verifier) handshake(ctx context.Context, repo name.Repository, kc authn.Keychain, share bool) (http.RoundTripper, error) {
+	key := repo.Registry.Scheme() + "://" + repo.Name()
+	if share {
+		v.mu.Lock()
+		h, ok := v.transports[key]
+		v.mu.Unlock()
+		if ok && v.opts.Now().Before(h.until) {
+			return h.rt, nil
+		}
+	}
+	auth, err := kc.Resolve(repo)
+	if err != nil {
+		return nil, fmt.Errorf("credentials for %s: %w", repo, err)
+	}
+	rt, err := transport.NewWithContext(ctx, repo.Registry, auth, v.transport, []string{repo.Scope(transport.PullScope)})
+	if err != nil {
+		return nil, err
+	}
+	if share {
+		v.mu.Lock()
+		if len(v.transports) > v.opts.Entries {
+			clear(v.transports)
+		}
+		v.transports[key] = handshaken{rt: rt, until: v.opts.Now().Add(v.opts.DigestTTL)}
+		v.mu.Unlock()
+	}
+	return rt, nil
 }
 
 type keychainKey struct{}
