@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,7 +12,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
-	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/engine/imageverify/sigverify/sigtest"
 )
 
@@ -77,42 +78,26 @@ spec:
 	return err
 }
 
-// countResults prints the results of the verifyImages rule in the
-// handed-over reports, by result.
-func (f *imageFixture) countResults(ctx context.Context, hub dynamic.Interface) error {
-	counts, err := resultsOf(ctx, hub, "bench-verify-images")
+// countResults prints the results of the verifyImages rule the scanner
+// holds (its tally_scan_results gauge), by result.
+func (f *imageFixture) countResults(m *metricsClient) error {
+	resp, err := http.Get(m.Base + "/metrics")
 	if err != nil {
 		return err
 	}
-	fmt.Printf("  verifyImages results: %v\n", counts)
-	return nil
-}
-
-// resultsOf counts the results of a policy in the handed-over reports,
-// by result.
-func resultsOf(ctx context.Context, hub dynamic.Interface, policy string) (map[string]int, error) {
-	counts := map[string]int{}
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		list, err := hub.Resource(apiresources.BackgroundScanReport).List(ctx, opts)
-		if err != nil {
-			return nil, err
+	defer resp.Body.Close()
+	counts := map[string]string{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "tally_scan_results{") || !strings.Contains(line, `policy="bench-verify-images"`) {
+			continue
 		}
-		for _, item := range list.Items {
-			results, _, err := unstructured.NestedSlice(item.Object, "spec", "results")
-			if err != nil {
-				return nil, err
-			}
-			for _, r := range results {
-				m, _ := r.(map[string]any)
-				if m["policy"] == policy {
-					res, _ := m["result"].(string)
-					counts[res]++
-				}
-			}
-		}
-		if opts.Continue = list.GetContinue(); opts.Continue == "" {
-			return counts, nil
-		}
+		_, rest, _ := strings.Cut(line, `result="`)
+		result, _, _ := strings.Cut(rest, `"`)
+		fields := strings.Fields(line)
+		counts[result] = fields[len(fields)-1]
 	}
+	fmt.Printf("  verifyImages results: %v\n", counts)
+	return sc.Err()
 }

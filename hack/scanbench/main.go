@@ -216,7 +216,7 @@ func run(pods, namespaces int, corpus string) error {
 		verified, _ := m.Value("tally_image_verifications_total")
 		fmt.Printf("  image verification: %.0f registry requests (%.1f per distinct image), %.0f verifications, for %d Pods over %d images\n",
 			reqs, reqs/float64(signedImages), verified, pods, signedImages)
-		if err := images.countResults(ctx, hub); err != nil {
+		if err := images.countResults(m); err != nil {
 			return err
 		}
 	}

@@ -25,7 +25,8 @@ type Rule struct {
 	CELPreconditions []admissionregistrationv1.MatchCondition `json:"celPreconditions,omitempty"`
 	// Validate is the validation this rule performs.
 	Validate *Validation `json:"validate,omitempty"`
-	// Mutate, Generate and VerifyImages are not evaluated by tally.
+	// Mutate and Generate are not evaluated by tally; VerifyImages is read
+	// by engine/imageverify.
 	Mutate       *apiextv1.JSON `json:"mutate,omitempty"`
 	Generate     *apiextv1.JSON `json:"generate,omitempty"`
 	VerifyImages *apiextv1.JSON `json:"verifyImages,omitempty"`
