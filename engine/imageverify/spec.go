@@ -131,9 +131,6 @@ func Parse(raw []byte) ([]Verification, error) {
 	}
 	for i := range out {
 		out[i].convert()
-		if t := out[i].Type; t != "" && t != TypeCosign && t != TypeNotary {
-			return nil, fmt.Errorf("verifyImages[%d]: type %q is not supported (Cosign or Notary)", i, t)
-		}
 	}
 	return out, nil
 }

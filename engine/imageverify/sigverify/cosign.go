@@ -22,8 +22,8 @@ import (
 // at its digest; the messages are Kyverno's.
 func (v *Verifier) verify(ctx context.Context, c imageverify.Check, ref name.Digest, registry string) imageverify.Outcome {
 	e := c.Entry
-	if e.Type == imageverify.TypeNotary {
-		return imageverify.Outcome{Result: resultError, Message: fmt.Sprintf("failed to verify image %s: notary signatures are not verified by tally (docs/known-differences.md)", c.Image)}
+	if e.Type != "" && e.Type != imageverify.TypeCosign {
+		return imageverify.Outcome{Result: resultError, Message: fmt.Sprintf("failed to verify image %s: %s signatures are not verified by tally (docs/known-differences.md)", c.Image, e.Type)}
 	}
 	if len(e.Attestors) > 0 {
 		for i, set := range e.Attestors {
