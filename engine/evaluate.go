@@ -323,7 +323,8 @@ func (e *evaluation) evaluateRule(rule *Rule, data map[string]any) (RuleResult, 
 		if e.req.operation() == OpDelete || e.req.Subresource != "" {
 			return RuleResult{}, false // Kyverno verifies no image of a DELETE or a subresource
 		}
-		return e.checkImages(rule, data), true
+		r := e.checkImages(rule, data)
+		return r, r.Result != ""
 	}
 	v := rule.Raw.Validate
 	switch {

@@ -131,6 +131,14 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 		}
 	}
 	images := containerImages(e.obj)
+	// On an UPDATE, Kyverno verifies only the images that changed.
+	var unchanged map[string]bool
+	if e.req.operation() == OpUpdate && e.req.OldObject != nil {
+		unchanged = map[string]bool{}
+		for _, image := range containerImages(e.req.OldObject) {
+			unchanged[image] = true
+		}
+	}
 	var refs []string
 	var worst *RuleResult
 	keep := func(r RuleResult) {
@@ -142,6 +150,9 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 		entry := &entries[i]
 		refs = append(refs, entry.ImageReferences...)
 		for _, raw := range images {
+			if unchanged[raw] {
+				continue
+			}
 			image := imageString(raw)
 			if !wildcard.Any(entry.ImageReferences, image) {
 				continue
@@ -168,9 +179,24 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 		}
 	}
 	if worst == nil {
+		if len(unchanged) > 0 && wildcardAnyImage(entries, images) {
+			return RuleResult{} // every selected image is unchanged: nothing to report
+		}
 		return e.result(rule, Skip, fmt.Sprintf("skip run verification as image in resource not found in imageRefs '%s'", refs))
 	}
 	return *worst
+}
+
+// wildcardAnyImage says whether an entry selects one of the images.
+func wildcardAnyImage(entries []imageverify.Verification, images []string) bool {
+	for i := range entries {
+		for _, raw := range images {
+			if wildcard.Any(entries[i].ImageReferences, imageString(raw)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // attestationConditions checks the conditions of entry's attestation i

@@ -128,3 +128,21 @@ func TestVerifyImagesNotOnDelete(t *testing.T) {
 		t.Fatalf("DELETE: %v, %d checks", rs, len(f.checks))
 	}
 }
+
+// TestVerifyImagesOnUpdate: on an UPDATE only the images that changed are
+// verified, as Kyverno does; nothing changed, nothing is reported.
+func TestVerifyImagesOnUpdate(t *testing.T) {
+	p := compile(t, imagesPolicy)
+	old := resource(t, imagePod("a", "", "ghcr.io/team/app:1", "ghcr.io/team/bad:1"))
+	f := &fakeImages{outcomes: map[string]imageverify.Outcome{"ghcr.io/team/bad:1": {Result: "fail", Message: "bad"}}}
+	req := &engine.Request{Object: resource(t, imagePod("a", "", "ghcr.io/team/app:2", "ghcr.io/team/bad:1")), OldObject: old, Operation: engine.OpUpdate, Images: f}
+	rs := p.Evaluate(context.Background(), req)
+	if len(rs) != 1 || rs[0].Result != engine.Pass || len(f.checks) != 1 || f.checks[0].Image != "ghcr.io/team/app:2" {
+		t.Fatalf("UPDATE of one image: %+v, checks %+v", rs, f.checks)
+	}
+	f.checks = nil
+	req = &engine.Request{Object: resource(t, imagePod("a", "x: y", "ghcr.io/team/app:1", "ghcr.io/team/bad:1")), OldObject: old, Operation: engine.OpUpdate, Images: f}
+	if rs := p.Evaluate(context.Background(), req); len(rs) != 0 || len(f.checks) != 0 {
+		t.Fatalf("UPDATE of no image: %+v, %d checks", rs, len(f.checks))
+	}
+}
