@@ -118,6 +118,7 @@ func TestVerify(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			o := v.Verify(context.Background(), imageverify.Check{Image: c.image, Identity: c.name, Entry: c.entry})
+			t.Logf("%s %q", o.Result, o.Message)
 			if c.result != "" && o.Result != c.result {
 				t.Errorf("result %s, want %s (%s)", o.Result, c.result, o.Message)
 			}
@@ -198,5 +199,75 @@ func TestRegistryDown(t *testing.T) {
 	}
 	if v.Requests() != before {
 		t.Fatalf("a registry known down was asked again: %d requests", v.Requests()-before)
+	}
+}
+
+// TestCertificatesAndKeyless: a signature carrying a certificate of the
+// tests' CA verifies with a certificates attestor (the certificate, its
+// chain) and with a keyless attestor (the CA as roots, the identity and
+// issuer the certificate names); another identity, issuer or root fails.
+func TestCertificatesAndKeyless(t *testing.T) {
+	f := setup(t)
+	ca, err := sigtest.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA, err := sigtest.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := ca.Issue("dev@example.com", "https://issuer.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := f.reg.Push("team/keyless", "1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Sign(img, nil); err != nil {
+		t.Fatal(err)
+	}
+	image := img.Repository.Name() + ":1.0"
+	offline := func(a imageverify.Attestor) imageverify.Attestor {
+		switch {
+		case a.Certificates != nil:
+			a.Certificates.Rekor, a.Certificates.CTLog = &imageverify.Rekor{IgnoreTlog: true}, &imageverify.CTLog{IgnoreSCT: true}
+		case a.Keyless != nil:
+			a.Keyless.Rekor, a.Keyless.CTLog = &imageverify.Rekor{IgnoreTlog: true}, &imageverify.CTLog{IgnoreSCT: true}
+		}
+		return a
+	}
+	keyless := func(roots []byte, subject, issuer string) imageverify.Attestor {
+		return offline(imageverify.Attestor{Keyless: &imageverify.Keyless{Roots: string(roots), Subject: subject, Issuer: issuer}})
+	}
+	cases := []struct {
+		name    string
+		a       imageverify.Attestor
+		result  string
+		message string
+	}{
+		{"certificate", offline(imageverify.Attestor{Certificates: &imageverify.Certificates{Certificate: string(dev.CertPEM), CertificateChain: string(ca.CertPEM)}}),
+			"pass", "verified image signatures for " + image},
+		{"certificate of another key", offline(imageverify.Attestor{Certificates: &imageverify.Certificates{Certificate: string(func() []byte {
+			k, _ := ca.Issue("ops@example.com", "https://issuer.example.com")
+			return k.CertPEM
+		}())}}), "fail", ".attestors[0].entries[0].certificates: "},
+		{"certificate, chain of another CA", offline(imageverify.Attestor{Certificates: &imageverify.Certificates{Certificate: string(dev.CertPEM), CertificateChain: string(otherCA.CertPEM)}}),
+			"fail", "certificate chain"},
+		{"keyless", keyless(ca.CertPEM, "dev@example.com", "https://issuer.example.com"), "pass", "verified image signatures for " + image},
+		{"keyless, another subject", keyless(ca.CertPEM, "ops@example.com", "https://issuer.example.com"), "fail", ".attestors[0].entries[0].keyless: "},
+		{"keyless, another issuer", keyless(ca.CertPEM, "dev@example.com", "https://other.example.com"), "fail", ".attestors[0].entries[0].keyless: "},
+		{"keyless, other roots", keyless(otherCA.CertPEM, "dev@example.com", "https://issuer.example.com"), "fail", ".attestors[0].entries[0].keyless: "},
+	}
+	v := sigverify.New(sigverify.Options{})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := v.Verify(context.Background(), imageverify.Check{Image: image, Identity: c.name,
+				Entry: entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{c.a}})})
+			t.Logf("%s %q", o.Result, o.Message)
+			if o.Result != c.result || !strings.Contains(o.Message, c.message) {
+				t.Errorf("got %s %q, want %s %q", o.Result, o.Message, c.result, c.message)
+			}
+		})
 	}
 }

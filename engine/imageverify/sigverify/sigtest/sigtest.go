@@ -10,13 +10,19 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log"
+	"math/big"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -76,11 +82,15 @@ func (r *Registry) Push(repo, tag string) (name.Digest, error) {
 	return ref.Context().Digest(d.String()), nil
 }
 
-// Key is a generated ECDSA P-256 key pair.
+// Key is a generated ECDSA P-256 key pair, with a certificate when a CA
+// issued it (then its signatures carry the certificate and its chain).
 type Key struct {
 	signer signature.SignerVerifier
 	// PublicPEM is the public key, as a verifyImages rule's publicKeys.
 	PublicPEM string
+	// CertPEM and ChainPEM are the key's certificate and its CA's, when
+	// Issue made it.
+	CertPEM, ChainPEM []byte
 }
 
 // NewKey generates a key pair.
@@ -129,7 +139,11 @@ func (k *Key) Sign(img name.Digest, annotations map[string]any) error {
 	if err != nil {
 		return err
 	}
-	ociSig, err := static.NewSignature(body, base64.StdEncoding.EncodeToString(sig))
+	var opts []static.Option
+	if k.CertPEM != nil {
+		opts = append(opts, static.WithCertChain(k.CertPEM, k.ChainPEM))
+	}
+	ociSig, err := static.NewSignature(body, base64.StdEncoding.EncodeToString(sig), opts...)
 	if err != nil {
 		return err
 	}
@@ -177,4 +191,66 @@ func (k *Key) Attest(img name.Digest, predicateType string, predicate map[string
 		return err
 	}
 	return ociremote.WriteAttestations(img.Repository, se)
+}
+
+// CA is a certificate authority of the tests (a Fulcio of their own).
+type CA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	// CertPEM is the CA's certificate: a keyless attestor's roots, a
+	// certificates attestor's certChain.
+	CertPEM []byte
+}
+
+// NewCA makes a self-signed CA, valid for a day.
+func NewCA() (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tally tests CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{cert: cert, key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+}
+
+// oidIssuer is Fulcio's extension naming the OIDC issuer (its first form,
+// the raw string).
+var oidIssuer = asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57264, 1, 1}
+
+// Issue makes a key with a code-signing certificate of the CA for the
+// identity (an email SAN) and OIDC issuer, as Fulcio issues one.
+func (ca *CA) Issue(email, issuer string) (*Key, error) {
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning},
+		EmailAddresses:  []string{email},
+		ExtraExtensions: []pkix.Extension{{Id: oidIssuer, Value: []byte(issuer)}},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, priv.Public(), ca.key)
+	if err != nil {
+		return nil, err
+	}
+	k, err := keyOf(priv)
+	if err != nil {
+		return nil, err
+	}
+	k.CertPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	k.ChainPEM = ca.CertPEM
+	return k, nil
 }
