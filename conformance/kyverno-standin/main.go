@@ -48,10 +48,10 @@
 //	                                                                         results only; nothing mutated;
 //	                                                                         on a CREATE no resource UID,
 //	                                                                         as Kyverno's: adopted by name)
-//	verifyImages                    a goroutine not waited for               with classic mutate: pass
-//	                                                                         "verified image signatures for
-//	                                                                         IMG" per rule selecting an image
-//	                                                                         (nothing verified)
+//	verifyImages                    a goroutine not waited for               with classic mutate: the rule's
+//	                                                                         result, its images verified
+//	                                                                         (tally's engine and verifier:
+//	                                                                         cosign), Kyverno's messages
 //	MutatingPolicy                  a goroutine not waited for               not written
 //	background controller:          after the fact, when its UpdateRequest   generate: a second after the
 //	generate, mutateExisting        is processed: on the trigger, source     request, on the trigger, as
@@ -122,6 +122,7 @@ import (
 	"github.com/tally-dev/tally/controllers/scan"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/imageverify/sigverify"
 	"github.com/tally-dev/tally/engine/wildcard"
 	"github.com/tally-dev/tally/report"
 )
@@ -168,6 +169,7 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 	reg := prometheus.NewRegistry()
 	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, controlled: map[string]controllerPolicy{},
 		generating: map[string]matchedPolicy{}, imageValidating: map[string]matchedPolicy{}, ctx: ctx,
+		images: sigverify.New(sigverify.Options{}),
 		created: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kyverno_standin_reports_created_total", Help: "EphemeralReports and ClusterEphemeralReports written, by kind.",
 		}, []string{"kind"})}
@@ -325,6 +327,10 @@ type standin struct {
 	// ImageValidatingPolicies (its webhook reports them at admission), by
 	// name.
 	generating, imageValidating map[string]matchedPolicy
+	// images verifies the images of verifyImages rules, as Kyverno's
+	// mutating webhook does (with tally's verifier: the registry and
+	// cosign work are Kyverno's own libraries either way).
+	images engine.ImageVerifier
 }
 
 // matchedPolicy is a CEL policy kind tally does not evaluate, as the
@@ -724,25 +730,15 @@ func (t targetRef) String() string {
 	return s
 }
 
-// verifiedImage is the first image of a Pod's containers that a
-// verifyImages rule's imageReferences select (and its skipImageReferences
-// do not), or "".
-func verifiedImage(r kyvernov1.Rule, pod map[string]any) string {
-	if r.VerifyImages == nil {
-		return ""
-	}
-	var entries []struct{ ImageReferences, SkipImageReferences []string }
-	if err := json.Unmarshal(r.VerifyImages.Raw, &entries); err != nil {
-		return ""
-	}
-	for _, image := range podImages(pod) {
-		for _, e := range entries {
-			if wildcard.Any(e.ImageReferences, image) && !wildcard.Any(e.SkipImageReferences, image) {
-				return image
-			}
+// verifyImages evaluates a policy's verifyImages rule on an admitted
+// object, its images verified: the rule's result, if it has one.
+func (s *standin) verifyImages(p *engine.Policy, rule string, obj map[string]any) (engine.RuleResult, bool) {
+	for _, r := range p.Evaluate(s.ctx, &engine.Request{Object: obj, Images: s.images}) {
+		if r.Rule == rule {
+			return r, true
 		}
 	}
-	return ""
+	return engine.RuleResult{}, false
 }
 
 // podImages are the images of a Pod's containers, init and ephemeral ones
@@ -841,15 +837,16 @@ func (s *standin) mutated(a admission.Admitted, obj map[string]any) ([]wgv1alpha
 				process = report.ProcessBackground
 			}
 			var message string
+			result := wgv1alpha2.ResultPass
 			switch {
 			case r.Type == "verifyImages":
-				// The stand-in verifies nothing: every image a rule selects
-				// is reported verified, as Kyverno reports a signed one.
-				image := verifiedImage(r.Raw, obj)
-				if image == "" {
+				// The images are verified, as Kyverno's mutating webhook
+				// verifies them, with its messages.
+				res, ok := s.verifyImages(mp.compiled, r.Name, obj)
+				if !ok {
 					continue
 				}
-				message = "verified image signatures for " + image
+				result, message = res.Result, res.Message
 			case r.Type == "mutate" && !mutatesExisting(r.Raw): // mutateExisting: the background controller's (generated)
 				message = fmt.Sprintf("mutated %s/%s", a.Subject.Kind, a.Subject.Name)
 				if a.Subject.Namespace != "" {
@@ -859,7 +856,7 @@ func (s *standin) mutated(a admission.Admitted, obj map[string]any) ([]wgv1alpha
 				continue
 			}
 			results = append(results, wgv1alpha2.PolicyReportResult{
-				Source: engine.SourceKyverno, Policy: name, Rule: r.Name, Result: wgv1alpha2.ResultPass, Scored: true, Timestamp: now,
+				Source: engine.SourceKyverno, Policy: name, Rule: r.Name, Result: result, Scored: true, Timestamp: now,
 				Message:    message,
 				Properties: map[string]string{"process": process},
 			})
