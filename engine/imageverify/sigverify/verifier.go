@@ -126,11 +126,11 @@ type downEntry struct {
 func New(o Options) *Verifier {
 	o.defaults()
 	return &Verifier{
-		opts:      o,
-		transport: &limitedTransport{next: o.Transport, rps: o.RequestsPerSecond, burst: o.Burst, limiters: map[string]*rate.Limiter{}},
-		outcomes:  lru.New(o.Entries),
-		digests:   lru.New(o.Entries),
-		down:      map[string]downEntry{},
+		opts:       o,
+		transport:  &limitedTransport{next: o.Transport, rps: o.RequestsPerSecond, burst: o.Burst, limiters: map[string]*rate.Limiter{}},
+		outcomes:   lru.New(o.Entries),
+		digests:    lru.New(o.Entries),
+		down:       map[string]downEntry{},
 		transports: map[string]handshaken{},
 	}
 }
