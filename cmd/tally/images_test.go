@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,28 +35,7 @@ func TestImageExpectationsAreChecked(t *testing.T) {
 	if err := key.Sign(signed, nil); err != nil {
 		t.Fatal(err)
 	}
-	indent := func(s string) string {
-		return "              " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n              ")
-	}
-	policy := `apiVersion: kyverno.io/v1
-kind: ClusterPolicy
-metadata: {name: check-images}
-spec:
-  validationFailureAction: Audit
-  background: true
-  rules:
-  - name: signed
-    match: {any: [{resources: {kinds: [Pod]}}]}
-    verifyImages:
-    - imageReferences: ["` + reg.Host + `/*"]
-      attestors:
-      - entries:
-        - keys:
-            publicKeys: |-
-` + indent(key.PublicPEM) + `
-            rekor: {ignoreTlog: true}
-            ctlog: {ignoreSCT: true}
-`
+	policy := key.Policy("check-images", reg.Host+"/*")
 	pods := `apiVersion: v1
 kind: Pod
 metadata: {name: good, namespace: default}
@@ -89,15 +67,7 @@ results:
 		"images/kyverno-test.yaml": test,
 		"wrong/kyverno-test.yaml":  strings.Replace(test, "resources: [bad], kind: Pod, result: fail", "resources: [bad], kind: Pod, result: pass", 1),
 	}
-	for name, data := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTree(t, dir, files)
 	image := reg.Host + "/team/app:unsigned"
 	for name, c := range map[string]cliCase{
 		"without --registry, skipped, not passed": {

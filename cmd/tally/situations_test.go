@@ -53,15 +53,7 @@ results:
 `,
 		"empty/README.md": "no tests here\n",
 	}
-	for name, data := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTree(t, dir, files)
 	in := func(name string) string { return filepath.Join(dir, name) }
 	tests := map[string]struct {
 		args   []string
@@ -257,4 +249,18 @@ func (c cliCase) check(t *testing.T) string {
 		}
 	}
 	return out.String()
+}
+
+// writeTree writes files (path relative to dir: content), making their folders.
+func writeTree(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, data := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -61,15 +60,7 @@ func TestTestFlagsAndExitCodes(t *testing.T) {
 		"other/my-test.yaml": strings.Replace(twoResultsTest, "name: two", "name: renamed", 1),
 		"mutating.yaml":      mutatePolicy, "left-out/kyverno-test.yaml": leftOutTest,
 	}
-	for name, data := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTree(t, dir, files)
 	two := filepath.Join(dir, "two")
 	tests := map[string]struct {
 		args      []string

@@ -50,26 +50,7 @@ func (f *imageFixture) image(i int) string {
 }
 
 func (f *imageFixture) installPolicy(ctx context.Context, dyn dynamic.Interface) error {
-	indent := "                " + strings.ReplaceAll(strings.TrimSpace(f.key.PublicPEM), "\n", "\n                ")
-	doc := `apiVersion: kyverno.io/v1
-kind: ClusterPolicy
-metadata: {name: bench-verify-images}
-spec:
-  validationFailureAction: Audit
-  background: true
-  rules:
-  - name: signed
-    match: {any: [{resources: {kinds: [Pod]}}]}
-    verifyImages:
-    - imageReferences: ["` + f.registry.Host + `/*"]
-      attestors:
-      - entries:
-        - keys:
-            publicKeys: |-
-` + indent + `
-            rekor: {ignoreTlog: true}
-            ctlog: {ignoreSCT: true}
-`
+	doc := f.key.Policy("bench-verify-images", f.registry.Host+"/*")
 	var u unstructured.Unstructured
 	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
 		return err

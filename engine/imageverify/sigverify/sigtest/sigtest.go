@@ -22,6 +22,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -253,4 +254,30 @@ func (ca *CA) Issue(email, issuer string) (*Key, error) {
 	k.CertPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	k.ChainPEM = ca.CertPEM
 	return k, nil
+}
+
+// Policy is a ClusterPolicy (YAML) named name, Audit, with one verifyImages
+// rule "signed" on Pods: the images imageReference selects must be signed
+// with the key, no transparency log.
+func (k *Key) Policy(name, imageReference string) string {
+	pem := "              " + strings.ReplaceAll(strings.TrimSpace(k.PublicPEM), "\n", "\n              ")
+	return `apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: ` + name + `}
+spec:
+  validationFailureAction: Audit
+  background: true
+  rules:
+  - name: signed
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    verifyImages:
+    - imageReferences: ["` + imageReference + `"]
+      attestors:
+      - entries:
+        - keys:
+            publicKeys: |-
+` + pem + `
+            rekor: {ignoreTlog: true}
+            ctlog: {ignoreSCT: true}
+`
 }
