@@ -168,9 +168,16 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 				keep(e.result(rule, Skip, RegistryOffMessage))
 				continue
 			}
+			if e.policy.Namespace != "" {
+				if why := tenantRefusal(entry); why != "" {
+					keep(e.result(rule, Error, fmt.Sprintf("failed to verify image %s: %s", image, why)))
+					continue
+				}
+			}
 			o := e.req.Images.Verify(e.ctx, imageverify.Check{
 				Image:      image,
 				Policy:     e.policy.Name,
+				Tenant:     e.policy.Namespace != "",
 				Identity:   fmt.Sprintf("%s/%s/%d", e.policy.Name, ir.identity, i),
 				Entry:      entry,
 				Conditions: e.attestationConditions(rule, i, entry, data),
@@ -197,6 +204,41 @@ func wildcardAnyImage(entries []imageverify.Verification, images []string) bool 
 		}
 	}
 	return false
+}
+
+// tenantRefusal says what a namespaced Policy's entry asks that tally does
+// not do for a tenant: read Secrets (of tally's namespace) for registry
+// credentials, or call a transparency log of the policy's choosing. Empty
+// when nothing.
+func tenantRefusal(e *imageverify.Verification) string {
+	if rc := e.ImageRegistryCredentials; rc != nil && len(rc.Secrets) > 0 {
+		return "imageRegistryCredentials.secrets are not read for a namespaced Policy (tally lends its credentials to no tenant)"
+	}
+	var sets []imageverify.AttestorSet
+	sets = append(sets, e.Attestors...)
+	for _, a := range e.Attestations {
+		sets = append(sets, a.Attestors...)
+	}
+	for _, s := range sets {
+		for _, a := range s.Entries {
+			if r := rekorOf(a); r != nil && r.URL != "" {
+				return "rekor.url is not called for a namespaced Policy (tally calls no service a tenant names)"
+			}
+		}
+	}
+	return ""
+}
+
+func rekorOf(a imageverify.Attestor) *imageverify.Rekor {
+	switch {
+	case a.Keys != nil:
+		return a.Keys.Rekor
+	case a.Certificates != nil:
+		return a.Certificates.Rekor
+	case a.Keyless != nil:
+		return a.Keyless.Rekor
+	}
+	return nil
 }
 
 // attestationConditions checks the conditions of entry's attestation i

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
+	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/imageverify"
 )
@@ -144,5 +147,53 @@ func TestVerifyImagesOnUpdate(t *testing.T) {
 	req = &engine.Request{Object: resource(t, imagePod("a", "x: y", "ghcr.io/team/app:1", "ghcr.io/team/bad:1")), OldObject: old, Operation: engine.OpUpdate, Images: f}
 	if rs := p.Evaluate(context.Background(), req); len(rs) != 0 || len(f.checks) != 0 {
 		t.Fatalf("UPDATE of no image: %+v, %d checks", rs, len(f.checks))
+	}
+}
+
+// TestVerifyImagesOfATenant: a namespaced Policy borrows none of tally's
+// credentials and names no service tally calls (issue 39's rule).
+func TestVerifyImagesOfATenant(t *testing.T) {
+	doc := func(extra string) string {
+		return `
+apiVersion: kyverno.io/v1
+kind: Policy
+metadata: {name: images, namespace: shop}
+spec:
+  rules:
+  - name: signed
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    verifyImages:
+    - imageReferences: ["ghcr.io/*"]
+` + extra
+	}
+	for name, c := range map[string]struct{ extra, want, message string }{
+		"plain": {`      attestors: [{entries: [{keys: {publicKeys: K}}]}]
+`, "pass", "verified image signatures"},
+		"secrets": {`      imageRegistryCredentials: {secrets: [regcred]}
+      attestors: [{entries: [{keys: {publicKeys: K}}]}]
+`, "error", "imageRegistryCredentials.secrets are not read for a namespaced Policy"},
+		"rekor url": {`      attestors: [{entries: [{keys: {publicKeys: K, rekor: {url: "http://10.0.0.1"}}}]}]
+`, "error", "rekor.url is not called for a namespaced Policy"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var p kyvernov1.Policy
+			if err := yaml.Unmarshal([]byte(doc(c.extra)), &p); err != nil {
+				t.Fatal(err)
+			}
+			cp, err := engine.CompilePolicy(&p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &fakeImages{}
+			rs := cp.Evaluate(context.Background(), &engine.Request{Object: resource(t, imagePod("a", "", "ghcr.io/team/app:1")), Images: f})
+			if len(rs) != 1 || string(rs[0].Result) != c.want || !strings.Contains(rs[0].Message, c.message) {
+				t.Fatalf("got %+v, want %s %q", rs, c.want, c.message)
+			}
+			for _, ch := range f.checks {
+				if !ch.Tenant {
+					t.Errorf("a namespaced Policy's check is not marked a tenant's")
+				}
+			}
+		})
 	}
 }

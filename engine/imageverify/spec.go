@@ -213,6 +213,9 @@ type Check struct {
 	Image string
 	// Policy names the policy (for metrics).
 	Policy string
+	// Tenant is set for a namespaced Policy's check: no credentials of
+	// tally's (--image-pull-secrets, Secrets of its namespace) are used.
+	Tenant bool
 	// Identity identifies the rule's entry: the policy, the rule and the
 	// entry as written, so that a changed policy is verified again.
 	Identity string

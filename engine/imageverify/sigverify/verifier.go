@@ -155,6 +155,9 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 	if err := v.isDown(registry); err != nil {
 		return v.failed(c.Image, err)
 	}
+	if c.Tenant {
+		ctx = context.WithValue(ctx, tenantKey{}, true)
+	}
 	ctx = v.withKeychain(ctx, c.Entry)
 	digest, err := v.digestOf(ctx, ref)
 	if err != nil {
@@ -301,6 +304,9 @@ func (v *Verifier) handshake(ctx context.Context, repo name.Repository, kc authn
 
 type keychainKey struct{}
 
+// tenantKey marks the checks of a namespaced Policy.
+type tenantKey struct{}
+
 // withKeychain carries in ctx the credentials of the entry's Secrets,
 // before the default ones, read only if a registry is asked (never on a
 // cache hit).
@@ -308,6 +314,9 @@ func (v *Verifier) withKeychain(ctx context.Context, e *imageverify.Verification
 	rc := e.ImageRegistryCredentials
 	if rc == nil || len(rc.Secrets) == 0 || v.opts.SecretKeychain == nil {
 		return ctx
+	}
+	if tenant, _ := ctx.Value(tenantKey{}).(bool); tenant {
+		return ctx // a tenant's policy borrows none of tally's credentials
 	}
 	return context.WithValue(ctx, keychainKey{}, &lazyKeychain{secrets: rc.Secrets, read: v.opts.SecretKeychain, fallback: v.opts.Keychain})
 }
