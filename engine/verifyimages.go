@@ -168,6 +168,11 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 				keep(e.result(rule, Skip, RegistryOffMessage))
 				continue
 			}
+			if len(entry.Validate) > 0 && string(entry.Validate) != "null" {
+				// Never a silent pass of what was not evaluated (R46).
+				keep(e.result(rule, Error, fmt.Sprintf("failed to verify image %s: validate in a verifyImages entry is not evaluated by tally (docs/known-differences.md)", image)))
+				continue
+			}
 			if e.policy.Namespace != "" {
 				if why := tenantRefusal(entry); why != "" {
 					keep(e.result(rule, Error, fmt.Sprintf("failed to verify image %s: %s", image, why)))

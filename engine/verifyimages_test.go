@@ -172,6 +172,9 @@ spec:
 		"secrets": {`      imageRegistryCredentials: {secrets: [regcred]}
       attestors: [{entries: [{keys: {publicKeys: K}}]}]
 `, "error", "imageRegistryCredentials.secrets are not read for a namespaced Policy"},
+		"validate inside the entry": {`      attestors: [{entries: [{keys: {publicKeys: K}}]}]
+      validate: {deny: {conditions: {any: [{key: a, operator: Equals, value: a}]}}}
+`, "error", "validate in a verifyImages entry is not evaluated by tally"},
 		"rekor url": {`      attestors: [{entries: [{keys: {publicKeys: K, rekor: {url: "http://10.0.0.1"}}}]}]
 `, "error", "rekor.url is not called for a namespaced Policy"},
 	} {

@@ -326,7 +326,16 @@ func (v *Verifier) verifyAttestation(ctx context.Context, c imageverify.Check, i
 		ac.conditions = func(statement map[string]any) error { return c.Conditions(i, statement) }
 	}
 	if len(att.Attestors) == 0 {
-		return imageverify.Outcome{Result: resultError, Message: fmt.Sprintf("failed to verify image %s: %s: an attestation without attestors is not verified by tally (docs/known-differences.md)", c.Image, path)}, true
+		// No attestor: the statements are fetched and their conditions
+		// checked, their signatures not verified (as Kyverno does).
+		if err := v.fetchAttestations(ctx, ref, ac); err != nil {
+			err = v.noteDown(registry, err)
+			if Unreachable(err) {
+				return v.failed(c.Image, err), true
+			}
+			return imageverify.Outcome{Result: resultFail, Message: fmt.Sprintf("image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: %s: %s", path, err)}, true
+		}
+		return imageverify.Outcome{}, false
 	}
 	for j, set := range att.Attestors {
 		if err := v.verifySet(ctx, c.Entry, set, ref, fmt.Sprintf("%s.attestors[%d]", path, j), ac); err != nil {
@@ -340,3 +349,26 @@ func (v *Verifier) verifyAttestation(ctx context.Context, c imageverify.Check, i
 	}
 	return imageverify.Outcome{}, false
 }
+
+// fetchAttestations checks the statements attached to the image, their
+// signatures unverified.
+func (v *Verifier) fetchAttestations(ctx context.Context, ref name.Digest, ac *attestationCheck) error {
+	opts, err := v.remoteOptions(ctx, ref.Context())
+	if err != nil {
+		return err
+	}
+	payloads, err := cosign.FetchAttestationsForReference(ctx, ref, "", ociremote.WithRemoteOptions(opts...))
+	if err != nil {
+		return err
+	}
+	envelopes := make([]signatureLike, len(payloads))
+	for i := range payloads {
+		envelopes[i] = fetchedEnvelope{payloads[i]}
+	}
+	return ac.check(envelopes)
+}
+
+// fetchedEnvelope is a fetched attestation as its DSSE envelope.
+type fetchedEnvelope struct{ p cosign.AttestationPayload }
+
+func (f fetchedEnvelope) Payload() ([]byte, error) { return json.Marshal(f.p) }

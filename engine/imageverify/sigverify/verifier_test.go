@@ -104,6 +104,12 @@ func TestVerify(t *testing.T) {
 		{"attestation of another type", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
 			Type: "https://example.com/scan/v1", Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}},
 		}}}, "fail", "image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0].attestors[0].entries[0].keys: predicate type https://example.com/scan/v1 not found"},
+		{"attestation without attestors: fetched, not verified", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
+			Type: "https://example.com/review/v1",
+		}}}, "pass", "verified image attestations for " + tag(f.attested, "attested")},
+		{"attestation without attestors, none of the type", tag(f.signed, "signed"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
+			Type: "https://example.com/review/v1",
+		}}}, "fail", "image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0]: predicate type https://example.com/review/v1 not found"},
 		{"attestation, wrong key", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
 			Type: "https://example.com/review/v1", Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.other.PublicPEM)}}},
 		}}}, "fail", "image attestations verification failed"},
