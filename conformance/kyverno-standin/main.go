@@ -539,7 +539,10 @@ func (s *standin) write(a admission.Admitted) {
 	obj := s.controlledObject(a)
 	generated := s.generated(a, obj)
 	images, imageLabels := s.imagesValidated(obj)
-	mutated, mutateLabels := s.mutated(a, obj)
+	mutated, mutateLabels, checks := s.mutated(a, obj)
+	s.mu.Unlock()
+	// The images are verified outside the lock: registries are slow.
+	mutated, mutateLabels = checks.verify(s, obj, mutated, mutateLabels)
 	groups[groupMutate] = mutated
 	if len(mutateLabels) > 0 { // the request's labels are the bridge's: never changed in place
 		policyLabels = maps.Clone(policyLabels)
@@ -548,7 +551,6 @@ func (s *standin) write(a admission.Admitted) {
 		}
 		maps.Copy(policyLabels, mutateLabels)
 	}
-	s.mu.Unlock()
 	for g, results := range groups {
 		if len(results) == 0 {
 			continue
@@ -819,12 +821,15 @@ func (s *standin) writeGenerated(a admission.Admitted, g generation) {
 // (pass, "mutated Kind/name in namespace NS"), and their policies' labels.
 // The stand-in mutates nothing (it serves no mutating webhook), and it
 // reports them only for requests its validating webhook records, with
-// results of validate rules too (those reach write). The caller holds s.mu.
-func (s *standin) mutated(a admission.Admitted, obj map[string]any) ([]wgv1alpha2.PolicyReportResult, map[string]string) {
+// results of validate rules too (those reach write). The verifyImages
+// rules that apply are returned to verify (imageChecks.verify), which asks
+// registries: the caller holds s.mu, and verifies after releasing it.
+func (s *standin) mutated(a admission.Admitted, obj map[string]any) ([]wgv1alpha2.PolicyReportResult, map[string]string, imageChecks) {
 	if obj == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var results []wgv1alpha2.PolicyReportResult
+	var checks imageChecks
 	labels := map[string]string{}
 	now := metav1.Timestamp{Seconds: time.Now().Unix()}
 	for name, mp := range s.controlled {
@@ -836,17 +841,15 @@ func (s *standin) mutated(a admission.Admitted, obj map[string]any) ([]wgv1alpha
 			if s.background[name] {
 				process = report.ProcessBackground
 			}
+			key := "cpol.kyverno.io/" + name
+			if mp.compiled.Namespace != "" {
+				key = "pol.kyverno.io/" + strings.TrimPrefix(name, mp.compiled.Namespace+"/")
+			}
 			var message string
-			result := wgv1alpha2.ResultPass
 			switch {
 			case r.Type == "verifyImages":
-				// The images are verified, as Kyverno's mutating webhook
-				// verifies them, with its messages.
-				res, ok := s.verifyImages(mp.compiled, r.Name, obj)
-				if !ok {
-					continue
-				}
-				result, message = res.Result, res.Message
+				checks = append(checks, imageCheck{policy: mp.compiled, name: name, rule: r.Name, process: process, label: key, resourceVersion: mp.resourceVersion})
+				continue
 			case r.Type == "mutate" && !mutatesExisting(r.Raw): // mutateExisting: the background controller's (generated)
 				message = fmt.Sprintf("mutated %s/%s", a.Subject.Kind, a.Subject.Name)
 				if a.Subject.Namespace != "" {
@@ -856,16 +859,43 @@ func (s *standin) mutated(a admission.Admitted, obj map[string]any) ([]wgv1alpha
 				continue
 			}
 			results = append(results, wgv1alpha2.PolicyReportResult{
-				Source: engine.SourceKyverno, Policy: name, Rule: r.Name, Result: result, Scored: true, Timestamp: now,
+				Source: engine.SourceKyverno, Policy: name, Rule: r.Name, Result: wgv1alpha2.ResultPass, Scored: true, Timestamp: now,
 				Message:    message,
 				Properties: map[string]string{"process": process},
 			})
-			key := "cpol.kyverno.io/" + name
-			if mp.compiled.Namespace != "" {
-				key = "pol.kyverno.io/" + strings.TrimPrefix(name, mp.compiled.Namespace+"/")
-			}
 			labels[key] = mp.resourceVersion
 		}
+	}
+	return results, labels, checks
+}
+
+// imageCheck is a verifyImages rule that applies to an admitted object.
+type imageCheck struct {
+	policy                 *engine.Policy
+	name, rule, process    string
+	label, resourceVersion string
+}
+
+type imageChecks []imageCheck
+
+// verify verifies the images of each rule, as Kyverno's mutating webhook
+// does (with tally's engine and verifier), and adds the rules' results
+// and their policies' labels.
+func (cs imageChecks) verify(s *standin, obj map[string]any, results []wgv1alpha2.PolicyReportResult, labels map[string]string) ([]wgv1alpha2.PolicyReportResult, map[string]string) {
+	for _, c := range cs {
+		res, ok := s.verifyImages(c.policy, c.rule, obj)
+		if !ok {
+			continue
+		}
+		results = append(results, wgv1alpha2.PolicyReportResult{
+			Source: engine.SourceKyverno, Policy: c.name, Rule: c.rule, Result: res.Result, Scored: true,
+			Timestamp: metav1.Timestamp{Seconds: time.Now().Unix()}, Message: res.Message,
+			Properties: map[string]string{"process": c.process},
+		})
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[c.label] = c.resourceVersion
 	}
 	return results, labels
 }
