@@ -31,8 +31,9 @@ type imagesRule struct {
 	// raw is the list as written, for variable substitution when hasVars.
 	raw     any
 	hasVars bool
-	// identity ties cached verifications to the rule as written.
-	identity string
+	// identities tie cached verifications to each entry of the rule as
+	// written (the policy's name goes before).
+	identities []string
 	// conditions are the decoded conditions of each entry's attestations.
 	conditions [][]any
 }
@@ -52,7 +53,9 @@ func (r *Rule) compileImages() error {
 	withoutConditions(ir.raw)
 	ir.hasVars = variables.HasVariables(ir.raw)
 	sum := sha256.Sum256(raw)
-	ir.identity = r.Name + "/" + hex.EncodeToString(sum[:8])
+	for i := range entries {
+		ir.identities = append(ir.identities, fmt.Sprintf("/%s/%s/%d", r.Name, hex.EncodeToString(sum[:8]), i))
+	}
 	for _, e := range entries {
 		var conds []any
 		for i, a := range e.Attestations {
@@ -179,14 +182,17 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 					continue
 				}
 			}
-			o := e.req.Images.Verify(e.ctx, imageverify.Check{
-				Image:      image,
-				Policy:     e.policy.Name,
-				Tenant:     e.policy.Namespace != "",
-				Identity:   fmt.Sprintf("%s/%s/%d", e.policy.Name, ir.identity, i),
-				Entry:      entry,
-				Conditions: e.attestationConditions(rule, i, entry, data),
-			})
+			check := imageverify.Check{
+				Image:    image,
+				Policy:   e.policy.Name,
+				Tenant:   e.policy.Namespace != "",
+				Identity: e.policy.Name + ir.identities[i],
+				Entry:    entry,
+			}
+			if len(entry.Attestations) > 0 {
+				check.Conditions = e.attestationConditions(rule, i, entry, data)
+			}
+			o := e.req.Images.Verify(e.ctx, check)
 			keep(e.result(rule, outcomeResult(o.Result), o.Message))
 		}
 	}

@@ -101,7 +101,7 @@ type Verifier struct {
 	opts      Options
 	transport *limitedTransport
 	outcomes  *lru.Cache // key -> cached
-	digests   *lru.Cache // reference -> cached
+	digests   *lru.Cache // reference -> cachedDigest
 	flights   singleflight.Group
 
 	mu   sync.Mutex
@@ -115,6 +115,11 @@ type Verifier struct {
 type cached struct {
 	outcome imageverify.Outcome
 	until   time.Time
+}
+
+type cachedDigest struct {
+	digest string
+	until  time.Time
 }
 
 type downEntry struct {
@@ -225,9 +230,9 @@ func (v *Verifier) digestOf(ctx context.Context, ref name.Reference) (string, er
 	}
 	key := ref.Name()
 	if e, ok := v.digests.Get(key); ok {
-		c := e.(cached)
+		c := e.(cachedDigest)
 		if !v.opts.Now().After(c.until) {
-			return c.outcome.Digest, nil
+			return c.digest, nil
 		}
 	}
 	d, err, _ := v.flights.Do("digest\x00"+key, func() (any, error) {
@@ -240,7 +245,7 @@ func (v *Verifier) digestOf(ctx context.Context, ref name.Reference) (string, er
 			return "", err
 		}
 		digest := desc.Digest.String()
-		v.digests.Add(key, cached{outcome: imageverify.Outcome{Digest: digest}, until: v.opts.Now().Add(v.opts.DigestTTL)})
+		v.digests.Add(key, cachedDigest{digest: digest, until: v.opts.Now().Add(v.opts.DigestTTL)})
 		return digest, nil
 	})
 	if err != nil {
@@ -356,10 +361,8 @@ func (v *Verifier) failed(image string, err error) imageverify.Outcome {
 // Unreachable says that err is the registry's (or the network's) fault,
 // not the image's: no connection, a timeout, a server error, a rate limit.
 func Unreachable(err error) bool {
-	var netErr *net.OpError
-	var dnsErr *net.DNSError
 	var ie *infraError
-	if errors.As(err, &netErr) || errors.As(err, &dnsErr) || errors.As(err, &ie) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if unconnected(err) || errors.As(err, &ie) || errors.Is(err, context.Canceled) {
 		return true
 	}
 	var terr *transport.Error
@@ -369,11 +372,17 @@ func Unreachable(err error) bool {
 	return false
 }
 
-// noteDown remembers a registry that could not be reached.
-func (v *Verifier) noteDown(registry string, err error) error {
+// unconnected says that no answer came: no connection, no address, or
+// the time ran out.
+func unconnected(err error) bool {
 	var netErr *net.OpError
 	var dnsErr *net.DNSError
-	if errors.As(err, &netErr) || errors.As(err, &dnsErr) || errors.Is(err, context.DeadlineExceeded) {
+	return errors.As(err, &netErr) || errors.As(err, &dnsErr) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// noteDown remembers a registry that could not be reached.
+func (v *Verifier) noteDown(registry string, err error) error {
+	if unconnected(err) {
 		v.mu.Lock()
 		v.down[registry] = downEntry{err: err, until: v.opts.Now().Add(v.opts.DownTTL)}
 		v.mu.Unlock()
