@@ -57,7 +57,7 @@ func (p *Policy) Units() []Unit {
 		for _, v := range p.vpol.variants {
 			rules = append(rules, resourceRules(v.match)...)
 		}
-		return []Unit{{Raw: []any{p.vpol.kind, p.vpol.spec}, Resources: rules, applies: func(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool {
+		return []Unit{{Raw: p.vpol.raw(), Resources: rules, applies: func(obj map[string]any, nsLabels map[string]string, gvr schema.GroupVersionResource) bool {
 			res := resourceOf(obj, "")
 			if gvr.Resource == "" {
 				gvr = guessResource(res)
@@ -180,3 +180,12 @@ func (p *Policy) Warns() bool {
 // MutatingPolicy, their namespaced kinds, or ValidatingAdmissionPolicy):
 // its results are told apart by source and policy, not by rule.
 func (p *Policy) CEL() bool { return p.vpol != nil || p.vap != nil || p.mpol != nil }
+
+// raw is the policy as written, for units: an ImageValidatingPolicy's
+// whole spec.
+func (v *validatingPolicy) raw() any {
+	if v.image != nil {
+		return []any{v.kind, v.image.spec}
+	}
+	return []any{v.kind, v.spec}
+}

@@ -19,6 +19,10 @@ import (
 // without --registry) verifyImages rules are skipped, and say why.
 type ImageVerifier interface {
 	Verify(ctx context.Context, c imageverify.Check) imageverify.Outcome
+	// Resolve reads the digest of c.Image from its registry, with c's
+	// credentials (c.Entry.ImageRegistryCredentials); the error of a
+	// registry that does not answer is an error result's, never a fail's.
+	Resolve(ctx context.Context, c imageverify.Check) (string, error)
 }
 
 // RegistryOffMessage is the skip of a verifyImages rule evaluated without

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 type fakeImages struct {
 	outcomes map[string]imageverify.Outcome
 	checks   []imageverify.Check
+	resolved []string
 }
 
 func (f *fakeImages) Verify(_ context.Context, c imageverify.Check) imageverify.Outcome {
@@ -30,7 +32,21 @@ func (f *fakeImages) Verify(_ context.Context, c imageverify.Check) imageverify.
 	if o, ok := f.outcomes[c.Image]; ok {
 		return o
 	}
+	if len(c.Entry.Attestations) > 0 {
+		statement := map[string]any{"predicateType": c.Entry.Attestations[0].Type, "predicate": map[string]any{"reviewed": true, "reviewer": "qa"}}
+		return imageverify.Outcome{Result: "pass", Message: "verified image attestations for " + c.Image, Statements: [][]map[string]any{{statement}}}
+	}
 	return imageverify.Outcome{Result: "pass", Message: "verified image signatures for " + c.Image}
+}
+
+// Resolve answers the digest of an image by digest; a "down" image's
+// registry does not answer.
+func (f *fakeImages) Resolve(_ context.Context, c imageverify.Check) (string, error) {
+	f.resolved = append(f.resolved, c.Image)
+	if strings.Contains(c.Image, "down") {
+		return "", errors.New("dial tcp: connection refused")
+	}
+	return "sha256:abc", nil
 }
 
 const imagesPolicy = `

@@ -41,6 +41,8 @@ type validatingPolicy struct {
 	variants []*vpolVariant
 	// ignore is failurePolicy Ignore: match conditions that err do not apply.
 	ignore bool
+	// image is set for an ImageValidatingPolicy (R42).
+	image *imagePolicy
 }
 
 type vpolVariant struct {
@@ -57,8 +59,6 @@ func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
 	p := newCELPolicy(&vp.ObjectMeta, vp.Kind, policiesv1.KindValidatingPolicy, policiesv1.KindNamespacedValidatingPolicy, SourceValidatingPolicy)
 	kind, name := p.Kind, p.Name
 	spec := vp.Spec
-	v := &validatingPolicy{kind: kind, spec: spec}
-	v.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
 	base := cel.Spec{
 		Mode:             cel.ModeKyverno,
 		Variables:        spec.Variables,
@@ -71,46 +71,14 @@ func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
 	}
 	if spec.Evaluation != nil && strings.EqualFold(spec.Evaluation.Mode, "JSON") {
 		// JSON payload policies never match a resource.
+		v := &validatingPolicy{kind: kind, spec: spec}
+		v.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
 		p.vpol = v
 		return p, nil
 	}
-	variant := func(m *admissionregistrationv1.MatchResources, s cel.Spec) error {
-		c, err := compileConstraints(m)
-		if err != nil {
-			return err
-		}
-		prog, err := cel.Compile(s)
-		if err != nil {
-			return err
-		}
-		v.variants = append(v.variants, &vpolVariant{match: c, spec: s, prog: prog})
-		return nil
-	}
-	if err := variant(spec.MatchConstraints, base); err != nil {
-		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
-	}
-	var controllers []string
-	listed := false
-	if a := spec.Autogen; a != nil && a.PodControllers != nil && a.PodControllers.Controllers != nil {
-		controllers, listed = a.PodControllers.Controllers, true
-	}
-	targets := autogenTargets(spec.MatchConstraints, controllers, listed)
-	for _, config := range []string{"defaults", "cronjobs"} {
-		rules, ok := targets[config]
-		if !ok {
-			continue
-		}
-		prefix := "spec.template."
-		if config == "cronjobs" {
-			prefix = "spec.jobTemplate.spec.template."
-		}
-		m := &admissionregistrationv1.MatchResources{
-			NamespaceSelector: spec.MatchConstraints.NamespaceSelector,
-			ResourceRules:     rules,
-		}
-		if err := variant(m, shiftSpec(base, prefix)); err != nil {
-			return nil, fmt.Errorf("%s %s: autogen %s: %w", kind, name, config, err)
-		}
+	v, err := compileVariants(kind, name, spec, base)
+	if err != nil {
+		return nil, err
 	}
 	p.vpol = v
 	return p, nil
@@ -159,6 +127,10 @@ func shiftSpec(s cel.Spec, prefix string) cel.Spec {
 	for i, a := range s.AuditAnnotations {
 		out.AuditAnnotations[i] = admissionregistrationv1.AuditAnnotation{Key: a.Key, ValueExpression: shiftObjectPaths(a.ValueExpression, prefix)}
 	}
+	out.Extras = make([]admissionregistrationv1.Variable, len(s.Extras))
+	for i, x := range s.Extras {
+		out.Extras[i] = admissionregistrationv1.Variable{Name: x.Name, Expression: shiftObjectPaths(x.Expression, prefix)}
+	}
 	return out
 }
 
@@ -193,6 +165,20 @@ func (v *validatingPolicy) evaluateVariant(e *evaluation, variant *vpolVariant) 
 		// a GlobalContextEntry it reads changes).
 		plain := e.policy.Name[strings.LastIndex(e.policy.Name, "/")+1:]
 		ctx = cel.WithPolicy(ctx, v.kind+"/"+plain)
+	}
+	if v.image != nil {
+		notMet, err := variant.prog.Conditions(ctx, in)
+		switch {
+		case notMet || (err != nil && v.ignore):
+			r := e.vpolResult(Skip, "", "skip", nil)
+			r.ConditionsNotMet = true
+			return r
+		case err != nil:
+			return e.ivpolError(err)
+		}
+		ie := *e
+		ie.ctx = ctx
+		return v.evaluateImages(&ie, variant, in)
 	}
 	o := variant.prog.Evaluate(ctx, in)
 	switch {

@@ -25,6 +25,9 @@ var (
 	NamespacedValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedvalidatingpolicies")
 	MutatingPolicy             = policiesv1.GroupVersion.WithResource("mutatingpolicies")
 	NamespacedMutatingPolicy   = policiesv1.GroupVersion.WithResource("namespacedmutatingpolicies")
+	// ImageValidatingPolicy and NamespacedImageValidatingPolicy (R42).
+	ImageValidatingPolicy           = policiesv1.GroupVersion.WithResource("imagevalidatingpolicies")
+	NamespacedImageValidatingPolicy = policiesv1.GroupVersion.WithResource("namespacedimagevalidatingpolicies")
 	// CELPolicyException is policies.kyverno.io's PolicyException.
 	CELPolicyException               = policiesv1.GroupVersion.WithResource("policyexceptions")
 	ValidatingAdmissionPolicy        = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
@@ -78,6 +81,10 @@ func PolicyKey(gvr schema.GroupVersionResource, namespace, name string) string {
 		return policiesv1.KindMutatingPolicy + "/" + name
 	case NamespacedMutatingPolicy:
 		return policiesv1.KindNamespacedMutatingPolicy + "/" + namespace + "/" + name
+	case ImageValidatingPolicy:
+		return policiesv1.KindImageValidatingPolicy + "/" + name
+	case NamespacedImageValidatingPolicy:
+		return policiesv1.KindNamespacedImageValidatingPolicy + "/" + namespace + "/" + name
 	case ValidatingAdmissionPolicy:
 		return VAPKeyPrefix + name
 	case MutatingAdmissionPolicy:
@@ -87,9 +94,10 @@ func PolicyKey(gvr schema.GroupVersionResource, namespace, name string) string {
 }
 
 // CELPolicies are the policies.kyverno.io policy kinds tally evaluates:
-// ValidatingPolicies and MutatingPolicies (the latter in background scans
-// only, R44), cluster-wide and namespaced.
-var CELPolicies = []schema.GroupVersionResource{ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy}
+// ValidatingPolicies, MutatingPolicies (the latter in background scans
+// only, R44) and ImageValidatingPolicies (R42), cluster-wide and namespaced.
+var CELPolicies = []schema.GroupVersionResource{ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy,
+	ImageValidatingPolicy, NamespacedImageValidatingPolicy}
 
 // IsCELPolicy reports whether gvr is one of CELPolicies.
 func IsCELPolicy(gvr schema.GroupVersionResource) bool {
@@ -99,7 +107,7 @@ func IsCELPolicy(gvr schema.GroupVersionResource) bool {
 // IsNamespacedCELPolicy reports whether gvr is a namespaced one of
 // CELPolicies.
 func IsNamespacedCELPolicy(gvr schema.GroupVersionResource) bool {
-	return gvr == NamespacedValidatingPolicy || gvr == NamespacedMutatingPolicy
+	return gvr == NamespacedValidatingPolicy || gvr == NamespacedMutatingPolicy || gvr == NamespacedImageValidatingPolicy
 }
 
 // KyvernoOnlyPolicy is a policies.kyverno.io kind that Kyverno evaluates
@@ -113,8 +121,6 @@ type KyvernoOnlyPolicy struct {
 
 // KyvernoOnlyPolicies are those kinds.
 var KyvernoOnlyPolicies = []KyvernoOnlyPolicy{
-	{"imagevalidatingpolicies", "ImageValidatingPolicy", "KyvernoImageValidatingPolicy", false},
-	{"namespacedimagevalidatingpolicies", "NamespacedImageValidatingPolicy", "KyvernoImageValidatingPolicy", true},
 	{"generatingpolicies", "GeneratingPolicy", "KyvernoGeneratingPolicy", false},
 	{"namespacedgeneratingpolicies", "NamespacedGeneratingPolicy", "KyvernoGeneratingPolicy", true},
 }

@@ -25,6 +25,10 @@ type Spec struct {
 	MatchConditions  []admissionregistrationv1.MatchCondition
 	Validations      []admissionregistrationv1.Validation
 	AuditAnnotations []admissionregistrationv1.AuditAnnotation
+	// Extras are further named expressions of any type, evaluated on their
+	// own (Program.Extra): an ImageValidatingPolicy's image extractors and
+	// attestor expressions.
+	Extras []admissionregistrationv1.Variable
 }
 
 // Program is a compiled Spec. It is immutable and safe for concurrent use.
@@ -38,6 +42,7 @@ type Program struct {
 	conditions  []*expression
 	validations []validation
 	annotations []annotation
+	extras      []*expression
 	// varIndex and varType are what each evaluation's `variables`
 	// (varMap) shares: the variables' positions by name, and the CEL type.
 	varIndex map[string]int
@@ -126,6 +131,9 @@ func Compile(spec Spec) (*Program, error) {
 			value: add(fmt.Sprintf("auditAnnotations[%d].valueExpression", i), p.compile(a.Key, a.ValueExpression, celgo.StringType, celgo.NullType)),
 		})
 	}
+	for i, x := range spec.Extras {
+		p.extras = append(p.extras, add(fmt.Sprintf("extras[%d] (%s)", i, x.Name), p.compile(x.Name, x.Expression, celgo.AnyType)))
+	}
 	p.varType = types.NewTypeValue(compose.MapType.TypeName(), traits.IndexerType|traits.FieldTesterType|traits.IterableType)
 	p.varIndex = make(map[string]int, len(p.variables))
 	p.escIndex = make(map[string]int, len(p.variables))
@@ -198,6 +206,11 @@ func (p *Program) Errors() []error {
 	for _, a := range p.annotations {
 		if a.value.err != nil {
 			out = append(out, a.value.err)
+		}
+	}
+	for _, x := range p.extras {
+		if x.err != nil {
+			out = append(out, x.err)
 		}
 	}
 	return out

@@ -22,14 +22,24 @@ const (
 	// ModeKyverno is the environment of Kyverno's ValidatingPolicies: the
 	// Kubernetes one without params, plus `exceptions` and Kyverno's libraries.
 	ModeKyverno
+	// ModeImage is the environment of ImageValidatingPolicies: ModeKyverno's,
+	// plus `images`, `attestors`, `attestations` and the image verification
+	// functions (R42).
+	ModeImage
 )
 
 func (m Mode) String() string {
-	if m == ModeKyverno {
+	switch m {
+	case ModeKyverno:
 		return "kyverno"
+	case ModeImage:
+		return "image"
 	}
 	return "kubernetes"
 }
+
+// kyverno reports whether the mode has Kyverno's variables and libraries.
+func (m Mode) kyverno() bool { return m == ModeKyverno || m == ModeImage }
 
 // Names of the variables an expression may read.
 const (
@@ -72,9 +82,12 @@ func envSet(key envKey) (*environment.EnvSet, error) {
 	if key.hasParams && key.mode == ModeKubernetes {
 		opts = append(opts, celgo.Variable(varParams, celgo.DynType))
 	}
-	if key.mode == ModeKyverno {
+	if key.mode.kyverno() {
 		opts = append(opts, celgo.Variable(varExceptions, celgo.MapType(celgo.StringType, celgo.ListType(celgo.StringType))))
 		opts = append(opts, kyvernoLibraries()...)
+	}
+	if key.mode == ModeImage {
+		opts = append(opts, imageVerifyLibrary()...)
 	}
 	e, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Extend(
 		environment.VersionedOptions{

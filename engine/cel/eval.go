@@ -33,6 +33,16 @@ type Input struct {
 	// AllowedImages and AllowedValues are `exceptions.allowedImages` and
 	// `exceptions.allowedValues` (ModeKyverno).
 	AllowedImages, AllowedValues []string
+	// Images, Attestors and Attestations are ModeImage's `images`,
+	// `attestors` and `attestations`; Verify serves its functions (nil: they
+	// fail, naming why).
+	Images       map[string][]string
+	Attestors    map[string]any
+	Attestations map[string]string
+	Verify       ImageVerification
+	// ConditionsMet says the match conditions were evaluated already
+	// (Program.Conditions) and held: Evaluate does not evaluate them again.
+	ConditionsMet bool
 }
 
 // Outcome is what an evaluation found; the policy kind turns it into a
@@ -84,20 +94,10 @@ var errOutOfBudget = errors.New("validation failed due to running out of cost bu
 func (p *Program) Evaluate(ctx context.Context, in *Input) Outcome {
 	a := p.activation(ctx, in)
 	out := Outcome{Failed: -1}
-	var condErrs []error
-	for _, c := range p.conditions {
-		v, err := a.eval(c)
-		switch {
-		case err != nil:
-			condErrs = append(condErrs, err)
-		case v != types.True:
-			out.NotMet = true
+	if !in.ConditionsMet {
+		if out.NotMet, out.ConditionErr = a.conditions(); out.NotMet || out.ConditionErr != nil {
 			return out
 		}
-	}
-	if len(condErrs) > 0 {
-		out.ConditionErr = errors.Join(condErrs...)
-		return out
 	}
 	for i, val := range p.validations {
 		v, err := a.eval(val.check)
@@ -140,11 +140,44 @@ func (p *Program) Evaluate(ctx context.Context, in *Input) Outcome {
 	return out
 }
 
+// conditions evaluates the match conditions: notMet when one is false,
+// else err joins the errors of those that could not be evaluated.
+func (a *activation) conditions() (notMet bool, err error) {
+	var condErrs []error
+	for _, c := range a.vars.prog.conditions {
+		v, err := a.eval(c)
+		switch {
+		case err != nil:
+			condErrs = append(condErrs, err)
+		case v != types.True:
+			return true, nil
+		}
+	}
+	return false, errors.Join(condErrs...)
+}
+
+// Conditions evaluates the match conditions alone (see Outcome's NotMet and
+// ConditionErr).
+func (p *Program) Conditions(ctx context.Context, in *Input) (notMet bool, err error) {
+	return p.activation(ctx, in).conditions()
+}
+
+// Extra evaluates the extra expression i (Spec.Extras) to a JSON-shaped
+// value.
+func (p *Program) Extra(ctx context.Context, in *Input, i int) (any, error) {
+	v, err := p.activation(ctx, in).eval(p.extras[i])
+	if err != nil {
+		return nil, err
+	}
+	return Native(v)
+}
+
 // activation is the variables of one evaluation, with the cost spent so far.
 type activation struct {
 	ctx                                           context.Context
 	object, oldObject, request, namespace, params any
 	exceptions                                    any
+	images                                        *Input // ModeImage's variables
 	variables                                     *varMap
 	vars                                          varMap // variables points here: one allocation
 	data                                          ClusterData
@@ -169,11 +202,14 @@ func (p *Program) activation(ctx context.Context, in *Input) *activation {
 	if in.Namespace != nil {
 		a.namespace = in.Namespace
 	}
-	if p.mode == ModeKyverno {
+	if p.mode.kyverno() {
 		a.exceptions = noExceptions
 		if in.AllowedImages != nil || in.AllowedValues != nil {
 			a.exceptions = map[string][]string{"allowedImages": nonNil(in.AllowedImages), "allowedValues": nonNil(in.AllowedValues)}
 		}
+	}
+	if p.mode == ModeImage {
+		a.images = in
 	}
 	a.vars = varMap{prog: p, a: a}
 	a.variables = &a.vars
@@ -242,19 +278,47 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	case varExceptions:
 		return a.exceptions, a.exceptions != nil
 	case varResource:
-		return resourceLib{ctx: a.ctx, data: a.data, ownNamespace: a.ownNamespace}, a.mode == ModeKyverno
+		return resourceLib{ctx: a.ctx, data: a.data, ownNamespace: a.ownNamespace}, a.mode.kyverno()
 	case varGlobalContext:
 		g, _ := a.data.(GlobalData)
-		return globalLib{typ: globalLibType, ctx: a.ctx, data: g}, a.mode == ModeKyverno
+		return globalLib{typ: globalLibType, ctx: a.ctx, data: g}, a.mode.kyverno()
 	case varImage:
 		i, _ := a.data.(ImageData)
-		return imageLib{typ: imageLibType, ctx: a.ctx, data: i}, a.mode == ModeKyverno
+		return imageLib{typ: imageLibType, ctx: a.ctx, data: i}, a.mode.kyverno()
+	case varImages, varAttestors, varAttestations, varVerifier:
+		if a.images == nil {
+			return nil, false
+		}
+		return a.imageVariable(name), true
 	case varHTTP:
 		h, _ := a.data.(HTTPData)
-		return httpLib{typ: httpLibType, ctx: a.ctx, data: h}, a.mode == ModeKyverno
+		return httpLib{typ: httpLibType, ctx: a.ctx, data: h}, a.mode.kyverno()
 	}
 	return nil, false
 }
 
 // Parent implements interpreter.Activation.
 func (a *activation) Parent() interpreter.Activation { return nil }
+
+// imageVariable is one of ModeImage's variables.
+func (a *activation) imageVariable(name string) any {
+	in := a.images
+	switch name {
+	case varImages:
+		if in.Images == nil {
+			return map[string][]string{}
+		}
+		return in.Images
+	case varAttestors:
+		if in.Attestors == nil {
+			return map[string]any{}
+		}
+		return in.Attestors
+	case varAttestations:
+		if in.Attestations == nil {
+			return map[string]string{}
+		}
+		return in.Attestations
+	}
+	return imageVerifyLib{typ: imageVerifyLibType, ctx: a.ctx, data: in.Verify}
+}

@@ -235,4 +235,7 @@ type Outcome struct {
 	Digest string
 	// Cached says that the outcome came from the verification cache.
 	Cached bool
+	// Statements are, for a pass of an entry with attestations, the in-toto
+	// statements checked for each attestation (by index).
+	Statements [][]map[string]any
 }

@@ -1,6 +1,7 @@
 // Package v1 holds the policies.kyverno.io kinds tally reads:
 // ValidatingPolicy, NamespacedValidatingPolicy, the CEL PolicyException,
-// MutatingPolicy and NamespacedMutatingPolicy.
+// MutatingPolicy and NamespacedMutatingPolicy, ImageValidatingPolicy and
+// NamespacedImageValidatingPolicy.
 // Kyverno serves them as v1alpha1 (ValidatingPolicy and PolicyException
 // only), v1beta1 and v1 with one spec; so does tally's CRD, stored as v1
 // (no conversion needed). tally reads them as v1.
@@ -35,6 +36,8 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&PolicyException{}, &PolicyExceptionList{},
 		&MutatingPolicy{}, &MutatingPolicyList{},
 		&NamespacedMutatingPolicy{}, &NamespacedMutatingPolicyList{},
+		&ImageValidatingPolicy{}, &ImageValidatingPolicyList{},
+		&NamespacedImageValidatingPolicy{}, &NamespacedImageValidatingPolicyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

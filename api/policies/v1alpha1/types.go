@@ -107,11 +107,64 @@ type MutatingPolicyList struct {
 	Items           []MutatingPolicy `json:"items"`
 }
 
+// ImageValidatingPolicySpec is v1's.
+type ImageValidatingPolicySpec = policiesv1.ImageValidatingPolicySpec
+
+// ImageValidatingPolicy verifies the signatures and attestations of the
+// images a resource runs, with CEL validations that call the image
+// verification functions.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=ivpol,categories=kyverno
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type ImageValidatingPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ImageValidatingPolicySpec `json:"spec"`
+	Status            ValidatingPolicyStatus    `json:"status,omitempty"`
+}
+
+// ImageValidatingPolicyList is a list of ImageValidatingPolicies.
+//
+// +kubebuilder:object:root=true
+type ImageValidatingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ImageValidatingPolicy `json:"items"`
+}
+
+// NamespacedImageValidatingPolicy is an ImageValidatingPolicy that applies
+// only in its own namespace.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=nivpol,categories=kyverno
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type NamespacedImageValidatingPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ImageValidatingPolicySpec `json:"spec"`
+	Status            ValidatingPolicyStatus    `json:"status,omitempty"`
+}
+
+// NamespacedImageValidatingPolicyList is a list of
+// NamespacedImageValidatingPolicies.
+//
+// +kubebuilder:object:root=true
+type NamespacedImageValidatingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NamespacedImageValidatingPolicy `json:"items"`
+}
+
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&ValidatingPolicy{}, &ValidatingPolicyList{},
 		&PolicyException{}, &PolicyExceptionList{},
 		&MutatingPolicy{}, &MutatingPolicyList{},
+		&ImageValidatingPolicy{}, &ImageValidatingPolicyList{},
+		&NamespacedImageValidatingPolicy{}, &NamespacedImageValidatingPolicyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

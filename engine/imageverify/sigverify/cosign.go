@@ -35,12 +35,15 @@ func (v *Verifier) verify(ctx context.Context, c imageverify.Check, ref name.Dig
 			return imageverify.Outcome{Result: resultPass, Message: "verified image signatures for " + c.Image}
 		}
 	}
+	var statements [][]map[string]any
 	for i, att := range e.Attestations {
-		if o, done := v.verifyAttestation(ctx, c, i, att, ref, registry); done {
+		o, done, checked := v.verifyAttestation(ctx, c, i, att, ref, registry)
+		if done {
 			return o
 		}
+		statements = append(statements, checked)
 	}
-	return imageverify.Outcome{Result: resultPass, Message: "verified image attestations for " + c.Image}
+	return imageverify.Outcome{Result: resultPass, Message: "verified image attestations for " + c.Image, Statements: statements}
 }
 
 // verifySet verifies the entries of a set until its count is reached; the
@@ -259,6 +262,8 @@ func verifyChain(cert *x509.Certificate, chain []*x509.Certificate) error {
 type attestationCheck struct {
 	predicateType string
 	conditions    func(statement map[string]any) error
+	// statements are those of the predicate type that were checked.
+	statements []map[string]any
 }
 
 func (a *attestationCheck) check(sigs []signatureLike) error {
@@ -281,6 +286,7 @@ func (a *attestationCheck) check(sigs []signatureLike) error {
 				return err
 			}
 		}
+		a.statements = append(a.statements, statement)
 	}
 	if !found {
 		return fmt.Errorf("predicate type %s not found", a.predicateType)
@@ -311,15 +317,16 @@ func decodeStatement(envelope []byte) (map[string]any, error) {
 }
 
 // verifyAttestation checks the attestation i of the entry with each of its
-// attestor sets (done with an outcome when one does not verify).
-func (v *Verifier) verifyAttestation(ctx context.Context, c imageverify.Check, i int, att imageverify.Attestation, ref name.Digest, registry string) (imageverify.Outcome, bool) {
+// attestor sets (done with an outcome when one does not verify); statements
+// are the in-toto statements of its type that were checked.
+func (v *Verifier) verifyAttestation(ctx context.Context, c imageverify.Check, i int, att imageverify.Attestation, ref name.Digest, registry string) (o imageverify.Outcome, done bool, statements []map[string]any) {
 	path := fmt.Sprintf(".attestations[%d]", i)
 	typ := att.Type
 	if typ == "" {
 		typ = att.PredicateType
 	}
 	if typ == "" {
-		return imageverify.Outcome{Result: resultFail, Message: path + ": missing type"}, true
+		return imageverify.Outcome{Result: resultFail, Message: path + ": missing type"}, true, nil
 	}
 	ac := &attestationCheck{predicateType: typ}
 	if c.Conditions != nil {
@@ -331,23 +338,23 @@ func (v *Verifier) verifyAttestation(ctx context.Context, c imageverify.Check, i
 		if err := v.fetchAttestations(ctx, ref, ac); err != nil {
 			err = v.noteDown(registry, err)
 			if Unreachable(err) {
-				return v.failed(c.Image, err), true
+				return v.failed(c.Image, err), true, nil
 			}
-			return imageverify.Outcome{Result: resultFail, Message: fmt.Sprintf("image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: %s: %s", path, err)}, true
+			return imageverify.Outcome{Result: resultFail, Message: fmt.Sprintf("image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: %s: %s", path, err)}, true, nil
 		}
-		return imageverify.Outcome{}, false
+		return imageverify.Outcome{}, false, ac.statements
 	}
 	for j, set := range att.Attestors {
 		if err := v.verifySet(ctx, c.Entry, set, ref, fmt.Sprintf("%s.attestors[%d]", path, j), ac); err != nil {
 			err = v.noteDown(registry, err)
 			if Unreachable(err) {
-				return v.failed(c.Image, err), true
+				return v.failed(c.Image, err), true, nil
 			}
 			required := set.ExpandKeys().RequiredCount()
-			return imageverify.Outcome{Result: resultFail, Message: fmt.Sprintf("image attestations verification failed, verifiedCount: 0, requiredCount: %d, error: %s", required, err)}, true
+			return imageverify.Outcome{Result: resultFail, Message: fmt.Sprintf("image attestations verification failed, verifiedCount: 0, requiredCount: %d, error: %s", required, err)}, true, nil
 		}
 	}
-	return imageverify.Outcome{}, false
+	return imageverify.Outcome{}, false, ac.statements
 }
 
 // fetchAttestations checks the statements attached to the image, their

@@ -201,6 +201,32 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 	return res.(imageverify.Outcome)
 }
 
+// Resolve reads an image's digest from its registry (cached for
+// DigestTTL; a digest reference is its own), with the check's credentials:
+// what an ImageValidatingPolicy asks of every image it selects before its
+// validations run (R42). The error of a registry that does not answer is
+// Unreachable.
+func (v *Verifier) Resolve(ctx context.Context, c imageverify.Check) (string, error) {
+	var opts []name.Option
+	if rc := c.Entry.ImageRegistryCredentials; rc != nil && rc.AllowInsecureRegistry {
+		opts = append(opts, name.Insecure)
+	}
+	ref, err := name.ParseReference(c.Image, opts...)
+	if err != nil {
+		return "", err
+	}
+	registry := ref.Context().RegistryStr()
+	if err := v.isDown(registry); err != nil {
+		return "", err
+	}
+	if c.Tenant {
+		ctx = context.WithValue(ctx, tenantKey{}, true)
+	}
+	ctx = v.withKeychain(ctx, c.Entry)
+	d, err := v.digestOf(ctx, ref)
+	return d, v.noteDown(registry, err)
+}
+
 const (
 	resultPass  = "pass"
 	resultFail  = "fail"
