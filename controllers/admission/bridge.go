@@ -281,8 +281,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if len(watched) < 4 {
 		log.Info("some policy kinds are not served; admission evaluates without them", "served", fmt.Sprint(watched))
 	}
-	// ValidatingPolicies where served (tally's CRDs, or Kyverno's).
-	watched = append(watched, served(ctx, b.disc, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy)...)
+	// ValidatingPolicies and ImageValidatingPolicies where served (tally's
+	// CRDs, or Kyverno's).
+	watched = append(watched, served(ctx, b.disc, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy,
+		apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy)...)
 	for _, gvr := range watched {
 		b.policies.expect(gvr)
 		sources = append(sources, watch.Start(ctx, b.client, gvr, b.policies))

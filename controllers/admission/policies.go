@@ -149,15 +149,20 @@ func admissionOf(p *catalog.Policy, u *unstructured.Unstructured) (*admissionPol
 	ap := &admissionPolicy{compiled: compiled, gvr: p.GVR, resourceVersion: u.GetResourceVersion()}
 	prefix := "cpol.kyverno.io/"
 	switch {
-	case p.CEL != nil:
+	case p.CEL != nil || p.Image != nil:
 		if !compiled.AdmissionEnabled() {
 			return nil, nil
 		}
 		// failurePolicy decides what a request whose evaluation did not
 		// finish gets; Ignore lets it through.
-		ap.failClosed = p.CEL.Spec.FailurePolicy == nil || *p.CEL.Spec.FailurePolicy != admissionregistrationv1.Ignore
+		var fp *admissionregistrationv1.FailurePolicyType
+		if p.Image != nil {
+			fp, prefix = p.Image.Spec.FailurePolicy, "ivpol.kyverno.io/"
+		} else {
+			fp, prefix = p.CEL.Spec.FailurePolicy, "vpol.kyverno.io/"
+		}
+		ap.failClosed = fp == nil || *fp != admissionregistrationv1.Ignore
 		ap.emitWarning = compiled.Warns()
-		prefix = "vpol.kyverno.io/"
 	default:
 		spec := p.Spec
 		if err := engine.Malformed(compiled); err != nil {
@@ -229,7 +234,8 @@ func (ps *policySet) Upsert(ctx context.Context, gvr schema.GroupVersionResource
 			ps.exceptions[name] = ex
 		}
 		ps.publish()
-	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
+	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy,
+		apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy:
 		name := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())
 		ap, err := ps.compilePolicy(gvr, u)
 		if ps.onPolicy != nil {
@@ -262,7 +268,8 @@ func (ps *policySet) Remove(ctx context.Context, gvr schema.GroupVersionResource
 		delete(ps.exceptions, u.GetNamespace()+"/"+u.GetName())
 		ps.publish()
 		ps.mu.Unlock()
-	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
+	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy,
+		apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy:
 		ps.catalog.Forget(gvr, u.GetNamespace(), u.GetName())
 		ps.mu.Lock()
 		delete(ps.policies, apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName()))

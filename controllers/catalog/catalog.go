@@ -27,16 +27,19 @@ type Policy struct {
 	Key string
 	GVR schema.GroupVersionResource
 	// Object is the typed policy (*kyvernov1.ClusterPolicy,
-	// *kyvernov1.Policy, *policiesv1.ValidatingPolicy or
-	// *policiesv1.MutatingPolicy), for Events.
+	// *kyvernov1.Policy, *policiesv1.ValidatingPolicy,
+	// *policiesv1.MutatingPolicy or *policiesv1.ImageValidatingPolicy), for
+	// Events.
 	Object   runtime.Object
 	Compiled *engine.Policy
 	// Spec is a ClusterPolicy's or Policy's spec, CEL a ValidatingPolicy
 	// or NamespacedValidatingPolicy, Mutating a MutatingPolicy or
-	// NamespacedMutatingPolicy: each nil for the other kinds.
+	// NamespacedMutatingPolicy, Image an ImageValidatingPolicy or
+	// NamespacedImageValidatingPolicy: each nil for the other kinds.
 	Spec     *kyvernov1.Spec
 	CEL      *policiesv1.ValidatingPolicy
 	Mutating *policiesv1.MutatingPolicy
+	Image    *policiesv1.ImageValidatingPolicy
 }
 
 // IsPolicyKind reports whether a Catalog reads objects of gvr.
@@ -69,6 +72,13 @@ func Read(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*Polic
 		}
 		p.Object, p.Mutating = mp, mp
 		p.Compiled, err = engine.CompileMutatingPolicy(mp)
+	case apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy:
+		var ivp *policiesv1.ImageValidatingPolicy
+		if ivp, err = policiesv1.ImageValidatingFromObject(u.Object); err != nil {
+			return nil, err
+		}
+		p.Object, p.Image = ivp, ivp
+		p.Compiled, err = engine.CompileImageValidatingPolicy(ivp)
 	case apiresources.Policy:
 		var pol kyvernov1.Policy
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pol); err != nil {

@@ -612,6 +612,12 @@ func celPolicyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 		info.Background = mp.Spec.BackgroundEnabled()
 		// Kyverno's webhook reports it at admission (beside Kyverno).
 		info.Admission = mp.Spec.Evaluation == nil || mp.Spec.Evaluation.Admission.On()
+	} else if gvr == apiresources.ImageValidatingPolicy || gvr == apiresources.NamespacedImageValidatingPolicy {
+		ip, err := policiesv1.ImageValidatingFromObject(u.Object)
+		if err != nil {
+			return "", PolicyInfo{}, err
+		}
+		info.Background, info.Admission = ip.Spec.BackgroundEnabled(), ip.Spec.AdmissionEnabled()
 	} else {
 		vp, err := policiesv1.FromObject(u.Object)
 		if err != nil {

@@ -211,6 +211,7 @@ func fakeClient(objs ...runtime.Object) *dynfake.FakeDynamicClient {
 		apiresources.BackgroundScanReport: "BackgroundScanReportList", apiresources.ClusterBackgroundScanReport: "ClusterBackgroundScanReportList",
 		apiresources.ValidatingPolicy: "ValidatingPolicyList", apiresources.NamespacedValidatingPolicy: "NamespacedValidatingPolicyList",
 		apiresources.MutatingPolicy: "MutatingPolicyList", apiresources.NamespacedMutatingPolicy: "NamespacedMutatingPolicyList",
+		apiresources.ImageValidatingPolicy: "ImageValidatingPolicyList", apiresources.NamespacedImageValidatingPolicy: "NamespacedImageValidatingPolicyList",
 		apiresources.ValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList", apiresources.MutatingAdmissionPolicy: "MutatingAdmissionPolicyList",
 		apiresources.EphemeralReport: "EphemeralReportList", apiresources.ClusterEphemeralReport: "ClusterEphemeralReportList",
 	}, objs...)

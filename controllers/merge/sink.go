@@ -49,6 +49,8 @@ func policyKeyOf(gvr schema.GroupVersionResource, u *unstructured.Unstructured) 
 		return PolicyKey(engine.SourceValidatingPolicy, name), name
 	case apiresources.MutatingPolicy, apiresources.NamespacedMutatingPolicy:
 		return PolicyKey(engine.SourceMutatingPolicy, name), name
+	case apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy:
+		return PolicyKey(engine.SourceImageValidatingPolicy, name), name
 	}
 	switch gvr {
 	case apiresources.ValidatingAdmissionPolicy:

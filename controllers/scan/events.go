@@ -96,6 +96,11 @@ func policyKeyOf(e memstore.Entry) string {
 			return policiesv1.KindNamespacedMutatingPolicy + "/" + e.Policy
 		}
 		return policiesv1.KindMutatingPolicy + "/" + e.Policy
+	case engine.SourceImageValidatingPolicy:
+		if strings.Contains(e.Policy, "/") {
+			return policiesv1.KindNamespacedImageValidatingPolicy + "/" + e.Policy
+		}
+		return policiesv1.KindImageValidatingPolicy + "/" + e.Policy
 	}
 	return e.Policy
 }

@@ -108,7 +108,8 @@ func celPoliciesReferred(refs []policiesv1.PolicyRef) []string {
 	out := make([]string, 0, len(refs))
 	for _, r := range refs {
 		switch r.Kind {
-		case policiesv1.KindValidatingPolicy, policiesv1.KindNamespacedValidatingPolicy, policiesv1.KindMutatingPolicy, policiesv1.KindNamespacedMutatingPolicy:
+		case policiesv1.KindValidatingPolicy, policiesv1.KindNamespacedValidatingPolicy, policiesv1.KindMutatingPolicy, policiesv1.KindNamespacedMutatingPolicy,
+			policiesv1.KindImageValidatingPolicy, policiesv1.KindNamespacedImageValidatingPolicy:
 			out = append(out, r.Kind+"/"+r.Name)
 		}
 	}

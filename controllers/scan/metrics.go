@@ -105,7 +105,7 @@ func newMetrics(reg prometheus.Registerer, queueLen, storedLen, workerPanics fun
 		Name: metricExceptionsIgnored, Help: "PolicyExceptions (created or changed) ignored because their namespace is not --exception-namespace.",
 	})
 	m.unevaluated = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: metricPoliciesNotEvaluated, Help: "Policies (each version once) of kinds Kyverno evaluates and tally does not (ImageValidatingPolicy, GeneratingPolicy and their namespaced kinds), by kind: told in a PolicyNotEvaluated Event.",
+		Name: metricPoliciesNotEvaluated, Help: "Policies (each version once) of kinds Kyverno evaluates and tally does not (GeneratingPolicy and its namespaced kind), by kind: told in a PolicyNotEvaluated Event.",
 	}, []string{"kind"})
 	reg.MustRegister(m.results, m.scanDuration, m.resources, m.queueDepth, m.sinceLastScan,
 		m.reportWrites, m.policyErrors, m.kindErrors, m.stored,

@@ -83,11 +83,13 @@ func (ps *policySet) resolve(name string) []*trackedPolicy {
 	if tp, ok := ps.byKey[name]; ok {
 		return []*trackedPolicy{tp}
 	}
-	prefix := policiesv1.KindNamespacedValidatingPolicy + "/"
-	plain, ok := strings.CutPrefix(name, prefix)
-	if !ok {
-		prefix = policiesv1.KindNamespacedMutatingPolicy + "/"
-		plain, ok = strings.CutPrefix(name, prefix)
+	var prefix, plain string
+	ok := false
+	for _, kind := range []string{policiesv1.KindNamespacedValidatingPolicy, policiesv1.KindNamespacedMutatingPolicy, policiesv1.KindNamespacedImageValidatingPolicy} {
+		prefix = kind + "/"
+		if plain, ok = strings.CutPrefix(name, prefix); ok {
+			break
+		}
 	}
 	if !ok || strings.Contains(plain, "/") {
 		return nil

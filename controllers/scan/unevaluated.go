@@ -24,8 +24,7 @@ import (
 // notReported says, by the source of a kind's results, what tally's scan
 // does not report of it.
 var notReported = map[string]string{
-	"KyvernoImageValidatingPolicy": "its image verification results (issue 42)",
-	"KyvernoGeneratingPolicy":      "nothing of its own (Kyverno's background controller reports it; tally merges those reports)",
+	"KyvernoGeneratingPolicy": "nothing of its own (Kyverno's background controller reports it; tally merges those reports)",
 }
 
 // unevaluatedSink tells of each policy of an unevaluated kind.
