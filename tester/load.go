@@ -319,6 +319,9 @@ func loadPolicy(d Document, bindings admissionBindings) *LoadedPolicy {
 	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindMutatingPolicy || kind == policiesv1.KindNamespacedMutatingPolicy) {
 		return loadMutatingPolicy(d, lp)
 	}
+	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindImageValidatingPolicy || kind == policiesv1.KindNamespacedImageValidatingPolicy) {
+		return loadImageValidatingPolicy(d, lp)
+	}
 	if isVAPKind(d, kindVAP) {
 		return loadValidatingAdmissionPolicy(d, lp, bindings.validating)
 	}
@@ -404,6 +407,27 @@ func loadMutatingPolicy(d Document, lp *LoadedPolicy) *LoadedPolicy {
 				lp.Name = "default/" + mp.Name
 			}
 			lp.Policy, err = engine.CompileMutatingPolicy(&mp)
+		}
+	}
+	if err != nil {
+		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: lp.Kind, Name: lp.Name, Err: err}
+	}
+	return lp
+}
+
+// loadImageValidatingPolicy reads an ImageValidatingPolicy or
+// NamespacedImageValidatingPolicy and compiles it; one whose expressions
+// do not compile is refused with the compiler's messages.
+func loadImageValidatingPolicy(d Document, lp *LoadedPolicy) *LoadedPolicy {
+	data, err := sigsyaml.Marshal(d.Object)
+	if err == nil {
+		var ip policiesv1.ImageValidatingPolicy
+		if err = sigsyaml.UnmarshalStrict(data, &ip); err == nil {
+			if lp.Kind == policiesv1.KindNamespacedImageValidatingPolicy && ip.Namespace == "" {
+				ip.Namespace = "default"
+				lp.Name = "default/" + ip.Name
+			}
+			lp.Policy, err = engine.CompileImageValidatingPolicy(&ip)
 		}
 	}
 	if err != nil {

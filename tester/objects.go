@@ -72,7 +72,7 @@ func (e *NotPolicyError) Error() string {
 	if e.Kind == "PolicyException" {
 		return fmt.Sprintf("%s: %s %s is a PolicyException, not a policy (exceptions are read apart: --exception in apply, exceptions: in a test)", e.File, e.Kind, e.Name)
 	}
-	return fmt.Sprintf("%s: %s %s (%s) is not a policy: policies are ClusterPolicy, Policy, ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy, ValidatingAdmissionPolicy and MutatingAdmissionPolicy (with their bindings)", e.File, e.Kind, e.Name, e.APIVersion)
+	return fmt.Sprintf("%s: %s %s (%s) is not a policy: policies are ClusterPolicy, Policy, ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy, ImageValidatingPolicy, NamespacedImageValidatingPolicy, ValidatingAdmissionPolicy and MutatingAdmissionPolicy (with their bindings)", e.File, e.Kind, e.Name, e.APIVersion)
 }
 
 // policyGroups are the API groups of policy kinds, tally's and the ones it
@@ -116,7 +116,8 @@ func IsPolicyKind(obj map[string]any) bool {
 		return kind == "ClusterPolicy" || kind == "Policy"
 	case strings.HasPrefix(apiVersion, policiesv1.Group+"/"):
 		return kind == policiesv1.KindValidatingPolicy || kind == policiesv1.KindNamespacedValidatingPolicy ||
-			kind == policiesv1.KindMutatingPolicy || kind == policiesv1.KindNamespacedMutatingPolicy
+			kind == policiesv1.KindMutatingPolicy || kind == policiesv1.KindNamespacedMutatingPolicy ||
+			kind == policiesv1.KindImageValidatingPolicy || kind == policiesv1.KindNamespacedImageValidatingPolicy
 	case strings.HasPrefix(apiVersion, admissionregistrationv1.GroupName+"/"):
 		return kind == kindVAP || kind == kindMAP
 	}

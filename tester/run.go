@@ -255,6 +255,12 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 		got := ""
 		for _, rr := range results {
 			if rr.Source != "" || rr.Rule == tr.Rule || rr.Rule == "autogen-"+tr.Rule || rr.Rule == "autogen-cronjob-"+tr.Rule || tr.Rule == "" {
+				if rr.Result == engine.Skip && rr.Message == engine.RegistryOffMessage {
+					// Not evaluated: never a pass (whatever is expected), nor a
+					// failure of the policy.
+					o.Got, o.Status, o.Reason = string(rr.Result), Skipped, rr.Message
+					return
+				}
 				got = string(rr.Result)
 				if got != expected {
 					o.Reason = rr.Message
@@ -277,9 +283,6 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 		}
 		if got != expected {
 			o.Status = Failed
-			if got == string(engine.Skip) && o.Reason == engine.RegistryOffMessage {
-				o.Status = Skipped // not evaluated: never a pass, nor a failure of the policy
-			}
 			return
 		}
 	}
@@ -317,7 +320,7 @@ func resourceNamed(r resource, name string) bool {
 // expectation says it is a ValidatingPolicy or ValidatingAdmissionPolicy
 // (a ClusterPolicy may have the same name).
 func (l *loaded) policyIndexFor(tr TestResult) int {
-	if tr.IsValidatingPol || tr.IsVAP || tr.IsMutatingPol || tr.IsMAP {
+	if tr.IsValidatingPol || tr.IsVAP || tr.IsMutatingPol || tr.IsMAP || tr.IsImageValPol {
 		for i, p := range l.policies {
 			cel := p.Kind == policiesv1.KindValidatingPolicy || p.Kind == policiesv1.KindNamespacedValidatingPolicy
 			switch {
@@ -327,6 +330,8 @@ func (l *loaded) policyIndexFor(tr TestResult) int {
 				cel = p.Kind == kindMAP
 			case tr.IsMutatingPol:
 				cel = p.Kind == policiesv1.KindMutatingPolicy || p.Kind == policiesv1.KindNamespacedMutatingPolicy
+			case tr.IsImageValPol:
+				cel = p.Kind == policiesv1.KindImageValidatingPolicy || p.Kind == policiesv1.KindNamespacedImageValidatingPolicy
 			}
 			if !cel {
 				continue

@@ -49,6 +49,7 @@ type TestResult struct {
 	IsValidatingPol   bool     `json:"isValidatingPolicy,omitempty"`
 	IsVAP             bool     `json:"isValidatingAdmissionPolicy,omitempty"`
 	IsMutatingPol     bool     `json:"isMutatingPolicy,omitempty"`
+	IsImageValPol     bool     `json:"isImageValidatingPolicy,omitempty"`
 	IsMAP             bool     `json:"isMutatingAdmissionPolicy,omitempty"`
 }
 

@@ -281,3 +281,31 @@ spec:
             ctlog: {ignoreSCT: true}
 `
 }
+
+// ImageValidatingPolicy is an ImageValidatingPolicy (YAML) named name, on
+// Pods, Audit: the images glob selects must name a digest and be signed
+// with the key (no transparency log).
+func (k *Key) ImageValidatingPolicy(name, glob string) string {
+	pem := "          " + strings.ReplaceAll(strings.TrimSpace(k.PublicPEM), "\n", "\n          ")
+	return `apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata: {name: ` + name + `}
+spec:
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods]}
+  matchImageReferences:
+  - glob: "` + glob + `"
+  attestors:
+  - name: key
+    cosign:
+      key:
+        data: |-
+` + pem + `
+      ctlog: {insecureIgnoreTlog: true, insecureIgnoreSCT: true}
+  validations:
+  - expression: "images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(n, n > 0)"
+    message: failed the image signature verification
+`
+}
