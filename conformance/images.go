@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"regexp"
 
 	"github.com/tally-dev/tally/engine/imageverify/sigverify/sigtest"
 )
@@ -37,6 +38,9 @@ var (
 //	attested:1.0    signed, and attested (predicate type ReviewPredicate:
 //	                {"reviewed": true, "reviewer": "platform"})
 //	shared:1.0      signed (R43: many Pods run it)
+//
+// Each is the same image on every push (sigtest.FixtureImage): cases name
+// its digest ${DIGEST:<name>} (R42).
 const ReviewPredicate = "https://tally.dev/attestations/review/v1"
 
 // PushImageFixtures writes the suite's images to the registry at host
@@ -51,7 +55,11 @@ func PushImageFixtures(r *sigtest.Registry) error {
 		return err
 	}
 	push := func(name string, sign ...*sigtest.Key) error {
-		d, err := r.Push("conformance/"+name, "1.0")
+		img, err := sigtest.FixtureImage("conformance/" + name)
+		if err != nil {
+			return err
+		}
+		d, err := r.PushImage("conformance/"+name, "1.0", img)
 		if err != nil {
 			return err
 		}
@@ -76,8 +84,26 @@ func PushImageFixtures(r *sigtest.Registry) error {
 	return nil
 }
 
+// fixtureDigest is the digest of the image fixture named (the images are
+// the same on every push: sigtest.FixtureImage).
+func fixtureDigest(fixture string) (string, error) {
+	img, err := sigtest.FixtureImage("conformance/" + fixture)
+	if err != nil {
+		return "", err
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return "", err
+	}
+	return d.String(), nil
+}
+
+// digestPlaceholder is ${DIGEST:<fixture>} in a case: that fixture's digest.
+var digestPlaceholder = regexp.MustCompile(`\$\{DIGEST:([a-z0-9-]+)\}`)
+
 // withRegistry is the case with ${REGISTRY} replaced by the provider's
-// registry host, and ${COSIGN_PUBLIC_KEY} by the suite's public key.
+// registry host, ${COSIGN_PUBLIC_KEY} by the suite's public key and
+// ${DIGEST:<fixture>} by the fixture's digest.
 func withRegistry(c *Case, host string) (*Case, error) {
 	data, err := json.Marshal(c)
 	if err != nil {
@@ -86,6 +112,17 @@ func withRegistry(c *Case, host string) (*Case, error) {
 	pub, _ := json.Marshal(FixturePublicKey)
 	data = bytes.ReplaceAll(data, []byte("${REGISTRY}"), []byte(host))
 	data = bytes.ReplaceAll(data, []byte(`"${COSIGN_PUBLIC_KEY}"`), pub)
+	var digestErr error
+	data = digestPlaceholder.ReplaceAllFunc(data, func(m []byte) []byte {
+		d, err := fixtureDigest(string(digestPlaceholder.FindSubmatch(m)[1]))
+		if err != nil {
+			digestErr = err
+		}
+		return []byte(d)
+	})
+	if digestErr != nil {
+		return nil, digestErr
+	}
 	var out Case
 	if err := json.Unmarshal(data, &out); err != nil {
 		return nil, err

@@ -44,6 +44,7 @@ var Rules = []struct{ ID, Title string }{
 	{"R39", "policies that read the cluster get its data; unreadable data is an error naming it"},
 	{"R40", "a change of data a policy read rescans that policy's resources"},
 	{"R41", "verifyImages rules are verified in background scans: signatures, attestations, unreachable registries are errors"},
+	{"R42", "ImageValidatingPolicies are evaluated in background scans and at admission: digests, signatures, attestations, required, exceptions"},
 	{"R43", "each image is verified once per rule and digest; an unreachable registry delays only what needs it"},
 	{"R44", "MutatingPolicies are scanned in the background: pass when applied, fail \"mutation is not applied\" when they would change the resource"},
 	{"R45", "beside Kyverno, every result Kyverno's controllers report reaches the final report"},

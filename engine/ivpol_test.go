@@ -59,15 +59,15 @@ func TestImageValidatingPolicy(t *testing.T) {
 		images   []string
 		registry bool
 		want     string
-		rule     string // empty: the policy's own outcome
+		rule     string
 		message  string
 	}{
-		{"signed", []string{"ghcr.io/team/app" + d}, true, "pass", "", "success"},
-		{"unsigned", []string{"ghcr.io/team/bad" + d}, true, "fail", "", "failed the image signature verification"},
-		{"no digest", []string{"ghcr.io/team/app:1"}, true, "fail", "", "image ghcr.io/team/app:1 does not have a digest"},
+		{"signed", []string{"ghcr.io/team/app" + d}, true, "pass", "signed", "success"},
+		{"unsigned", []string{"ghcr.io/team/bad" + d}, true, "fail", "signed", "failed the image signature verification"},
+		{"no digest", []string{"ghcr.io/team/app:1"}, true, "fail", "signed", "image ghcr.io/team/app:1 does not have a digest"},
 		{"registry down", []string{"ghcr.io/team/down" + d}, true, "error", "evaluation", "failed to evaluate policy: failed to get imagedata: dial tcp: connection refused"},
-		{"image not selected: nothing to verify", []string{"quay.io/team/app:1"}, true, "pass", "", "success"},
-		{"registry access off", []string{"ghcr.io/team/app" + d}, false, "skip", "", engine.RegistryOffMessage},
+		{"image not selected: nothing to verify", []string{"quay.io/team/app:1"}, true, "pass", "signed", "success"},
+		{"registry access off", []string{"ghcr.io/team/app" + d}, false, "skip", "signed", engine.RegistryOffMessage},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -298,7 +298,8 @@ func (e *evaluation) exceptionResult(full, matched []*CELException) RuleResult {
 	return r
 }
 
-// vpolResult builds a ValidatingPolicy's (or MutatingPolicy's) result: properties named message
+// vpolResult builds a ValidatingPolicy's (or MutatingPolicy's, or
+// ImageValidatingPolicy's) result: properties named message
 // or <result>Message replace the message (as Kyverno's post-processing
 // does), and an unscored fail is a warn.
 func (e *evaluation) vpolResult(result wgv1alpha2.Result, rule, msg string, props map[string]string) RuleResult {
@@ -310,6 +311,11 @@ func (e *evaluation) vpolResult(result wgv1alpha2.Result, rule, msg string, prop
 	}
 	if result == Fail && !e.policy.Scored {
 		result = Warn
+	}
+	if rule == "" && e.policy.Source == SourceImageValidatingPolicy {
+		// An ImageValidatingPolicy's own outcome is reported under a rule
+		// named as the policy (its plain name), as Kyverno reports it.
+		rule = e.policy.Name[strings.LastIndex(e.policy.Name, "/")+1:]
 	}
 	return RuleResult{Policy: e.policy.Name, Rule: rule, Result: result, Message: msg, Properties: props, Source: e.policy.Source}
 }

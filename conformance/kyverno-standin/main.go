@@ -33,11 +33,9 @@
 //	ValidatingPolicy (and the       before the answer: the handler waits     before the answer: created
 //	namespaced kind)                for its report; none when a Deny policy  in the Sink, which the
 //	                                matched (see below)                      bridge calls before answering
-//	ImageValidatingPolicy           before the answer (waits)                before the answer, its own
-//	                                                                         report: pass "success" per
-//	                                                                         policy selecting the object and
-//	                                                                         one of its images (nothing
-//	                                                                         verified)
+//	ImageValidatingPolicy           before the answer (waits), a report      before the answer, with the
+//	                                of its own                               ValidatingPolicies' (tally's
+//	                                                                         engine and verifier: cosign)
 //	ValidatingAdmissionPolicy       none (the API server evaluates VAPs;     none
 //	                                reported in the background only)
 //	classic mutate                  a goroutine not waited for               a goroutine, its own report:
@@ -123,7 +121,6 @@ import (
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/imageverify/sigverify"
-	"github.com/tally-dev/tally/engine/wildcard"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -168,7 +165,7 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 	}
 	reg := prometheus.NewRegistry()
 	s := &standin{client: dyn, background: map[string]bool{}, deny: map[string]bool{}, enforce: map[string]bool{}, controlled: map[string]controllerPolicy{},
-		generating: map[string]matchedPolicy{}, imageValidating: map[string]matchedPolicy{}, ctx: ctx,
+		generating: map[string]matchedPolicy{}, ctx: ctx,
 		images: sigverify.New(sigverify.Options{}),
 		created: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kyverno_standin_reports_created_total", Help: "EphemeralReports and ClusterEphemeralReports written, by kind.",
@@ -195,6 +192,8 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 		Listen: "127.0.0.1:0", SecretNamespace: namespace, SecretName: secretName,
 		WebhookConfiguration: webhookConfiguration, Registry: prometheus.NewRegistry(),
 		Sink: s.write, OnPolicy: s.policyLoaded,
+		// Its webhook verifies the images of ImageValidatingPolicies.
+		Images: s.images,
 		Events: &policyevents.Emitter{Recorder: events.NewRecorder(scheme, policyevents.ControllerAdmission)},
 	})
 	webhook := &webhookServer{addr: webhookListen, handler: policyWebhook{next: bridge}, ready: bridge.Serving,
@@ -217,17 +216,16 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 	defer srv.Close()
 	// Kyverno also keeps the status of its CEL policies: ready, or not with
 	// the compiler's message (one its webhook did not see).
-	for _, gvr := range []schema.GroupVersionResource{gvrValidatingPolicy, gvrNamespacedValidatingPolicy, gvrMutatingPolicy, gvrNamespacedMutatingPolicy} {
+	for _, gvr := range []schema.GroupVersionResource{gvrValidatingPolicy, gvrNamespacedValidatingPolicy, gvrMutatingPolicy, gvrNamespacedMutatingPolicy,
+		gvrImageValidatingPolicy, gvrNamespacedImageValidatingPolicy} {
 		if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
 			src := watch.Start(ctx, dyn, gvr, celStatus{s})
 			defer src.Stop()
 		}
 	}
-	// Kyverno's background controller reports GeneratingPolicies, its
-	// webhook ImageValidatingPolicies.
+	// Kyverno's background controller reports GeneratingPolicies.
 	for gvr, into := range map[schema.GroupVersionResource]func(*standin) map[string]matchedPolicy{
-		gvrGeneratingPolicy:      func(s *standin) map[string]matchedPolicy { return s.generating },
-		gvrImageValidatingPolicy: func(s *standin) map[string]matchedPolicy { return s.imageValidating },
+		gvrGeneratingPolicy: func(s *standin) map[string]matchedPolicy { return s.generating },
 	} {
 		if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
 			src := watch.Start(ctx, dyn, gvr, matchedWatch{s: s, into: into})
@@ -245,12 +243,13 @@ func run(ctx context.Context, kubeconfig, listen, webhookListen, webhookConfigur
 }
 
 var (
-	gvrValidatingPolicy           = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "validatingpolicies"}
-	gvrNamespacedValidatingPolicy = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedvalidatingpolicies"}
-	gvrMutatingPolicy             = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "mutatingpolicies"}
-	gvrNamespacedMutatingPolicy   = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedmutatingpolicies"}
-	gvrGeneratingPolicy           = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "generatingpolicies"}
-	gvrImageValidatingPolicy      = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "imagevalidatingpolicies"}
+	gvrValidatingPolicy                = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "validatingpolicies"}
+	gvrNamespacedValidatingPolicy      = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedvalidatingpolicies"}
+	gvrMutatingPolicy                  = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "mutatingpolicies"}
+	gvrNamespacedMutatingPolicy        = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedmutatingpolicies"}
+	gvrGeneratingPolicy                = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "generatingpolicies"}
+	gvrImageValidatingPolicy           = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "imagevalidatingpolicies"}
+	gvrNamespacedImageValidatingPolicy = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "namespacedimagevalidatingpolicies"}
 )
 
 // celStatus keeps the status of CEL policies as Kyverno's admission
@@ -270,6 +269,12 @@ func (c celStatus) Upsert(ctx context.Context, gvr schema.GroupVersionResource, 
 		if mp, rejected = policiesv1.MutatingFromObject(u.Object); rejected == nil {
 			compiled, rejected = engine.CompileMutatingPolicy(mp)
 			admission = mp.Spec.Evaluation == nil || mp.Spec.Evaluation.Admission.On()
+		}
+	} else if gvr == gvrImageValidatingPolicy || gvr == gvrNamespacedImageValidatingPolicy {
+		var ip *policiesv1.ImageValidatingPolicy
+		if ip, rejected = policiesv1.ImageValidatingFromObject(u.Object); rejected == nil {
+			compiled, rejected = engine.CompileImageValidatingPolicy(ip)
+			admission = rejected == nil && compiled.AdmissionEnabled()
 		}
 	} else {
 		var vp *policiesv1.ValidatingPolicy
@@ -323,10 +328,8 @@ type standin struct {
 	// background controller).
 	controlled map[string]controllerPolicy
 	// generating are the GeneratingPolicies (Kyverno's background
-	// controller reports them on their triggers), imageValidating the
-	// ImageValidatingPolicies (its webhook reports them at admission), by
-	// name.
-	generating, imageValidating map[string]matchedPolicy
+	// controller reports them on their triggers), by name.
+	generating map[string]matchedPolicy
 	// images verifies the images of verifyImages rules, as Kyverno's
 	// mutating webhook does (with tally's verifier: the registry and
 	// cosign work are Kyverno's own libraries either way).
@@ -335,12 +338,11 @@ type standin struct {
 
 // matchedPolicy is a CEL policy kind tally does not evaluate, as the
 // stand-in reads it: what selects its resources (its constraints and
-// match conditions, compiled as a ValidatingPolicy that always passes),
-// its image references (ImageValidatingPolicy) and its resourceVersion.
+// match conditions, compiled as a ValidatingPolicy that always passes)
+// and its resourceVersion.
 type matchedPolicy struct {
 	selects         *engine.Policy
-	images          []string // globs of spec.matchImageReferences
-	background      bool     // spec.evaluation.background.enabled
+	background      bool // spec.evaluation.background.enabled
 	resourceVersion string
 }
 
@@ -373,13 +375,6 @@ func (w matchedWatch) Upsert(ctx context.Context, _ schema.GroupVersionResource,
 	if err == nil {
 		selects, err = engine.CompileValidatingPolicy(vp)
 	}
-	var images []string
-	refs, _, _ := unstructured.NestedSlice(u.Object, "spec", "matchImageReferences")
-	for _, r := range refs {
-		if glob, _, _ := unstructured.NestedString(r.(map[string]any), "glob"); glob != "" {
-			images = append(images, glob)
-		}
-	}
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
 	if err != nil {
@@ -388,7 +383,7 @@ func (w matchedWatch) Upsert(ctx context.Context, _ schema.GroupVersionResource,
 		return
 	}
 	background, found, _ := unstructured.NestedBool(u.Object, "spec", "evaluation", "background", "enabled")
-	w.into(w.s)[u.GetName()] = matchedPolicy{selects: selects, images: images, background: background || !found, resourceVersion: u.GetResourceVersion()}
+	w.into(w.s)[u.GetName()] = matchedPolicy{selects: selects, background: background || !found, resourceVersion: u.GetResourceVersion()}
 }
 func (w matchedWatch) Remove(_ context.Context, _ schema.GroupVersionResource, u *unstructured.Unstructured) {
 	w.s.mu.Lock()
@@ -466,10 +461,15 @@ func (s *standin) remember(gvr schema.GroupVersionResource, u *unstructured.Unst
 		}) {
 			s.controlled[name] = controllerPolicy{compiled: p.Compiled, resourceVersion: u.GetResourceVersion()}
 		}
-	case gvrValidatingPolicy, gvrNamespacedValidatingPolicy:
+	case gvrValidatingPolicy, gvrNamespacedValidatingPolicy, gvrImageValidatingPolicy, gvrNamespacedImageValidatingPolicy:
 		resultName := u.GetName() // as its results name it
-		if gvr == gvrNamespacedValidatingPolicy {
+		if gvr == gvrNamespacedValidatingPolicy || gvr == gvrNamespacedImageValidatingPolicy {
 			resultName = u.GetNamespace() + "/" + resultName
+		}
+		if gvr == gvrImageValidatingPolicy || gvr == gvrNamespacedImageValidatingPolicy {
+			// A CEL policy's background is spec.evaluation.background.enabled.
+			bg, found, _ := unstructured.NestedBool(u.Object, "spec", "evaluation", "background", "enabled")
+			s.background[resultName] = bg || !found
 		}
 		actions, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "validationActions")
 		s.deny[resultName] = slices.Contains(actions, "Deny")
@@ -479,8 +479,8 @@ func (s *standin) remember(gvr schema.GroupVersionResource, u *unstructured.Unst
 // Kyverno 1.19 writes the EphemeralReports of a request from one handler
 // each, each at its own time (measured in Kyverno's source, issue 38; the
 // comparison is in the package doc):
-//   - ValidatingPolicy (and ImageValidatingPolicy, which tally does not
-//     evaluate): created before the handler answers the API server, which
+//   - ValidatingPolicy (and ImageValidatingPolicy): created before the
+//     handler answers the API server, which
 //     waits for the create, so the report exists before the resource is
 //     stored;
 //   - classic policies: one report of the Enforce policies' results, created
@@ -538,7 +538,6 @@ func (s *standin) write(a admission.Admitted) {
 	}
 	obj := s.controlledObject(a)
 	generated := s.generated(a, obj)
-	images, imageLabels := s.imagesValidated(obj)
 	mutated, mutateLabels, checks := s.mutated(a, obj)
 	s.mu.Unlock()
 	// The images are verified outside the lock: registries are slow.
@@ -574,58 +573,16 @@ func (s *standin) write(a admission.Admitted) {
 		}
 		go s.create(gvr, obj)
 	}
-	if len(images) > 0 {
-		// Kyverno's ImageValidatingPolicy handler writes its report before
-		// it answers, as the ValidatingPolicy handler does.
-		if gvr, obj, err := s.ephemeralReport(a, images, imageLabels); err == nil {
-			s.create(gvr, obj)
-		}
-	}
 	for _, g := range generated {
 		go s.writeGenerated(a, g)
 	}
-}
-
-// imagesValidated are the results of the ImageValidatingPolicies that
-// select an admitted CREATE or UPDATE and one of its images, as Kyverno's
-// webhook reports them (rule = policy, source KyvernoImageValidatingPolicy;
-// the stand-in verifies nothing: "success"), and their policies' labels.
-// The caller holds s.mu.
-func (s *standin) imagesValidated(obj map[string]any) ([]wgv1alpha2.PolicyReportResult, map[string]string) {
-	if obj == nil {
-		return nil, nil
-	}
-	var results []wgv1alpha2.PolicyReportResult
-	labels := map[string]string{}
-	for name, p := range s.imageValidating {
-		if !p.applies(s.ctx, obj) || !hasImage(obj, p.images) {
-			continue
-		}
-		process := report.ProcessBackground // spec.evaluation.background, on by default
-		if !p.background {
-			process = report.ProcessAdmission
-		}
-		results = append(results, wgv1alpha2.PolicyReportResult{
-			Source: "KyvernoImageValidatingPolicy", Policy: name, Rule: name, Result: wgv1alpha2.ResultPass, Scored: true,
-			Message: "success", Timestamp: metav1.Timestamp{Seconds: time.Now().Unix()},
-			Properties: map[string]string{"process": process},
-		})
-		labels["ivpol.kyverno.io/"+name] = p.resourceVersion
-	}
-	return results, labels
-}
-
-// hasImage says whether a Pod has an image one of the globs selects (any
-// image when there are none).
-func hasImage(pod map[string]any, globs []string) bool {
-	return slices.ContainsFunc(podImages(pod), func(image string) bool { return len(globs) == 0 || wildcard.Any(globs, image) })
 }
 
 // controlledObject is the object of an admitted CREATE or UPDATE that
 // Kyverno's mutating webhook and background controller act on, or nil
 // (none of their policies, another operation). The caller holds s.mu.
 func (s *standin) controlledObject(a admission.Admitted) map[string]any {
-	if (len(s.controlled) == 0 && len(s.generating) == 0 && len(s.imageValidating) == 0) || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
+	if (len(s.controlled) == 0 && len(s.generating) == 0) || (a.Request.Operation != "CREATE" && a.Request.Operation != "UPDATE") {
 		return nil
 	}
 	var obj map[string]any
@@ -741,24 +698,6 @@ func (s *standin) verifyImages(p *engine.Policy, rule string, obj map[string]any
 		}
 	}
 	return engine.RuleResult{}, false
-}
-
-// podImages are the images of a Pod's containers, init and ephemeral ones
-// included.
-func podImages(pod map[string]any) []string {
-	var out []string
-	spec, _, _ := unstructured.NestedMap(pod, "spec")
-	for _, field := range []string{"initContainers", "containers", "ephemeralContainers"} {
-		containers, _ := spec[field].([]any)
-		for _, c := range containers {
-			if m, ok := c.(map[string]any); ok {
-				if image, _, _ := unstructured.NestedString(m, "image"); image != "" {
-					out = append(out, image)
-				}
-			}
-		}
-	}
-	return out
 }
 
 // mutatesExisting says whether a mutate rule has targets (mutateExisting).

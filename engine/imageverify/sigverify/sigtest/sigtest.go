@@ -27,6 +27,9 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	ggcrmutate "github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/sigstore/cosign/v2/pkg/oci/mutate"
@@ -69,6 +72,22 @@ func (r *Registry) Push(repo, tag string) (name.Digest, error) {
 	if err != nil {
 		return name.Digest{}, err
 	}
+	return r.PushImage(repo, tag, img)
+}
+
+// FixtureImage is an image of its own for each seed, the same on every
+// call (no layer; the seed is a label of its config): its digest is known
+// before it is pushed (a test can name it).
+func FixtureImage(seed string) (v1.Image, error) {
+	return ggcrmutate.ConfigFile(empty.Image, &v1.ConfigFile{
+		Architecture: "amd64", OS: "linux",
+		Config: v1.Config{Labels: map[string]string{"dev.tally.fixture": seed}},
+		RootFS: v1.RootFS{Type: "layers"},
+	})
+}
+
+// PushImage writes img as repo:tag and returns its digest reference.
+func (r *Registry) PushImage(repo, tag string, img v1.Image) (name.Digest, error) {
 	ref, err := name.NewTag(r.Host + "/" + repo + ":" + tag)
 	if err != nil {
 		return name.Digest{}, err
