@@ -46,10 +46,13 @@ type imagePolicy struct {
 
 // ivAttestor is one attestor of the policy, as a verifyImages attestor.
 type ivAttestor struct {
-	name       string
-	notary     bool
-	entry      imageverify.Attestor
-	repository string
+	name   string
+	notary bool
+	// unsupported says what of the attestor tally does not verify: using
+	// it is an error result that says so, never a pass.
+	unsupported string
+	entry       imageverify.Attestor
+	repository  string
 	// keyless are the entries of a keyless attestor: one per identity.
 	keyless []imageverify.Keyless
 	// keyExtra, certExtra and chainExtra are the Spec.Extras indexes of
@@ -189,12 +192,18 @@ func compileAttestor(a policiesv1.ImageAttestor, extra func(name, expression str
 	at.entry.Annotations = c.Annotations
 	if c.Source != nil {
 		at.repository = c.Source.Repository
+		if len(c.Source.PullSecrets) > 0 || c.Source.TagPrefix != "" {
+			at.unsupported = "cosign.source.PullSecrets and tagPrefix are not read by tally"
+		}
+	}
+	if t := c.TUF; t != nil && (t.Mirror != "" || t.Root.Path != "" || t.Root.Data != "") {
+		at.unsupported = "cosign.tuf (a trusted root other than sigstore's) is not read by tally"
 	}
 	switch {
 	case c.Key != nil:
 		k := c.Key
 		if k.KMS != "" {
-			return nil, fmt.Errorf("cosign.key.kms: keys from a KMS are not read by tally (docs/known-differences.md)")
+			at.unsupported = "cosign.key.kms: keys from a KMS are not read by tally"
 		}
 		if k.Expression != "" {
 			at.keyExtra = extra("attestors."+a.Name+".cosign.key", k.Expression)
@@ -530,6 +539,9 @@ func (s *imageSession) verify(ctx context.Context, image string, attestors []str
 		}
 		if at.notary {
 			return 0, fmt.Errorf("failed to verify image %s with attestor %s: Notary signatures are not verified by tally (docs/known-differences.md)", image, name)
+		}
+		if at.unsupported != "" {
+			return 0, fmt.Errorf("failed to verify image %s with attestor %s: %s (docs/known-differences.md)", image, name, at.unsupported)
 		}
 		entry := &imageverify.Verification{Type: imageverify.TypeCosign, Repository: at.repository}
 		set := []imageverify.AttestorSet{{Count: intPtr(1), Entries: entries}}
