@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
@@ -20,9 +21,13 @@ type imageFixture struct {
 	registry *sigtest.Registry
 	key      *sigtest.Key
 	n        int
+	// ivpol verifies them with an ImageValidatingPolicy (the Pods name
+	// them by digest) instead of a verifyImages rule.
+	ivpol   bool
+	digests []string
 }
 
-func startImages(n int) (*imageFixture, error) {
+func startImages(n int, ivpol bool) (*imageFixture, error) {
 	reg, err := sigtest.Start("127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -31,7 +36,7 @@ func startImages(n int) (*imageFixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &imageFixture{registry: reg, key: key, n: n}
+	f := &imageFixture{registry: reg, key: key, n: n, ivpol: ivpol}
 	for i := range n {
 		d, err := reg.Push(fmt.Sprintf("bench/app-%02d", i), "1.0")
 		if err != nil {
@@ -40,22 +45,31 @@ func startImages(n int) (*imageFixture, error) {
 		if err := key.Sign(d, nil); err != nil {
 			return nil, err
 		}
+		f.digests = append(f.digests, d.DigestStr())
 	}
 	return f, nil
 }
 
 // image is the app image of Pod i.
 func (f *imageFixture) image(i int) string {
+	if f.ivpol {
+		return fmt.Sprintf("%s/bench/app-%02d@%s", f.registry.Host, i%f.n, f.digests[i%f.n])
+	}
 	return fmt.Sprintf("%s/bench/app-%02d:1.0", f.registry.Host, i%f.n)
 }
 
+var gvrImageValidatingPolicy = schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "imagevalidatingpolicies"}
+
 func (f *imageFixture) installPolicy(ctx context.Context, dyn dynamic.Interface) error {
-	doc := f.key.Policy("bench-verify-images", f.registry.Host+"/*")
+	doc, gvr := f.key.Policy("bench-verify-images", f.registry.Host+"/*"), gvrClusterPolicy
+	if f.ivpol {
+		doc, gvr = f.key.ImageValidatingPolicy("bench-verify-images", f.registry.Host+"/*"), gvrImageValidatingPolicy
+	}
 	var u unstructured.Unstructured
 	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
 		return err
 	}
-	_, err := dyn.Resource(gvrClusterPolicy).Create(ctx, &u, metav1.CreateOptions{})
+	_, err := dyn.Resource(gvr).Create(ctx, &u, metav1.CreateOptions{})
 	return err
 }
 
@@ -79,6 +93,6 @@ func (f *imageFixture) countResults(m *metricsClient) error {
 		fields := strings.Fields(line)
 		counts[result] = fields[len(fields)-1]
 	}
-	fmt.Printf("  verifyImages results: %v\n", counts)
+	fmt.Printf("  image verification results: %v\n", counts)
 	return sc.Err()
 }

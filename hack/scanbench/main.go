@@ -51,6 +51,7 @@ func main() {
 	flag.StringVar(&scannerBin, "scanner-bin", "", "a prebuilt tally-scanner (default: build ./cmd/tally-scanner)")
 	flag.IntVar(&workers, "workers", 0, "the scanner's --workers (0: its default)")
 	flag.IntVar(&signedImages, "signed-images", 0, "serve this many signed images from a registry of the bench's own, give each Pod's app container one of them, and add a ClusterPolicy verifying them (R43: registry requests per distinct image)")
+	flag.BoolVar(&imagePolicy, "ivpol", false, "with --signed-images, verify them with an ImageValidatingPolicy (the Pods name them by digest) instead of a verifyImages rule (R42)")
 	flag.BoolVar(&registryDown, "registry-down", false, "with --signed-images, stop the registry before the scanner starts: every image result is an error, the other results must come on time")
 	flag.DurationVar(&idle, "idle", 0, "after the full scan, measure the scanner's CPU over this long with nothing changing (SCANBENCH_IDLECPU=file: a CPU profile of it)")
 	flag.Parse()
@@ -69,6 +70,7 @@ var (
 	idle            time.Duration
 	signedImages    int
 	registryDown    bool
+	imagePolicy     bool
 )
 
 func run(pods, namespaces int, corpus string) error {
@@ -88,7 +90,7 @@ func run(pods, namespaces int, corpus string) error {
 	var images *imageFixture
 	var editPod func(int, *corev1.Pod)
 	if signedImages > 0 {
-		if images, err = startImages(signedImages); err != nil {
+		if images, err = startImages(signedImages, imagePolicy); err != nil {
 			return err
 		}
 		defer images.registry.Stop()
@@ -114,7 +116,11 @@ func run(pods, namespaces int, corpus string) error {
 		if err := images.installPolicy(ctx, dyn); err != nil {
 			return err
 		}
-		fmt.Printf("installed a verifyImages policy over %d signed images (registry %s)\n", signedImages, images.registry.Host)
+		kind := "verifyImages"
+		if imagePolicy {
+			kind = "ImageValidatingPolicy"
+		}
+		fmt.Printf("installed a %s policy over %d signed images (registry %s)\n", kind, signedImages, images.registry.Host)
 		if registryDown {
 			images.registry.Stop()
 			fmt.Println("registry stopped: every image result must be an error")
