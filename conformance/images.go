@@ -28,6 +28,11 @@ var (
 	fixtureKey []byte
 	//go:embed testdata/cosign.pub
 	FixturePublicKey string
+	// The suite's notary key and its certificate (a Notary attestor's).
+	//go:embed testdata/notary.key
+	fixtureNotaryKey []byte
+	//go:embed testdata/notary.crt
+	FixtureNotaryCert string
 )
 
 // Image fixtures, under ${REGISTRY}/conformance/ (R41, R43):
@@ -38,6 +43,8 @@ var (
 //	attested:1.0    signed, and attested (predicate type ReviewPredicate:
 //	                {"reviewed": true, "reviewer": "platform"})
 //	shared:1.0      signed (R43: many Pods run it)
+//	notary:1.0      a notary signature (JWS, an OCI referrer) of the suite's
+//	                notary key, no cosign signature
 //
 // Each is the same image on every push (sigtest.FixtureImage): cases name
 // its digest ${DIGEST:<name>} (R42).
@@ -54,6 +61,10 @@ func PushImageFixtures(r *sigtest.Registry) error {
 	if err != nil {
 		return err
 	}
+	notary, err := sigtest.LoadNotaryKey(fixtureNotaryKey, []byte(FixtureNotaryCert))
+	if err != nil {
+		return fmt.Errorf("the suite's notary key: %w", err)
+	}
 	push := func(name string, sign ...*sigtest.Key) error {
 		img, err := sigtest.FixtureImage("conformance/" + name)
 		if err != nil {
@@ -68,15 +79,18 @@ func PushImageFixtures(r *sigtest.Registry) error {
 				return fmt.Errorf("sign %s: %w", name, err)
 			}
 		}
-		if name == "attested" {
+		switch name {
+		case "attested":
 			return key.Attest(d, ReviewPredicate, map[string]any{"reviewed": true, "reviewer": "platform"})
+		case "notary":
+			return notary.Sign(d)
 		}
 		return nil
 	}
 	for _, f := range []struct {
 		name string
 		keys []*sigtest.Key
-	}{{"signed", []*sigtest.Key{key}}, {"unsigned", nil}, {"other-key", []*sigtest.Key{other}}, {"attested", []*sigtest.Key{key}}, {"shared", []*sigtest.Key{key}}} {
+	}{{"signed", []*sigtest.Key{key}}, {"unsigned", nil}, {"other-key", []*sigtest.Key{other}}, {"attested", []*sigtest.Key{key}}, {"shared", []*sigtest.Key{key}}, {"notary", nil}} {
 		if err := push(f.name, f.keys...); err != nil {
 			return fmt.Errorf("image fixture %s: %w", f.name, err)
 		}
@@ -102,16 +116,19 @@ func fixtureDigest(fixture string) (string, error) {
 var digestPlaceholder = regexp.MustCompile(`\$\{DIGEST:([a-z0-9-]+)\}`)
 
 // withRegistry is the case with ${REGISTRY} replaced by the provider's
-// registry host, ${COSIGN_PUBLIC_KEY} by the suite's public key and
-// ${DIGEST:<fixture>} by the fixture's digest.
+// registry host, ${COSIGN_PUBLIC_KEY} by the suite's public key,
+// ${NOTARY_CERT} by its notary certificate and ${DIGEST:<fixture>} by the
+// fixture's digest.
 func withRegistry(c *Case, host string) (*Case, error) {
 	data, err := json.Marshal(c)
 	if err != nil {
 		return nil, err
 	}
 	pub, _ := json.Marshal(FixturePublicKey)
+	cert, _ := json.Marshal(FixtureNotaryCert)
 	data = bytes.ReplaceAll(data, []byte("${REGISTRY}"), []byte(host))
 	data = bytes.ReplaceAll(data, []byte(`"${COSIGN_PUBLIC_KEY}"`), pub)
+	data = bytes.ReplaceAll(data, []byte(`"${NOTARY_CERT}"`), cert)
 	var digestErr error
 	data = digestPlaceholder.ReplaceAllFunc(data, func(m []byte) []byte {
 		d, err := fixtureDigest(string(digestPlaceholder.FindSubmatch(m)[1]))

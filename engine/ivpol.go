@@ -55,9 +55,9 @@ type ivAttestor struct {
 	repository  string
 	// keyless are the entries of a keyless attestor: one per identity.
 	keyless []imageverify.Keyless
-	// keyExtra, certExtra and chainExtra are the Spec.Extras indexes of
-	// its expressions (-1: none).
-	keyExtra, certExtra, chainExtra int
+	// keyExtra, certExtra, chainExtra and tsaExtra are the Spec.Extras
+	// indexes of its expressions (-1: none).
+	keyExtra, certExtra, chainExtra, tsaExtra int
 }
 
 // CompileImageValidatingPolicy compiles an ImageValidatingPolicy or (with
@@ -174,10 +174,24 @@ func CompileImageValidatingPolicy(ivp *policiesv1.ImageValidatingPolicy) (*Polic
 // compileAttestor turns an attestor into a verifyImages attestor; its
 // expressions become extras (extra gives their index).
 func compileAttestor(a policiesv1.ImageAttestor, extra func(name, expression string) int) (*ivAttestor, error) {
-	at := &ivAttestor{name: a.Name, keyExtra: -1, certExtra: -1, chainExtra: -1}
+	at := &ivAttestor{name: a.Name, keyExtra: -1, certExtra: -1, chainExtra: -1, tsaExtra: -1}
 	switch {
 	case a.Notary != nil && a.Cosign == nil:
 		at.notary = true
+		cert := &imageverify.Certificates{CTLog: &imageverify.CTLog{}}
+		if s := a.Notary.Certs; s != nil {
+			cert.Certificate = s.Value
+			if s.Expression != "" {
+				at.certExtra = extra("attestors."+a.Name+".notary.certs", s.Expression)
+			}
+		}
+		if s := a.Notary.TSACerts; s != nil {
+			cert.CTLog.TSACertChain = s.Value
+			if s.Expression != "" {
+				at.tsaExtra = extra("attestors."+a.Name+".notary.tsaCerts", s.Expression)
+			}
+		}
+		at.entry.Certificates = cert
 		return at, nil
 	case a.Cosign == nil || a.Notary != nil:
 		return nil, fmt.Errorf("one of cosign or notary is required")
@@ -472,9 +486,6 @@ func (s *imageSession) attestor(ctx context.Context, name string) (*ivAttestor, 
 	if !ok {
 		return nil, nil, fmt.Errorf("attestor not found in policy: %s", name)
 	}
-	if at.notary {
-		return at, nil, nil
-	}
 	entry := at.entry
 	str := func(i int, what string) (string, error) {
 		v, err := s.prog.Extra(ctx, s.in, i)
@@ -495,7 +506,7 @@ func (s *imageSession) attestor(ctx context.Context, name string) (*ivAttestor, 
 		}
 		entry.Keys = &k
 	}
-	if at.certExtra >= 0 || at.chainExtra >= 0 {
+	if at.certExtra >= 0 || at.chainExtra >= 0 || at.tsaExtra >= 0 {
 		c := *entry.Certificates
 		var err error
 		if at.certExtra >= 0 {
@@ -507,6 +518,13 @@ func (s *imageSession) attestor(ctx context.Context, name string) (*ivAttestor, 
 			if c.CertificateChain, err = str(at.chainExtra, "certificate chain"); err != nil {
 				return nil, nil, err
 			}
+		}
+		if at.tsaExtra >= 0 {
+			ct := *c.CTLog
+			if ct.TSACertChain, err = str(at.tsaExtra, "tsa certificates"); err != nil {
+				return nil, nil, err
+			}
+			c.CTLog = &ct
 		}
 		entry.Certificates = &c
 	}
@@ -537,13 +555,16 @@ func (s *imageSession) verify(ctx context.Context, image string, attestors []str
 		if err != nil {
 			return 0, err
 		}
-		if at.notary {
-			return 0, fmt.Errorf("failed to verify image %s with attestor %s: Notary signatures are not verified by tally (docs/known-differences.md)", image, name)
-		}
 		if at.unsupported != "" {
 			return 0, fmt.Errorf("failed to verify image %s with attestor %s: %s (docs/known-differences.md)", image, name, at.unsupported)
 		}
 		entry := &imageverify.Verification{Type: imageverify.TypeCosign, Repository: at.repository}
+		if at.notary {
+			entry.Type = imageverify.TypeNotary
+			if attestation != nil {
+				return 0, fmt.Errorf("failed to verify image %s with attestor %s: notary attestations (OCI 1.1 referrers) are not verified by tally (docs/known-differences.md)", image, name)
+			}
+		}
 		set := []imageverify.AttestorSet{{Count: intPtr(1), Entries: entries}}
 		identity := s.ip.identity + "/" + name
 		if attestation != nil {

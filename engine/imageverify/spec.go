@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Signature types of a verifyImages entry.
+// Signature types of a verifyImages entry (Cosign when none is given).
 const (
 	TypeCosign = "Cosign"
 	TypeNotary = "Notary"
@@ -107,10 +107,12 @@ type Rekor struct {
 	IgnoreTlog bool   `json:"ignoreTlog,omitempty"`
 }
 
-// CTLog is the certificate transparency log to check (or not).
+// CTLog is the certificate transparency log to check (or not), and the
+// timestamping authorities' certificates (Notary).
 type CTLog struct {
-	IgnoreSCT bool   `json:"ignoreSCT,omitempty"`
-	PubKey    string `json:"pubkey,omitempty"`
+	IgnoreSCT    bool   `json:"ignoreSCT,omitempty"`
+	PubKey       string `json:"pubkey,omitempty"`
+	TSACertChain string `json:"tsaCertChain,omitempty"`
 }
 
 // Attestation is an in-toto attestation of a predicate type, its attestors

@@ -22,7 +22,11 @@ import (
 // at its digest; the messages are Kyverno's.
 func (v *Verifier) verify(ctx context.Context, c imageverify.Check, ref name.Digest, registry string) imageverify.Outcome {
 	e := c.Entry
-	if e.Type != "" && e.Type != imageverify.TypeCosign {
+	switch e.Type {
+	case "", imageverify.TypeCosign:
+	case imageverify.TypeNotary:
+		return v.verifyNotary(ctx, c, ref, registry)
+	default:
 		return imageverify.Outcome{Result: resultError, Message: fmt.Sprintf("failed to verify image %s: %s signatures are not verified by tally (docs/known-differences.md)", c.Image, e.Type)}
 	}
 	if len(e.Attestors) > 0 {
