@@ -112,12 +112,7 @@ func (v *Verifier) verifyNotaryEntry(ctx context.Context, e *imageverify.Verific
 			return fmt.Errorf("repository %q: %w", repo, err)
 		}
 	}
-	kc := v.opts.Keychain
-	l, secrets := ctx.Value(keychainKey{}).(*lazyKeychain)
-	if secrets {
-		kc = l.get(ctx)
-	}
-	rt, err := v.handshake(ctx, target, kc, !secrets)
+	rt, err := v.transportFor(ctx, target)
 	if err != nil {
 		return err
 	}

@@ -285,16 +285,22 @@ func (v *Verifier) digestOf(ctx context.Context, ref name.Reference) (string, er
 // for it, reused for DigestTTL, so that each verification costs only the
 // requests of its manifests and blobs.
 func (v *Verifier) remoteOptions(ctx context.Context, repo name.Repository) ([]remote.Option, error) {
+	rt, err := v.transportFor(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	return []remote.Option{remote.WithContext(ctx), remote.WithTransport(rt)}, nil
+}
+
+// transportFor is the handshaken transport for reading repo, with the
+// check's credentials (its Secrets' keychain, else the default one).
+func (v *Verifier) transportFor(ctx context.Context, repo name.Repository) (http.RoundTripper, error) {
 	kc := v.opts.Keychain
 	l, secrets := ctx.Value(keychainKey{}).(*lazyKeychain)
 	if secrets {
 		kc = l.get(ctx)
 	}
-	rt, err := v.handshake(ctx, repo, kc, !secrets)
-	if err != nil {
-		return nil, err
-	}
-	return []remote.Option{remote.WithContext(ctx), remote.WithTransport(rt)}, nil
+	return v.handshake(ctx, repo, kc, !secrets)
 }
 
 type handshaken struct {
