@@ -113,9 +113,9 @@ func TestVerify(t *testing.T) {
 		{"attestation, wrong key", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
 			Type: "https://example.com/review/v1", Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.other.PublicPEM)}}},
 		}}}, "fail", "image attestations verification failed"},
-		{"notary: not verified, an error", tag(f.signed, "signed"), &imageverify.Verification{Type: imageverify.TypeNotary, ImageReferences: []string{"*"},
-			Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{{Certificates: &imageverify.Certificates{Certificate: "x"}}}}}},
-			"error", "Notary signatures are not verified by tally"},
+		{"an unknown signature type: an error", tag(f.signed, "signed"), &imageverify.Verification{Type: "Sigstore-bundle", ImageReferences: []string{"*"},
+			Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}}},
+			"error", "Sigstore-bundle signatures are not verified by tally"},
 		{"transparency log required, offline", tag(f.signed, "signed"), entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{{Keys: &imageverify.StaticKeys{
 			PublicKeys: f.key.PublicPEM, Rekor: &imageverify.Rekor{URL: "http://127.0.0.1:1"}, CTLog: &imageverify.CTLog{IgnoreSCT: true},
 		}}}}), "error", "failed to verify image"},
