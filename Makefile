@@ -41,6 +41,7 @@ generate:
 	cp config/webhook/rbac.yaml charts/tally/files/rbac/webhook.yaml
 	cp config/rbac/ingest-kyverno-reports/cluster_role.yaml charts/tally/files/rbac/ingest_kyverno_reports.yaml
 	cp config/rbac/tenants/aggregate_roles.yaml charts/tally/files/rbac/tenant_roles.yaml
+	cp config/components/pod-image-pull-secrets/cluster_role.yaml charts/tally/files/rbac/pod_pull_secrets.yaml
 	cp config/crd/bases/*.yaml charts/tally/files/crd/
 
 ## verify-generate: fail if the generated files are stale

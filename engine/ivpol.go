@@ -477,7 +477,8 @@ var _ cel.ImageVerification = (*imageSession)(nil)
 // credentials.
 func (s *imageSession) check(image string, entry *imageverify.Verification) imageverify.Check {
 	entry.ImageRegistryCredentials = s.ip.credentials
-	return imageverify.Check{Image: image, Policy: s.e.policy.Name, Tenant: s.e.policy.Namespace != "", Entry: entry}
+	return imageverify.Check{Image: image, Policy: s.e.policy.Name, Tenant: s.e.policy.Namespace != "", Entry: entry,
+		Namespace: s.e.res.Namespace, PullSecrets: pullSecrets(s.e.req.subject())}
 }
 
 // attestor is the named attestor with its expressions evaluated.

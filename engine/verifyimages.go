@@ -109,6 +109,19 @@ func containerImages(obj map[string]any) []string {
 	return out
 }
 
+// pullSecrets are the names of the imagePullSecrets of obj's pod spec.
+func pullSecrets(obj map[string]any) []string {
+	refs, _ := podSpecOf(obj)["imagePullSecrets"].([]any)
+	var out []string
+	for _, r := range refs {
+		rm, _ := r.(map[string]any)
+		if n, _ := rm["name"].(string); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // imageString prints an image as Kyverno's results do: the registry
 // (docker.io when none is given) and path, then the digest, else the tag.
 func imageString(image string) string {
@@ -187,11 +200,13 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 				}
 			}
 			check := imageverify.Check{
-				Image:    image,
-				Policy:   e.policy.Name,
-				Tenant:   e.policy.Namespace != "",
-				Identity: e.policy.Name + ir.identities[i],
-				Entry:    entry,
+				Image:       image,
+				Policy:      e.policy.Name,
+				Tenant:      e.policy.Namespace != "",
+				Identity:    e.policy.Name + ir.identities[i],
+				Entry:       entry,
+				Namespace:   e.res.Namespace,
+				PullSecrets: pullSecrets(e.obj),
 			}
 			if len(entry.Attestations) > 0 {
 				check.Conditions = e.attestationConditions(rule, i, entry, data)

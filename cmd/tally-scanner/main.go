@@ -85,6 +85,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 		return nil
 	})
 	fs.BoolVar(&o.ImageVerify.Verify, "verify-images", true, "verify the images of verifyImages rules in background scans and at admission (cosign signatures and attestations; the registries are asked, each image digest once per rule and --image-verify-cache-ttl); off, those rules are skipped and say so")
+	fs.BoolVar(&o.ImageVerify.PodPullSecrets, "pod-image-pull-secrets", false, "verify images with the credentials of the resource's own imagePullSecrets (read from its namespace, as the kubelet pulls them; the scanner needs get on Secrets in every namespace: config/components/pod-image-pull-secrets, the chart's scanner.podImagePullSecrets)")
 	fs.DurationVar(&o.ImageVerify.CacheTTL, "image-verify-cache-ttl", time.Hour, "how long a verified image is not verified again, as Kyverno's --imageVerifyCacheTTLDuration")
 	fs.StringVar(&o.Handover.Listen, "handover-listen", "127.0.0.1:8095", "loopback address where the merger beside the scanner reads the BackgroundScanReports (kyverno.io/v2 list and watch; kubectl --server http://<address> get bgscanr -A shows them)")
 	fs.StringVar(&o.Handover.ReportAPI, "report-api", string(report.APIWGPolicy), "the API of the final reports the merger writes (wgpolicyk8s or openreports): the scanner reads its results back from them after a restart")

@@ -22,6 +22,10 @@ type ImageOptions struct {
 	// CacheTTL is how long a verified image is not verified again
 	// (--image-verify-cache-ttl).
 	CacheTTL time.Duration
+	// PodPullSecrets reads the credentials of a resource's
+	// imagePullSecrets from its namespace (--pod-image-pull-secrets; the
+	// scanner then needs get on Secrets in every namespace).
+	PodPullSecrets bool
 }
 
 // newImageVerifier makes the verifier the scan and the webhook share (one
@@ -36,14 +40,20 @@ func newImageVerifier(o ScannerOptions, kube kubernetes.Interface, reg prometheu
 	verified := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_image_verifications_total",
 		Help: "Image verifications run (not served from the verification cache) for verifyImages rules, by policy and result."},
 		[]string{"policy", "result"})
-	v := sigverify.New(sigverify.Options{
+	opts := sigverify.Options{
 		TTL:      o.ImageVerify.CacheTTL,
 		Verified: func(policy, result string) { verified.WithLabelValues(policy, result).Inc() },
 		SecretKeychain: func(ctx context.Context, secrets []string) (authn.Keychain, error) {
 			return kauth.New(ctx, kube, kauth.Options{Namespace: o.Namespace,
 				ImagePullSecrets: append(slices.Clone(pull), secrets...), ServiceAccountName: kauth.NoServiceAccount})
 		},
-	})
+	}
+	if o.ImageVerify.PodPullSecrets {
+		opts.PodKeychain = func(ctx context.Context, namespace string, secrets []string) (authn.Keychain, error) {
+			return kauth.New(ctx, kube, kauth.Options{Namespace: namespace, ImagePullSecrets: secrets, ServiceAccountName: kauth.NoServiceAccount})
+		}
+	}
+	v := sigverify.New(opts)
 	reg.MustRegister(
 		verified,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_image_registry_requests_total",

@@ -59,3 +59,58 @@ func TestWebhookClientCAComponent(t *testing.T) {
 		t.Errorf("the CA comes from Secret %q, want tally-webhook-client-ca", secret)
 	}
 }
+
+// The pod-image-pull-secrets component turns on --pod-image-pull-secrets
+// and grants the scanner get on Secrets (nothing more), as the chart's
+// scanner.podImagePullSecrets does.
+func TestPodImagePullSecretsComponent(t *testing.T) {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rel := func(p string) string {
+		r, err := filepath.Rel(dir, filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	overlay := "resources: [" + rel("config/overlays/standalone") + "]\ncomponents: [" + rel("config/components/pod-image-pull-secrets") + "]\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Render(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	var rules []any
+	var subjectNS string
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "Deployment" && o.GetName() == "tally-scanner":
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			args, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		case o.GetKind() == "ClusterRole" && o.GetName() == "tally-scanner-pod-pull-secrets":
+			rules, _, _ = unstructured.NestedSlice(o.Object, "rules")
+		case o.GetKind() == "ClusterRoleBinding" && o.GetName() == "tally-scanner-pod-pull-secrets":
+			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			subjectNS, _, _ = unstructured.NestedString(subjects[0].(map[string]any), "namespace")
+		}
+	}
+	if !slices.Contains(args, "--pod-image-pull-secrets") {
+		t.Errorf("scanner args = %v", args)
+	}
+	if len(rules) != 1 {
+		t.Fatalf("rules = %v", rules)
+	}
+	verbs, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "verbs")
+	resources, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "resources")
+	if !slices.Equal(verbs, []string{"get"}) || !slices.Equal(resources, []string{"secrets"}) {
+		t.Errorf("rule = %v", rules[0])
+	}
+	if subjectNS == "" {
+		t.Error("the binding's subject has no namespace")
+	}
+}

@@ -223,6 +223,11 @@ type Check struct {
 	Identity string
 	// Entry is the verifyImages entry, variables substituted.
 	Entry *Verification
+	// Namespace and PullSecrets are the resource's namespace and its pod
+	// spec's imagePullSecrets: credentials for the registry, read from
+	// that namespace when the verifier is allowed to.
+	Namespace   string
+	PullSecrets []string
 	// Conditions checks an attestation's predicate against the conditions
 	// of Entry.Attestations[i] (nil error: they hold).
 	Conditions func(i int, statement map[string]any) error

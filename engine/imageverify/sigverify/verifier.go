@@ -56,6 +56,9 @@ type Options struct {
 	// entry's imageRegistryCredentials name (in the verifier's namespace,
 	// as Kyverno reads them from its own), before Keychain.
 	SecretKeychain func(ctx context.Context, secrets []string) (authn.Keychain, error)
+	// PodKeychain reads the credentials of a resource's imagePullSecrets
+	// from its namespace (nil: they are not read).
+	PodKeychain func(ctx context.Context, namespace string, secrets []string) (authn.Keychain, error)
 	// Transport is the HTTP transport under the rate limit (default
 	// remote.DefaultTransport).
 	Transport http.RoundTripper
@@ -163,7 +166,7 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 	if c.Tenant {
 		ctx = context.WithValue(ctx, tenantKey{}, true)
 	}
-	ctx = v.withKeychain(ctx, c.Entry)
+	ctx = v.withKeychain(ctx, c)
 	digest, err := v.digestOf(ctx, ref)
 	if err != nil {
 		return v.failed(c.Image, v.noteDown(registry, err))
@@ -222,7 +225,7 @@ func (v *Verifier) Resolve(ctx context.Context, c imageverify.Check) (string, er
 	if c.Tenant {
 		ctx = context.WithValue(ctx, tenantKey{}, true)
 	}
-	ctx = v.withKeychain(ctx, c.Entry)
+	ctx = v.withKeychain(ctx, c)
 	d, err := v.digestOf(ctx, ref)
 	return d, v.noteDown(registry, err)
 }
@@ -344,37 +347,47 @@ type keychainKey struct{}
 // tenantKey marks the checks of a namespaced Policy.
 type tenantKey struct{}
 
-// withKeychain carries in ctx the credentials of the entry's Secrets,
-// before the default ones, read only if a registry is asked (never on a
-// cache hit).
-func (v *Verifier) withKeychain(ctx context.Context, e *imageverify.Verification) context.Context {
-	rc := e.ImageRegistryCredentials
-	if rc == nil || len(rc.Secrets) == 0 || v.opts.SecretKeychain == nil {
+// withKeychain carries in ctx the credentials of the check: the
+// resource's imagePullSecrets (from its namespace, when the verifier reads
+// them), then the entry's Secrets (tally's namespace; never for a tenant's
+// policy), before the default ones; read only if a registry is asked
+// (never on a cache hit).
+func (v *Verifier) withKeychain(ctx context.Context, c imageverify.Check) context.Context {
+	var reads []func(context.Context) (authn.Keychain, error)
+	if len(c.PullSecrets) > 0 && c.Namespace != "" && v.opts.PodKeychain != nil {
+		ns, names := c.Namespace, c.PullSecrets
+		reads = append(reads, func(ctx context.Context) (authn.Keychain, error) { return v.opts.PodKeychain(ctx, ns, names) })
+	}
+	tenant, _ := ctx.Value(tenantKey{}).(bool) // a tenant's policy borrows none of tally's credentials
+	if rc := c.Entry.ImageRegistryCredentials; rc != nil && len(rc.Secrets) > 0 && v.opts.SecretKeychain != nil && !tenant {
+		secrets := rc.Secrets
+		reads = append(reads, func(ctx context.Context) (authn.Keychain, error) { return v.opts.SecretKeychain(ctx, secrets) })
+	}
+	if len(reads) == 0 {
 		return ctx
 	}
-	if tenant, _ := ctx.Value(tenantKey{}).(bool); tenant {
-		return ctx // a tenant's policy borrows none of tally's credentials
-	}
-	return context.WithValue(ctx, keychainKey{}, &lazyKeychain{secrets: rc.Secrets, read: v.opts.SecretKeychain, fallback: v.opts.Keychain})
+	return context.WithValue(ctx, keychainKey{}, &lazyKeychain{reads: reads, fallback: v.opts.Keychain})
 }
 
-// lazyKeychain reads an entry's Secrets once, when first needed. Secrets
-// that cannot be read leave the default credentials, and the registry's
-// answer (unauthorized) says the rest.
+// lazyKeychain reads the check's Secrets once, when first needed. Secrets
+// that cannot be read leave the others and the default credentials, and
+// the registry's answer (unauthorized) says the rest.
 type lazyKeychain struct {
 	once     sync.Once
-	secrets  []string
-	read     func(context.Context, []string) (authn.Keychain, error)
+	reads    []func(context.Context) (authn.Keychain, error)
 	fallback authn.Keychain
 	kc       authn.Keychain
 }
 
 func (l *lazyKeychain) get(ctx context.Context) authn.Keychain {
 	l.once.Do(func() {
-		l.kc = l.fallback
-		if k, err := l.read(ctx, l.secrets); err == nil {
-			l.kc = authn.NewMultiKeychain(k, l.fallback)
+		var kcs []authn.Keychain
+		for _, read := range l.reads {
+			if k, err := read(ctx); err == nil {
+				kcs = append(kcs, k)
+			}
 		}
+		l.kc = authn.NewMultiKeychain(append(kcs, l.fallback)...)
 	})
 	return l.kc
 }

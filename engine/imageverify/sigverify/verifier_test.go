@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/tally-dev/tally/engine/imageverify"
@@ -277,3 +278,41 @@ func TestCertificatesAndKeyless(t *testing.T) {
 		})
 	}
 }
+
+// TestPodPullSecrets: a registry that needs credentials is read with those
+// of the resource's imagePullSecrets (from its namespace), tenant or not;
+// without them the verification fails, unauthorized.
+func TestPodPullSecrets(t *testing.T) {
+	f := setup(t)
+	f.reg.RequireAuth("team", "s3cret")
+	var asked []string
+	v := sigverify.New(sigverify.Options{
+		PodKeychain: func(_ context.Context, ns string, secrets []string) (authn.Keychain, error) {
+			asked = append(asked, ns+"/"+strings.Join(secrets, ","))
+			if ns != "team" || len(secrets) != 1 || secrets[0] != "regcred" {
+				return nil, errors.New("no such secret")
+			}
+			return staticKeychain{authn.FromConfig(authn.AuthConfig{Username: "team", Password: "s3cret"})}, nil
+		},
+	})
+	e := entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}})
+	check := func(identity, ns string, tenant bool, secrets ...string) imageverify.Outcome {
+		return v.Verify(context.Background(), imageverify.Check{Image: f.signed.String(), Policy: "p", Identity: identity, Entry: e, Namespace: ns, PullSecrets: secrets, Tenant: tenant})
+	}
+	if o := check("none", "team", false); o.Result != "fail" || !strings.Contains(o.Message, "UNAUTHORIZED") {
+		t.Errorf("without credentials: %s %q", o.Result, o.Message)
+	}
+	if o := check("pod", "team", false, "regcred"); o.Result != "pass" {
+		t.Errorf("the Pod's pull secret: %s %q", o.Result, o.Message)
+	}
+	if o := check("tenant", "team", true, "regcred"); o.Result != "pass" {
+		t.Errorf("a tenant's policy, the Pod's own pull secret: %s %q", o.Result, o.Message)
+	}
+	if len(asked) != 2 || asked[0] != "team/regcred" {
+		t.Errorf("secrets read: %q", asked)
+	}
+}
+
+type staticKeychain struct{ a authn.Authenticator }
+
+func (s staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return s.a, nil }

@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -47,6 +48,8 @@ type Registry struct {
 	Host     string
 	server   *http.Server
 	listener net.Listener
+	// auth is "user:password" once RequireAuth was called.
+	auth atomic.Pointer[string]
 }
 
 // Start serves a registry on addr ("127.0.0.1:0" for any free port).
@@ -55,12 +58,31 @@ func Start(addr string) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{
-		Handler:  registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithReferrersSupport(true)),
+	r := &Registry{Host: l.Addr().String(), listener: l}
+	next := registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithReferrersSupport(true))
+	r.server = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if want := r.auth.Load(); want != nil {
+				user, pass, ok := req.BasicAuth()
+				if !ok || user+":"+pass != *want {
+					w.Header().Set("WWW-Authenticate", `Basic realm="sigtest"`)
+					http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+					return
+				}
+			}
+			next.ServeHTTP(w, req)
+		}),
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
-	go func() { _ = srv.Serve(l) }()
-	return &Registry{Host: l.Addr().String(), server: srv, listener: l}, nil
+	go func() { _ = r.server.Serve(l) }()
+	return r, nil
+}
+
+// RequireAuth makes the registry answer only requests with these basic
+// credentials (push the fixtures first).
+func (r *Registry) RequireAuth(user, password string) {
+	s := user + ":" + password
+	r.auth.Store(&s)
 }
 
 // Stop stops serving: the registry's address refuses connections.
