@@ -152,3 +152,34 @@ spec:
 		t.Fatalf("deployment: %+v", rs)
 	}
 }
+
+// TestImageValidatingPolicyNotaryAndPullSecrets: a notary attestor is
+// verified as a Notary entry with its certificates; the checks carry the
+// Pod's namespace and imagePullSecrets (its registry credentials).
+func TestImageValidatingPolicyNotaryAndPullSecrets(t *testing.T) {
+	doc := strings.Replace(ivpol, `  attestors:
+  - name: key`, `  attestors:
+  - name: notary
+    notary: {certs: {value: CERTS}, tsaCerts: {value: TSA}}
+  - name: key`, 1)
+	doc = strings.Replace(doc, "[attestors.key]", "[attestors.notary]", 1)
+	const img = "ghcr.io/team/app@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+	pod := resource(t, imagePod("a", "", img))
+	pod["spec"].(map[string]any)["imagePullSecrets"] = []any{map[string]any{"name": "regcred"}}
+	f := &fakeImages{}
+	r := compileIVPOL(t, doc).Evaluate(context.Background(), &engine.Request{Object: pod, Background: true, Images: f})[0]
+	if r.Result != engine.Pass {
+		t.Fatalf("%s %q", r.Result, r.Message)
+	}
+	if len(f.checks) != 1 {
+		t.Fatalf("checks: %+v", f.checks)
+	}
+	c := f.checks[0]
+	a := c.Entry.Attestors[0].Entries[0]
+	if c.Entry.Type != imageverify.TypeNotary || a.Certificates == nil || a.Certificates.Certificate != "CERTS" || a.Certificates.CTLog.TSACertChain != "TSA" {
+		t.Errorf("notary entry: %+v %+v", c.Entry, a.Certificates)
+	}
+	if c.Namespace != "shop" || len(c.PullSecrets) != 1 || c.PullSecrets[0] != "regcred" {
+		t.Errorf("credentials: namespace %q, pull secrets %q", c.Namespace, c.PullSecrets)
+	}
+}
