@@ -194,7 +194,7 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 				continue
 			}
 			if e.policy.Namespace != "" {
-				if why := tenantRefusal(entry); why != "" {
+				if why := tenantRefusal(entry, e.policy.Namespace); why != "" {
 					keep(e.result(rule, Error, fmt.Sprintf("failed to verify image %s: %s", image, why)))
 					continue
 				}
@@ -236,11 +236,12 @@ func wildcardAnyImage(entries []imageverify.Verification, images []string) bool 
 	return false
 }
 
-// tenantRefusal says what a namespaced Policy's entry asks that tally does
-// not do for a tenant: read Secrets (of tally's namespace) for registry
-// credentials, or call a transparency log of the policy's choosing. Empty
+// tenantRefusal says what a namespaced Policy's entry (of namespace ns)
+// asks that tally does not do for a tenant: read Secrets (of tally's
+// namespace) for registry credentials, read a key from a Secret of another
+// namespace, or call a transparency log of the policy's choosing. Empty
 // when nothing.
-func tenantRefusal(e *imageverify.Verification) string {
+func tenantRefusal(e *imageverify.Verification, ns string) string {
 	if rc := e.ImageRegistryCredentials; rc != nil && len(rc.Secrets) > 0 {
 		return "imageRegistryCredentials.secrets are not read for a namespaced Policy (tally lends its credentials to no tenant)"
 	}
@@ -253,6 +254,9 @@ func tenantRefusal(e *imageverify.Verification) string {
 		for _, a := range s.Entries {
 			if r := rekorOf(a); r != nil && r.URL != "" {
 				return "rekor.url is not called for a namespaced Policy (tally calls no service a tenant names)"
+			}
+			if k := a.Keys; k != nil && k.Secret != nil && k.Secret.Namespace != ns {
+				return "keys.secret of another namespace is not read for a namespaced Policy (R47)"
 			}
 		}
 	}

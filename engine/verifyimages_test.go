@@ -193,6 +193,10 @@ spec:
 `, "error", "validate in a verifyImages entry is not evaluated by tally"},
 		"rekor url": {`      attestors: [{entries: [{keys: {publicKeys: K, rekor: {url: "http://10.0.0.1"}}}]}]
 `, "error", "rekor.url is not called for a namespaced Policy"},
+		"a key in a Secret of another namespace": {`      attestors: [{entries: [{keys: {secret: {name: cosign, namespace: kyverno}}}]}]
+`, "error", "keys.secret of another namespace is not read for a namespaced Policy"},
+		"a key in a Secret of its own namespace": {`      attestors: [{entries: [{keys: {secret: {name: cosign, namespace: shop}}}]}]
+`, "pass", "verified image signatures"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var p kyvernov1.Policy

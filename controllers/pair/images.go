@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	kauth "github.com/google/go-containerregistry/pkg/authn/kubernetes"
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tally-dev/tally/engine"
@@ -47,6 +48,13 @@ func newImageVerifier(o ScannerOptions, kube kubernetes.Interface, reg prometheu
 			return kauth.New(ctx, kube, kauth.Options{Namespace: o.Namespace,
 				ImagePullSecrets: append(slices.Clone(pull), secrets...), ServiceAccountName: kauth.NoServiceAccount})
 		},
+	}
+	opts.SecretData = func(ctx context.Context, namespace, name string) (map[string][]byte, error) {
+		s, err := kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return s.Data, nil
 	}
 	if o.ImageVerify.PodPullSecrets {
 		opts.PodKeychain = func(ctx context.Context, namespace string, secrets []string) (authn.Keychain, error) {

@@ -159,10 +159,17 @@ func (v *Verifier) checkOpts(ctx context.Context, e *imageverify.Verification, a
 		sub = ".keys"
 		k := a.Keys
 		rekor, ctlog = k.Rekor, k.CTLog
-		if k.KMS != "" || k.Secret != nil {
-			return nil, sub, errors.New("keys from a KMS or a Secret are not read by tally (docs/known-differences.md)")
+		if k.KMS != "" {
+			return nil, sub, infra(errors.New("keys from a KMS are not read by tally (docs/known-differences.md)"))
 		}
-		pub, err := cryptoutils.UnmarshalPEMToPublicKey([]byte(k.PublicKeys))
+		keyPEM := k.PublicKeys
+		if k.Secret != nil {
+			var err error
+			if keyPEM, err = v.secretKey(ctx, k.Secret); err != nil {
+				return nil, sub, err
+			}
+		}
+		pub, err := cryptoutils.UnmarshalPEMToPublicKey([]byte(keyPEM))
 		if err != nil {
 			return nil, sub, fmt.Errorf("failed to load public key: %w", err)
 		}
@@ -383,3 +390,21 @@ func (v *Verifier) fetchAttestations(ctx context.Context, ref name.Digest, ac *a
 type fetchedEnvelope struct{ p cosign.AttestationPayload }
 
 func (f fetchedEnvelope) Payload() ([]byte, error) { return json.Marshal(f.p) }
+
+// secretKey is the public key a Secret holds under cosign.pub (Kyverno's
+// keys.secret). A Secret that cannot be read is an error result, not a
+// failure of the image: the operator grants tally-scanner get on it.
+func (v *Verifier) secretKey(ctx context.Context, ref *imageverify.SecretRef) (string, error) {
+	if v.opts.SecretData == nil {
+		return "", infra(errors.New("keys.secret: Secrets are not read here (docs/known-differences.md)"))
+	}
+	data, err := v.opts.SecretData(ctx, ref.Namespace, ref.Name)
+	if err != nil {
+		return "", infra(fmt.Errorf("failed to read secret %s/%s: %w", ref.Namespace, ref.Name, err))
+	}
+	pub, ok := data["cosign.pub"]
+	if !ok {
+		return "", fmt.Errorf("secret %s/%s has no cosign.pub", ref.Namespace, ref.Name)
+	}
+	return string(pub), nil
+}

@@ -56,6 +56,9 @@ type Options struct {
 	// entry's imageRegistryCredentials name (in the verifier's namespace,
 	// as Kyverno reads them from its own), before Keychain.
 	SecretKeychain func(ctx context.Context, secrets []string) (authn.Keychain, error)
+	// SecretData reads a Secret's data (keys.secret: the public keys under
+	// cosign.pub); nil: such keys are an error.
+	SecretData func(ctx context.Context, namespace, name string) (map[string][]byte, error)
 	// PodKeychain reads the credentials of a resource's imagePullSecrets
 	// from its namespace (nil: they are not read).
 	PodKeychain func(ctx context.Context, namespace string, secrets []string) (authn.Keychain, error)

@@ -316,3 +316,27 @@ func TestPodPullSecrets(t *testing.T) {
 type staticKeychain struct{ a authn.Authenticator }
 
 func (s staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return s.a, nil }
+
+// TestKeyFromSecret: keys.secret reads the public key under cosign.pub of
+// the Secret named; a Secret that cannot be read is an error result.
+func TestKeyFromSecret(t *testing.T) {
+	f := setup(t)
+	v := sigverify.New(sigverify.Options{SecretData: func(_ context.Context, ns, name string) (map[string][]byte, error) {
+		if ns == "keys" && name == "cosign" {
+			return map[string][]byte{"cosign.pub": []byte(f.key.PublicPEM)}, nil
+		}
+		return nil, errors.New(`secrets "` + name + `" is forbidden`)
+	}})
+	fromSecret := func(ns, name string) *imageverify.Verification {
+		return entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{{Keys: &imageverify.StaticKeys{
+			Secret: &imageverify.SecretRef{Namespace: ns, Name: name},
+			Rekor:  &imageverify.Rekor{IgnoreTlog: true}, CTLog: &imageverify.CTLog{IgnoreSCT: true},
+		}}}})
+	}
+	if o := v.Verify(context.Background(), imageverify.Check{Image: f.signed.String(), Policy: "p", Identity: "a", Entry: fromSecret("keys", "cosign")}); o.Result != "pass" {
+		t.Errorf("key from a Secret: %s %q", o.Result, o.Message)
+	}
+	if o := v.Verify(context.Background(), imageverify.Check{Image: f.signed.String(), Policy: "p", Identity: "b", Entry: fromSecret("keys", "other")}); o.Result != "error" || !strings.Contains(o.Message, "failed to read secret keys/other") {
+		t.Errorf("unreadable Secret: %s %q", o.Result, o.Message)
+	}
+}
