@@ -42,6 +42,11 @@ type imagePolicy struct {
 	extractors map[string]int
 	// identity ties cached verifications to the policy as written.
 	identity string
+	// unsupported says what of the policy tally does not verify: using its
+	// functions is an error result that says so.
+	unsupported string
+	// json is evaluation.mode JSON: the policy never matches a resource.
+	json bool
 }
 
 // ivAttestor is one attestor of the policy, as a verifyImages attestor.
@@ -80,6 +85,11 @@ func CompileImageValidatingPolicy(ivp *policiesv1.ImageValidatingPolicy) (*Polic
 	}
 	if c := spec.Credentials; c != nil {
 		ip.credentials = &imageverify.RegistryCredentials{AllowInsecureRegistry: c.AllowInsecureRegistry, Secrets: c.Secrets}
+		for _, p := range c.Providers {
+			if p != "default" {
+				ip.unsupported = "credentials.providers " + p + " is not used by tally"
+			}
+		}
 	}
 	raw, _ := json.Marshal(spec)
 	sum := sha256.Sum256(raw)
@@ -110,12 +120,16 @@ func CompileImageValidatingPolicy(ivp *policiesv1.ImageValidatingPolicy) (*Polic
 		extras = append(extras, admissionregistrationv1.Variable{Name: name, Expression: expression})
 		return len(extras) - 1
 	}
-	for _, x := range spec.Images {
+	for i, x := range spec.Images {
+		if _, dup := ip.extractors[x.Name]; dup || x.Name == "" {
+			errs = append(errs, fmt.Sprintf("spec.images[%d]: a name of its own is required (%q)", i, x.Name))
+			continue
+		}
 		ip.extractors[x.Name] = extra("images."+x.Name, x.Expression)
 	}
 	for i, a := range spec.Attestors {
-		if a.Name == "" {
-			errs = append(errs, fmt.Sprintf("spec.attestors[%d]: a name is required", i))
+		if _, dup := ip.attestors[a.Name]; dup || a.Name == "" {
+			errs = append(errs, fmt.Sprintf("spec.attestors[%d]: a name of its own is required (%q)", i, a.Name))
 			continue
 		}
 		at, err := compileAttestor(a, extra)
@@ -130,8 +144,8 @@ func CompileImageValidatingPolicy(ivp *policiesv1.ImageValidatingPolicy) (*Polic
 		ip.attestorValues[a.Name] = v
 	}
 	for i, a := range spec.Attestations {
-		if a.Name == "" || (a.InToto == nil) == (a.Referrer == nil) {
-			errs = append(errs, fmt.Sprintf("spec.attestations[%d]: a name and one of intoto or referrer are required", i))
+		if _, dup := ip.attestations[a.Name]; dup || a.Name == "" || (a.InToto == nil) == (a.Referrer == nil) {
+			errs = append(errs, fmt.Sprintf("spec.attestations[%d]: a name of its own and one of intoto or referrer are required", i))
 			continue
 		}
 		ip.attestations[a.Name] = a
@@ -154,6 +168,13 @@ func CompileImageValidatingPolicy(ivp *policiesv1.ImageValidatingPolicy) (*Polic
 		Evaluation:           spec.Evaluation,
 		WebhookConfiguration: spec.WebhookConfiguration,
 		Autogen:              spec.Autogen,
+	}
+	if spec.Evaluation != nil && strings.EqualFold(spec.Evaluation.Mode, "JSON") {
+		// JSON payload policies never match a resource.
+		v := &validatingPolicy{kind: kind, spec: vspec, image: ip}
+		ip.json = true
+		p.vpol = v
+		return p, nil
 	}
 	v, err := compileVariants(kind, name, vspec, cel.Spec{
 		Mode:             cel.ModeImage,
@@ -202,6 +223,9 @@ func compileAttestor(a policiesv1.ImageAttestor, extra func(name, expression str
 	if l := c.CTLog; l != nil {
 		rekor = &imageverify.Rekor{URL: l.URL, PubKey: l.RekorPubKey, IgnoreTlog: l.InsecureIgnoreTlog}
 		ctlog = &imageverify.CTLog{PubKey: l.CTLogPubKey, IgnoreSCT: l.InsecureIgnoreSCT}
+		if l.TSACertChain != "" {
+			at.unsupported = "cosign.ctlog.tsaCertChain (signed timestamps) is not verified by tally"
+		}
 	}
 	at.entry.Annotations = c.Annotations
 	if c.Source != nil {
@@ -559,6 +583,9 @@ func (s *imageSession) verify(ctx context.Context, image string, attestors []str
 		if at.unsupported != "" {
 			return 0, fmt.Errorf("failed to verify image %s with attestor %s: %s (docs/known-differences.md)", image, name, at.unsupported)
 		}
+		if s.ip.unsupported != "" {
+			return 0, fmt.Errorf("failed to verify image %s: %s (docs/known-differences.md)", image, s.ip.unsupported)
+		}
 		entry := &imageverify.Verification{Type: imageverify.TypeCosign, Repository: at.repository}
 		if at.notary {
 			entry.Type = imageverify.TypeNotary
@@ -567,18 +594,27 @@ func (s *imageSession) verify(ctx context.Context, image string, attestors []str
 			}
 		}
 		set := []imageverify.AttestorSet{{Count: intPtr(1), Entries: entries}}
-		identity := s.ip.identity + "/" + name
+		// The identity names the function, the attestor and the attestation
+		// (no name can stand for another), and, for an attestor with
+		// expressions, the values they gave.
+		identity := s.ip.identity + "\x00sig\x00" + name
 		if attestation != nil {
 			if attestation.InToto == nil {
 				return 0, fmt.Errorf("cosign verifier only supports intoto attestations, %s is a referrer", attestation.Name)
 			}
 			entry.Attestations = []imageverify.Attestation{{Type: attestation.InToto.Type, Attestors: set}}
-			identity += "/" + attestation.Name
+			identity = s.ip.identity + "\x00att\x00" + name + "\x00" + attestation.Name
 		} else {
 			entry.Attestors = set
 		}
+		if at.keyExtra >= 0 || at.certExtra >= 0 || at.chainExtra >= 0 || at.tsaExtra >= 0 {
+			b, _ := json.Marshal(entries)
+			sum := sha256.Sum256(b)
+			identity += "\x00" + hex.EncodeToString(sum[:8])
+		}
 		c := s.check(image, entry)
 		c.Identity = identity
+		c.Statements = attestation != nil
 		o := s.e.req.Images.Verify(ctx, c)
 		s.mu.Lock()
 		s.tried[image] = true
@@ -638,6 +674,9 @@ func (s *imageSession) Payload(_ context.Context, image, attestation string) (an
 // ImageData is the image's metadata, read through the request's cluster
 // data (as image.GetMetadata).
 func (s *imageSession) ImageData(ctx context.Context, image string) (map[string]any, error) {
+	if s.e.policy.Namespace != "" {
+		return nil, fmt.Errorf("failed to get imagedata: getImageData is not served to a namespaced policy (tally lends its registry credentials to no tenant)")
+	}
 	d, ok := s.e.req.Data.(cel.ImageData)
 	if !ok || d == nil {
 		return nil, fmt.Errorf("failed to get imagedata: no image data: tally reads registries in a cluster, or images of a context file")
@@ -645,10 +684,7 @@ func (s *imageSession) ImageData(ctx context.Context, image string) (map[string]
 	var secrets []string
 	insecure := false
 	if c := s.ip.credentials; c != nil {
-		insecure = c.AllowInsecureRegistry
-		if s.e.policy.Namespace == "" {
-			secrets = c.Secrets
-		}
+		insecure, secrets = c.AllowInsecureRegistry, c.Secrets
 	}
 	md, err := d.ImageMetadata(ctx, image, secrets, insecure)
 	if err != nil {

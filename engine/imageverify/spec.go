@@ -223,6 +223,9 @@ type Check struct {
 	Identity string
 	// Entry is the verifyImages entry, variables substituted.
 	Entry *Verification
+	// Statements asks, for an entry with attestations, for the in-toto
+	// statements checked (Outcome.Statements; the first of each kept).
+	Statements bool
 	// Namespace and PullSecrets are the resource's namespace and its pod
 	// spec's imagePullSecrets: credentials for the registry, read from
 	// that namespace when the verifier is allowed to.

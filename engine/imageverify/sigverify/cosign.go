@@ -47,7 +47,11 @@ func (v *Verifier) verify(ctx context.Context, c imageverify.Check, ref name.Dig
 		}
 		statements = append(statements, checked)
 	}
-	return imageverify.Outcome{Result: resultPass, Message: "verified image attestations for " + c.Image, Statements: statements}
+	o := imageverify.Outcome{Result: resultPass, Message: "verified image attestations for " + c.Image}
+	if c.Statements {
+		o.Statements = statements
+	}
+	return o
 }
 
 // verifySet verifies the entries of a set until its count is reached; the
@@ -297,7 +301,9 @@ func (a *attestationCheck) check(sigs []signatureLike) error {
 				return err
 			}
 		}
-		a.statements = append(a.statements, statement)
+		if len(a.statements) == 0 {
+			a.statements = append(a.statements, statement) // the first is the payload
+		}
 	}
 	if !found {
 		return fmt.Errorf("predicate type %s not found", a.predicateType)

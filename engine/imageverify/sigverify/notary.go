@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	_ "github.com/notaryproject/notation-core-go/signature/cose" // COSE envelopes
@@ -121,13 +122,58 @@ func (v *Verifier) verifyNotaryEntry(ctx context.Context, e *imageverify.Verific
 		return err
 	}
 	repo.PlainHTTP = target.Registry.Scheme() == "http"
-	repo.Client = &http.Client{Transport: rt}
+	// notation's errors do not keep the registry's: the transport notes
+	// a request that got no answer, or a server error, so that an
+	// unreachable registry is an error result, never a failure.
+	rec := &recordingTransport{next: rt}
+	repo.Client = &http.Client{Transport: rec}
 	artifact := target.Digest(ref.DigestStr()).String()
 	_, _, err = notation.Verify(ctx, verifier, notationregistry.NewRepository(repo), notation.VerifyOptions{
 		ArtifactReference:    artifact,
 		MaxSignatureAttempts: 50,
 	})
+	if err != nil {
+		if infraErr := rec.failure(); infraErr != nil {
+			return infraErr
+		}
+	}
 	return err
+}
+
+// recordingTransport remembers the first request that got no answer, or a
+// server error or rate limit.
+type recordingTransport struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	err  error
+}
+
+func (r *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	var noted error
+	switch {
+	case err != nil:
+		noted = err
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
+		noted = infra(fmt.Errorf("%s %s: %s", req.Method, req.URL.Redacted(), resp.Status))
+	}
+	if noted != nil {
+		r.mu.Lock()
+		if r.err == nil {
+			r.err = noted
+		}
+		r.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (r *recordingTransport) failure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil && Unreachable(r.err) {
+		return r.err
+	}
+	return nil
 }
 
 func firstNonEmpty(s ...string) string {

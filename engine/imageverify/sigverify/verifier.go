@@ -261,6 +261,9 @@ func (v *Verifier) digestOf(ctx context.Context, ref name.Reference) (string, er
 		return d.DigestStr(), nil
 	}
 	key := ref.Name()
+	if l, ok := ctx.Value(keychainKey{}).(*lazyKeychain); ok {
+		key += "\x00" + l.id
+	}
 	if e, ok := v.digests.Get(key); ok {
 		c := e.(cachedDigest)
 		if !v.opts.Now().After(c.until) {
@@ -357,27 +360,33 @@ type tenantKey struct{}
 // (never on a cache hit).
 func (v *Verifier) withKeychain(ctx context.Context, c imageverify.Check) context.Context {
 	var reads []func(context.Context) (authn.Keychain, error)
+	var id []string
 	if len(c.PullSecrets) > 0 && c.Namespace != "" && v.opts.PodKeychain != nil {
 		ns, names := c.Namespace, c.PullSecrets
 		reads = append(reads, func(ctx context.Context) (authn.Keychain, error) { return v.opts.PodKeychain(ctx, ns, names) })
+		id = append(id, "pod:"+ns+"/"+strings.Join(names, ","))
 	}
 	tenant, _ := ctx.Value(tenantKey{}).(bool) // a tenant's policy borrows none of tally's credentials
 	if rc := c.Entry.ImageRegistryCredentials; rc != nil && len(rc.Secrets) > 0 && v.opts.SecretKeychain != nil && !tenant {
 		secrets := rc.Secrets
 		reads = append(reads, func(ctx context.Context) (authn.Keychain, error) { return v.opts.SecretKeychain(ctx, secrets) })
+		id = append(id, "entry:"+strings.Join(secrets, ","))
 	}
 	if len(reads) == 0 {
 		return ctx
 	}
-	return context.WithValue(ctx, keychainKey{}, &lazyKeychain{reads: reads, fallback: v.opts.Keychain})
+	return context.WithValue(ctx, keychainKey{}, &lazyKeychain{reads: reads, fallback: v.opts.Keychain, id: strings.Join(id, "\x00")})
 }
 
 // lazyKeychain reads the check's Secrets once, when first needed. Secrets
 // that cannot be read leave the others and the default credentials, and
 // the registry's answer (unauthorized) says the rest.
 type lazyKeychain struct {
-	once     sync.Once
-	reads    []func(context.Context) (authn.Keychain, error)
+	once  sync.Once
+	reads []func(context.Context) (authn.Keychain, error)
+	// id names the credentials, so that what one set of them read is not
+	// served to a check without them.
+	id       string
 	fallback authn.Keychain
 	kc       authn.Keychain
 }
