@@ -164,6 +164,9 @@ func TestScannerEmitsResultEvents(t *testing.T) {
 			fail := map[string]string{policy.Name + "/pods": "fail"}
 			waitForPolicyReport(ctx, t, cfg, bad, fail)
 			waitForPolicyReport(ctx, t, cfg, sentinel, fail)
+			// and the passing Pod's: a restart before its report is written
+			// would read nothing back for it, and take its pass for a change.
+			waitForPolicyReport(ctx, t, cfg, good, map[string]string{policy.Name + "/pods": "pass"})
 			merger.stop()
 			scanner.stop()
 			scanner = startScannerWith(t, cfg.Client().RESTConfig(), "default", &outage{}, func(o *scan.Options) { o.Events.Success = true })

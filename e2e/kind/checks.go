@@ -75,6 +75,8 @@ var AllowedWrites = []WriteGrant{
 	{Group: "policies.kyverno.io", Resource: "namespacedvalidatingpolicies/status", Verbs: []string{"patch"}},
 	{Group: "policies.kyverno.io", Resource: "mutatingpolicies/status", Verbs: []string{"patch"}},
 	{Group: "policies.kyverno.io", Resource: "namespacedmutatingpolicies/status", Verbs: []string{"patch"}},
+	{Group: "policies.kyverno.io", Resource: "imagevalidatingpolicies/status", Verbs: []string{"patch"}},
+	{Group: "policies.kyverno.io", Resource: "namespacedimagevalidatingpolicies/status", Verbs: []string{"patch"}},
 	{Group: "", Resource: "events", Verbs: []string{"create", "patch"}},
 	{Group: "events.k8s.io", Resource: "events", Verbs: []string{"create", "patch"}},
 	// Each scanner replica's membership Lease is named after its Pod
@@ -156,7 +158,7 @@ func userRole(r *rbacv1.ClusterRole) bool {
 // userKinds are what the roles aggregated for users may cover.
 var userKinds = map[string]bool{
 	"kyverno.io/policies": true, "kyverno.io/policyexceptions": true,
-	"policies.kyverno.io/namespacedvalidatingpolicies": true, "policies.kyverno.io/namespacedmutatingpolicies": true, "policies.kyverno.io/policyexceptions": true,
+	"policies.kyverno.io/namespacedvalidatingpolicies": true, "policies.kyverno.io/namespacedmutatingpolicies": true, "policies.kyverno.io/namespacedimagevalidatingpolicies": true, "policies.kyverno.io/policyexceptions": true,
 	"wgpolicyk8s.io/policyreports": true, "openreports.io/reports": true,
 }
 

@@ -93,7 +93,7 @@ func TestRenderOverlays(t *testing.T) {
 	}
 	// Standalone, 3 more ClusterRoles: those aggregated into admin, edit
 	// and view for users (config/rbac/tenants).
-	standalone := with(map[string]int{"ClusterRole": 8, "CustomResourceDefinition": 15, "Role": 2, "RoleBinding": 2, "Service": 3, "ValidatingWebhookConfiguration": 1})
+	standalone := with(map[string]int{"ClusterRole": 8, "CustomResourceDefinition": 17, "Role": 2, "RoleBinding": 2, "Service": 3, "ValidatingWebhookConfiguration": 1})
 	for _, tc := range []struct {
 		overlay string
 		kinds   map[string]int
