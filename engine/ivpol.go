@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/gobwas/glob"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -337,14 +336,7 @@ func builtinImages(obj map[string]any) map[string][]string {
 	spec := podSpecOf(obj)
 	out := map[string][]string{}
 	for _, list := range [...]string{"containers", "initContainers", "ephemeralContainers"} {
-		out[list] = nil
-		cs, _ := spec[list].([]any)
-		for _, c := range cs {
-			cm, _ := c.(map[string]any)
-			if image, ok := cm["image"].(string); ok {
-				out[list] = append(out[list], image)
-			}
-		}
+		out[list] = listImages(spec, list)
 	}
 	return out
 }
@@ -417,7 +409,8 @@ func (v *validatingPolicy) evaluateImages(e *evaluation, variant *vpolVariant, i
 			}
 		}
 	}
-	s := &imageSession{e: e, ip: ip, prog: variant.prog, in: in, selected: map[string]bool{}, tried: map[string]bool{}, verified: map[string]bool{}}
+	s := &imageSession{e: e, ip: ip, prog: variant.prog, in: in, selected: map[string]bool{}, tried: map[string]bool{}, verified: map[string]bool{},
+		pullSecrets: pullSecrets(e.req.subject())}
 	for _, img := range all {
 		s.selected[img] = true
 	}
@@ -492,7 +485,8 @@ type imageSession struct {
 	// payloads are the statements of attestations verified, by image and
 	// attestation.
 	payloads map[string][]map[string]any
-	mu       sync.Mutex
+	// pullSecrets are the resource's imagePullSecrets (its credentials).
+	pullSecrets []string
 }
 
 var _ cel.ImageVerification = (*imageSession)(nil)
@@ -502,7 +496,7 @@ var _ cel.ImageVerification = (*imageSession)(nil)
 func (s *imageSession) check(image string, entry *imageverify.Verification) imageverify.Check {
 	entry.ImageRegistryCredentials = s.ip.credentials
 	return imageverify.Check{Image: image, Policy: s.e.policy.Name, Tenant: s.e.policy.Namespace != "", Entry: entry,
-		Namespace: s.e.res.Namespace, PullSecrets: pullSecrets(s.e.req.subject())}
+		Namespace: s.e.res.Namespace, PullSecrets: s.pullSecrets}
 }
 
 // attestor is the named attestor with its expressions evaluated.
@@ -616,7 +610,6 @@ func (s *imageSession) verify(ctx context.Context, image string, attestors []str
 		c.Identity = identity
 		c.Statements = attestation != nil
 		o := s.e.req.Images.Verify(ctx, c)
-		s.mu.Lock()
 		s.tried[image] = true
 		switch o.Result {
 		case string(Pass):
@@ -629,10 +622,8 @@ func (s *imageSession) verify(ctx context.Context, image string, attestors []str
 				s.payloads[image+"\x00"+attestation.Name] = o.Statements[0]
 			}
 		case string(Error):
-			s.mu.Unlock()
 			return 0, fmt.Errorf("failed to get imagedata: %s", o.Message)
 		}
-		s.mu.Unlock()
 	}
 	return n, nil
 }
@@ -662,9 +653,7 @@ func (s *imageSession) Payload(_ context.Context, image, attestation string) (an
 	if a.InToto == nil {
 		return nil, fmt.Errorf("failed to get payload: referrer attestations are not read by tally (docs/known-differences.md)")
 	}
-	s.mu.Lock()
 	statements := s.payloads[image+"\x00"+attestation]
-	s.mu.Unlock()
 	if len(statements) == 0 {
 		return nil, fmt.Errorf("failed to get payload: intoto attestation payload cannot be fetch before verifying intoto attestation")
 	}

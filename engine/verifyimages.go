@@ -98,12 +98,24 @@ func containerImages(obj map[string]any) []string {
 	spec := podSpecOf(obj)
 	var out []string
 	for _, list := range [...]string{"initContainers", "containers", "ephemeralContainers"} {
-		cs, _ := spec[list].([]any)
-		for _, c := range cs {
-			cm, _ := c.(map[string]any)
-			if image, ok := cm["image"].(string); ok && image != "" {
+		for _, image := range listImages(spec, list) {
+			if image != "" {
 				out = append(out, image)
 			}
+		}
+	}
+	return out
+}
+
+// listImages are the images of one container list of a pod spec, as
+// written.
+func listImages(spec map[string]any, list string) []string {
+	cs, _ := spec[list].([]any)
+	var out []string
+	for _, c := range cs {
+		cm, _ := c.(map[string]any)
+		if image, ok := cm["image"].(string); ok {
+			out = append(out, image)
 		}
 	}
 	return out

@@ -15,6 +15,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	admissionregistrationv1beta1 "k8s.io/api/admissionregistration/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -314,13 +315,13 @@ func loadPolicy(d Document, bindings admissionBindings) *LoadedPolicy {
 		lp.Name = ns + "/" + name
 	}
 	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindValidatingPolicy || kind == policiesv1.KindNamespacedValidatingPolicy) {
-		return loadValidatingPolicy(d, lp)
+		return loadCELPolicy(d, lp, policiesv1.KindNamespacedValidatingPolicy, engine.CompileValidatingPolicy)
 	}
 	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindMutatingPolicy || kind == policiesv1.KindNamespacedMutatingPolicy) {
-		return loadMutatingPolicy(d, lp)
+		return loadCELPolicy(d, lp, policiesv1.KindNamespacedMutatingPolicy, engine.CompileMutatingPolicy)
 	}
 	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindImageValidatingPolicy || kind == policiesv1.KindNamespacedImageValidatingPolicy) {
-		return loadImageValidatingPolicy(d, lp)
+		return loadCELPolicy(d, lp, policiesv1.KindNamespacedImageValidatingPolicy, engine.CompileImageValidatingPolicy)
 	}
 	if isVAPKind(d, kindVAP) {
 		return loadValidatingAdmissionPolicy(d, lp, bindings.validating)
@@ -373,61 +374,23 @@ func loadPolicy(d Document, bindings admissionBindings) *LoadedPolicy {
 	return lp
 }
 
-// loadValidatingPolicy reads a ValidatingPolicy or NamespacedValidatingPolicy
-// (every served version has the same spec) and compiles it; one whose
+// loadCELPolicy reads a policies.kyverno.io policy of type T strictly
+// (every served version has the same spec) and compiles it; one of the
+// namespaced kind without a namespace is put in "default". One whose
 // expressions do not compile is refused with the compiler's messages.
-func loadValidatingPolicy(d Document, lp *LoadedPolicy) *LoadedPolicy {
+func loadCELPolicy[T any, P interface {
+	*T
+	metav1.Object
+}](d Document, lp *LoadedPolicy, namespacedKind string, compile func(P) (*engine.Policy, error)) *LoadedPolicy {
 	data, err := sigsyaml.Marshal(d.Object)
 	if err == nil {
-		var vp policiesv1.ValidatingPolicy
-		if err = sigsyaml.UnmarshalStrict(data, &vp); err == nil {
-			if lp.Kind == policiesv1.KindNamespacedValidatingPolicy && vp.Namespace == "" {
-				vp.Namespace = "default"
-				lp.Name = "default/" + vp.Name
+		p := P(new(T))
+		if err = sigsyaml.UnmarshalStrict(data, p); err == nil {
+			if lp.Kind == namespacedKind && p.GetNamespace() == "" {
+				p.SetNamespace("default")
+				lp.Name = "default/" + p.GetName()
 			}
-			lp.Policy, err = engine.CompileValidatingPolicy(&vp)
-		}
-	}
-	if err != nil {
-		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: lp.Kind, Name: lp.Name, Err: err}
-	}
-	return lp
-}
-
-// loadMutatingPolicy reads a MutatingPolicy or NamespacedMutatingPolicy
-// and compiles it; one whose expressions do not compile is refused with
-// the compiler's messages.
-func loadMutatingPolicy(d Document, lp *LoadedPolicy) *LoadedPolicy {
-	data, err := sigsyaml.Marshal(d.Object)
-	if err == nil {
-		var mp policiesv1.MutatingPolicy
-		if err = sigsyaml.UnmarshalStrict(data, &mp); err == nil {
-			if lp.Kind == policiesv1.KindNamespacedMutatingPolicy && mp.Namespace == "" {
-				mp.Namespace = "default"
-				lp.Name = "default/" + mp.Name
-			}
-			lp.Policy, err = engine.CompileMutatingPolicy(&mp)
-		}
-	}
-	if err != nil {
-		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: lp.Kind, Name: lp.Name, Err: err}
-	}
-	return lp
-}
-
-// loadImageValidatingPolicy reads an ImageValidatingPolicy or
-// NamespacedImageValidatingPolicy and compiles it; one whose expressions
-// do not compile is refused with the compiler's messages.
-func loadImageValidatingPolicy(d Document, lp *LoadedPolicy) *LoadedPolicy {
-	data, err := sigsyaml.Marshal(d.Object)
-	if err == nil {
-		var ip policiesv1.ImageValidatingPolicy
-		if err = sigsyaml.UnmarshalStrict(data, &ip); err == nil {
-			if lp.Kind == policiesv1.KindNamespacedImageValidatingPolicy && ip.Namespace == "" {
-				ip.Namespace = "default"
-				lp.Name = "default/" + ip.Name
-			}
-			lp.Policy, err = engine.CompileImageValidatingPolicy(&ip)
+			lp.Policy, err = compile(p)
 		}
 	}
 	if err != nil {

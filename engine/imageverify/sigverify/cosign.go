@@ -125,23 +125,13 @@ func (v *Verifier) verifyEntry(ctx context.Context, e *imageverify.Verification,
 // or keyless identity, its transparency log and SCT switches, its
 // annotations, and where the signatures are.
 func (v *Verifier) checkOpts(ctx context.Context, e *imageverify.Verification, a imageverify.Attestor, ref name.Digest) (*cosign.CheckOpts, string, error) {
-	target := ref.Context()
 	var remoteOpts []ociremote.Option
-	repo := a.Repository
-	if repo == "" {
-		repo = e.Repository
+	target, moved, err := signatureRepository(e, a, ref)
+	if err != nil {
+		return nil, "", err
 	}
-	if repo != "" {
-		var nopts []name.Option
-		if rc := e.ImageRegistryCredentials; rc != nil && rc.AllowInsecureRegistry {
-			nopts = append(nopts, name.Insecure)
-		}
-		r, err := name.NewRepository(repo, nopts...)
-		if err != nil {
-			return nil, "", fmt.Errorf("repository %q: %w", repo, err)
-		}
-		target = r
-		remoteOpts = append(remoteOpts, ociremote.WithTargetRepository(r))
+	if moved {
+		remoteOpts = append(remoteOpts, ociremote.WithTargetRepository(target))
 	}
 	ropts, err := v.remoteOptions(ctx, target)
 	if err != nil {
@@ -413,4 +403,24 @@ func (v *Verifier) secretKey(ctx context.Context, ref *imageverify.SecretRef) (s
 		return "", fmt.Errorf("secret %s/%s has no cosign.pub", ref.Namespace, ref.Name)
 	}
 	return string(pub), nil
+}
+
+// signatureRepository is where an attestor's signatures are: its
+// repository, else the entry's, else the image's own (moved false).
+func signatureRepository(e *imageverify.Verification, a imageverify.Attestor, ref name.Digest) (repo name.Repository, moved bool, err error) {
+	r := a.Repository
+	if r == "" {
+		r = e.Repository
+	}
+	if r == "" {
+		return ref.Context(), false, nil
+	}
+	var opts []name.Option
+	if rc := e.ImageRegistryCredentials; rc != nil && rc.AllowInsecureRegistry {
+		opts = append(opts, name.Insecure)
+	}
+	if repo, err = name.NewRepository(r, opts...); err != nil {
+		return repo, false, fmt.Errorf("repository %q: %w", r, err)
+	}
+	return repo, true, nil
 }

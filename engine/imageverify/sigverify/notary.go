@@ -103,15 +103,9 @@ func (v *Verifier) verifyNotaryEntry(ctx context.Context, e *imageverify.Verific
 	if err != nil {
 		return fmt.Errorf("notation verifier: %w", err)
 	}
-	target := ref.Context()
-	if repo := firstNonEmpty(a.Repository, e.Repository); repo != "" {
-		var nopts []name.Option
-		if rc := e.ImageRegistryCredentials; rc != nil && rc.AllowInsecureRegistry {
-			nopts = append(nopts, name.Insecure)
-		}
-		if target, err = name.NewRepository(repo, nopts...); err != nil {
-			return fmt.Errorf("repository %q: %w", repo, err)
-		}
+	target, _, err := signatureRepository(e, a, ref)
+	if err != nil {
+		return err
 	}
 	rt, err := v.transportFor(ctx, target)
 	if err != nil {
@@ -174,15 +168,6 @@ func (r *recordingTransport) failure() error {
 		return r.err
 	}
 	return nil
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, x := range s {
-		if x != "" {
-			return x
-		}
-	}
-	return ""
 }
 
 // memoryTrustStore is a trust store of certificates by type, all in the

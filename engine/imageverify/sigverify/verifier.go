@@ -154,25 +154,9 @@ func (v *Verifier) Verifications() int64 { return v.verifications.Load() }
 
 // Verify checks one image against one verifyImages entry.
 func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.Outcome {
-	var opts []name.Option
-	if rc := c.Entry.ImageRegistryCredentials; rc != nil && rc.AllowInsecureRegistry {
-		opts = append(opts, name.Insecure)
-	}
-	ref, err := name.ParseReference(c.Image, opts...)
+	ctx, ref, registry, digest, err := v.resolve(ctx, c)
 	if err != nil {
 		return v.failed(c.Image, err)
-	}
-	registry := ref.Context().RegistryStr()
-	if err := v.isDown(registry); err != nil {
-		return v.failed(c.Image, err)
-	}
-	if c.Tenant {
-		ctx = context.WithValue(ctx, tenantKey{}, true)
-	}
-	ctx = v.withKeychain(ctx, c)
-	digest, err := v.digestOf(ctx, ref)
-	if err != nil {
-		return v.failed(c.Image, v.noteDown(registry, err))
 	}
 	key := c.Identity + "\x00" + ref.Context().Name() + "@" + digest
 	useCache := imageverify.On(c.Entry.UseCache)
@@ -213,24 +197,33 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 // validations run (R42). The error of a registry that does not answer is
 // Unreachable.
 func (v *Verifier) Resolve(ctx context.Context, c imageverify.Check) (string, error) {
+	_, _, _, digest, err := v.resolve(ctx, c)
+	return digest, err
+}
+
+// resolve parses the check's image and reads its digest, with the check's
+// credentials (carried in the context returned): what Verify and Resolve
+// share. A registry known to be down is not asked; one that does not
+// answer is noted down.
+func (v *Verifier) resolve(ctx context.Context, c imageverify.Check) (context.Context, name.Reference, string, string, error) {
 	var opts []name.Option
 	if rc := c.Entry.ImageRegistryCredentials; rc != nil && rc.AllowInsecureRegistry {
 		opts = append(opts, name.Insecure)
 	}
 	ref, err := name.ParseReference(c.Image, opts...)
 	if err != nil {
-		return "", err
+		return ctx, nil, "", "", err
 	}
 	registry := ref.Context().RegistryStr()
 	if err := v.isDown(registry); err != nil {
-		return "", err
+		return ctx, ref, registry, "", err
 	}
 	if c.Tenant {
 		ctx = context.WithValue(ctx, tenantKey{}, true)
 	}
 	ctx = v.withKeychain(ctx, c)
-	d, err := v.digestOf(ctx, ref)
-	return d, v.noteDown(registry, err)
+	digest, err := v.digestOf(ctx, ref)
+	return ctx, ref, registry, digest, v.noteDown(registry, err)
 }
 
 const (
