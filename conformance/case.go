@@ -299,6 +299,9 @@ type Then struct {
 	Events []EventExpectation `json:"events,omitempty"`
 	// Counts count the final reports of a namespace holding a result.
 	Counts []CountExpectation `json:"counts,omitempty"`
+	// Clients are clients of the reports that must show what the final
+	// reports hold (cases using them need the client's capability).
+	Clients []ClientExpectation `json:"clients,omitempty"`
 }
 
 // CountExpectation: exactly Reports final reports of the namespace hold one

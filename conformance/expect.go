@@ -97,6 +97,11 @@ func (x *run) check(ctx context.Context, then Then, before map[Ref]string) error
 			errs = append(errs, fmt.Errorf("metric %s%v of the %s: %w", e.Name, e.Labels, e.Component, err))
 		}
 	}
+	for _, e := range then.Clients {
+		if err := x.checkClient(ctx, e); err != nil {
+			errs = append(errs, fmt.Errorf("%s of %s: %w", e.Client, e.Namespace, err))
+		}
+	}
 	for ref, rv := range before {
 		rep, err := x.finalReport(ctx, ref)
 		switch {
@@ -136,6 +141,11 @@ func (x *run) checkReport(ctx context.Context, e ReportExpectation) error {
 	}
 	if err := checkReportShape(u, &rep); err != nil {
 		return err
+	}
+	if st, ok := x.Provider.(ReportStore); ok {
+		if key, want := st.StoredBy(); key != "" && u.GetAnnotations()[key] != want {
+			return fmt.Errorf("annotation %s = %q, want %q: the report is not stored where the provider puts reports", key, u.GetAnnotations()[key], want)
+		}
 	}
 	if lp, ok := x.Provider.(ManagedByLabeler); ok {
 		if got, want := u.GetLabels()["app.kubernetes.io/managed-by"], lp.ManagedBy(); got != want {

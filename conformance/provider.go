@@ -45,6 +45,14 @@ type ManagedByLabeler interface {
 	ManagedBy() string
 }
 
+// ReportStore is a provider whose report kinds are stored outside the
+// cluster's etcd (reports-server, an aggregated API server): every final
+// report the suite reads must carry the annotation the store sets on what it
+// serves, key: value (key "" when the cluster stores them itself).
+type ReportStore interface {
+	StoredBy() (key, value string)
+}
+
 // ReviewForger is a provider that can post an AdmissionReview straight to
 // tally's webhook, as another Pod of the cluster could (without the API
 // server's client certificate). ForgeReview returns an error wrapping

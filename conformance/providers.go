@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -46,7 +47,9 @@ type Deployed struct {
 	config *rest.Config
 	kube   kubernetes.Interface
 	tally  bool
-	found  string
+	// policyReporter: policy-reporter's Service exists (PolicyReporterGet).
+	policyReporter bool
+	found          string
 }
 
 // Found says which cluster and reporting implementation the provider found.
@@ -86,6 +89,8 @@ func NewDeployedFromConfig(ctx context.Context, name string, cfg *rest.Config) (
 	defer cancel()
 	_, err = pk.AppsV1().Deployments(localNamespace).Get(ctx, "tally-scanner", metav1.GetOptions{})
 	d.tally = err == nil
+	_, err = pk.CoreV1().Services(PolicyReporterNamespace).Get(ctx, PolicyReporterService, metav1.GetOptions{})
+	d.policyReporter = err == nil
 	d.found = "Kubernetes " + version.GitVersion + ", "
 	switch {
 	case d.tally:
@@ -104,10 +109,16 @@ func NewDeployedFromConfig(ctx context.Context, name string, cfg *rest.Config) (
 			d.found += "no known reporting implementation (neither tally-system/tally-scanner nor Deployments labelled app.kubernetes.io/part-of=kyverno)"
 		}
 	}
+	if d.policyReporter {
+		d.found += ", policy-reporter (Service " + PolicyReporterNamespace + "/" + PolicyReporterService + ")"
+	}
 	return d, nil
 }
 
-func (d *Deployed) Name() string         { return d.name }
+func (d *Deployed) Name() string { return d.name }
+
+// Rename names the provider as the suite's title shows it.
+func (d *Deployed) Rename(name string)   { d.name = name }
 func (d *Deployed) Config() *rest.Config { return d.config }
 func (d *Deployed) Can(what string) bool {
 	switch what {
@@ -117,8 +128,31 @@ func (d *Deployed) Can(what string) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return d.tally && d.Sharded(ctx)
+	case CanPolicyReporter:
+		return d.policyReporter
 	}
 	return false
+}
+
+// policy-reporter's Service, as its chart installs it (release
+// policy-reporter): REST under /v1 and /v2, metrics under /metrics.
+const (
+	PolicyReporterNamespace = "policy-reporter"
+	PolicyReporterService   = "policy-reporter"
+	PolicyReporterPort      = 8080
+)
+
+// PolicyReporterGet reads a path of policy-reporter's Service through the
+// API server's service proxy.
+func (d *Deployed) PolicyReporterGet(ctx context.Context, path string, query url.Values) ([]byte, error) {
+	req := d.kube.CoreV1().RESTClient().Get().
+		AbsPath("/api/v1/namespaces", PolicyReporterNamespace, "services", fmt.Sprintf("%s:%d", PolicyReporterService, PolicyReporterPort), "proxy", path)
+	for key, values := range query {
+		for _, v := range values {
+			req = req.Param(key, v)
+		}
+	}
+	return req.DoRaw(ctx)
 }
 
 // Sharded reports whether tally's pairs divide the namespaces (their

@@ -52,7 +52,11 @@ func startKind(ctx context.Context) (conformance.Provider, func() error, error) 
 		_ = stop() // best effort: the setup error is the one to report
 		return nil, nil, err
 	}
-	return &Kind{Deployed: d, cluster: kind.ClusterName(), kube: kube, registry: registry}, stop, nil
+	store, _ := kind.ReportsServerStore() // checked by Start
+	if store != "" {
+		d.Rename("kind, reports in reports-server (" + store + ")")
+	}
+	return &Kind{Deployed: d, cluster: kind.ClusterName(), kube: kube, registry: registry, reportsServer: store}, stop, nil
 }
 
 // Kind is tally deployed on a kind cluster by e2e/kind: a Deployed provider
@@ -66,6 +70,18 @@ type Kind struct {
 	kube    kubernetes.Interface
 	// registry is the address of the suite's image registry in the cluster.
 	registry string
+	// reportsServer is the store of the reports-server the reports are
+	// kept in (kind.ReportsServerEnv), or "".
+	reportsServer string
+}
+
+// StoredBy is the annotation reports-server sets on the reports it serves,
+// when the run installed it.
+func (k *Kind) StoredBy() (string, string) {
+	if k.reportsServer == "" {
+		return "", ""
+	}
+	return kind.ReportsServerAnnotation, kind.ReportsServerAnnotationValue
 }
 
 // Can adds to a Deployed tally what Setup installed: tally's own webhook,

@@ -4,11 +4,15 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -57,14 +61,42 @@ func BuildStaticImage(ctx context.Context, root, image string, pkgs []string, en
 		return fmt.Errorf("go %v: %w\n%s", args, err, tail(out, 4000))
 	}
 
+	files := make([]ImageFile, len(names))
+	for i, n := range names {
+		files[i] = ImageFile{Path: "/usr/local/bin/" + n, Source: filepath.Join(dir, n)}
+	}
+	return ImportImage(ctx, image, files, "65532:65532", "", []string{entrypoint})
+}
+
+// ImageFile is a file (or, Source being a folder, a tree) an imported
+// image holds at Path.
+type ImageFile struct{ Path, Source string }
+
+// ImportImage `docker import`s an image of no base holding files (and an
+// empty /tmp), run as user ("" for root) in workdir ("" for /) with
+// entrypoint: tally's own images, and the third-party ones the kind runs
+// add (reports-server, policy-reporter, etcd, PostgreSQL), built from
+// binaries on this machine because no registry can be reached.
+func ImportImage(ctx context.Context, image string, files []ImageFile, user, workdir string, entrypoint []string) error {
+	if _, err := exec.LookPath("docker"); err != nil {
+		return fmt.Errorf("building %s needs Docker: %w", image, err)
+	}
 	var layer bytes.Buffer
-	if err := writeLayer(&layer, dir, names); err != nil {
+	if err := writeLayer(&layer, files); err != nil {
+		return fmt.Errorf("image %s: %w", image, err)
+	}
+	ep, err := json.Marshal(entrypoint)
+	if err != nil {
 		return err
 	}
-	imp := exec.CommandContext(ctx, "docker", "import",
-		"--change", "USER 65532:65532",
-		"--change", `ENTRYPOINT ["`+entrypoint+`"]`,
-		"-", image)
+	args := []string{"import", "--change", "ENTRYPOINT " + string(ep)}
+	if user != "" {
+		args = append(args, "--change", "USER "+user)
+	}
+	if workdir != "" {
+		args = append(args, "--change", "WORKDIR "+workdir)
+	}
+	imp := exec.CommandContext(ctx, "docker", append(args, "-", image)...)
 	imp.Stdin = &layer
 	if out, err := imp.CombinedOutput(); err != nil {
 		return fmt.Errorf("docker import %s: %w\n%s", image, err, tail(out, 4000))
@@ -72,29 +104,75 @@ func BuildStaticImage(ctx context.Context, root, image string, pkgs []string, en
 	return nil
 }
 
-// writeLayer writes the image's file system as a tar stream: /usr/local/bin
-// with the binaries from dir, and an empty /tmp (the chart mounts one).
-func writeLayer(w io.Writer, dir string, binaries []string) error {
+// writeLayer writes the image's file system as a tar stream: an empty /tmp
+// (the charts mount one) and the files, with their parent folders; a
+// Source folder is copied whole, symbolic links kept.
+func writeLayer(w io.Writer, files []ImageFile) error {
 	tw := tar.NewWriter(w)
 	now := time.Now()
-	for _, d := range []string{"usr/", "usr/local/", "usr/local/bin/"} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755, ModTime: now}); err != nil {
-			return err
+	dirs := map[string]bool{}
+	mkdir := func(name string, mode int64) error {
+		if dirs[name] {
+			return nil
 		}
+		dirs[name] = true
+		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, ModTime: now})
 	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777, ModTime: now}); err != nil {
+	parents := func(name string) error {
+		parts := strings.Split(name, "/")
+		for i := 1; i < len(parts); i++ {
+			if err := mkdir(strings.Join(parts[:i], "/"), 0o755); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := mkdir("tmp", 0o1777); err != nil {
 		return err
 	}
-	for _, b := range binaries {
-		data, err := os.ReadFile(filepath.Join(dir, b))
+	for _, f := range files {
+		root := strings.TrimPrefix(path.Clean(f.Path), "/")
+		if err := parents(root); err != nil {
+			return err
+		}
+		err := filepath.WalkDir(f.Source, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(f.Source, p)
+			if err != nil {
+				return err
+			}
+			name := path.Join(root, filepath.ToSlash(rel))
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			switch {
+			case d.IsDir():
+				return mkdir(name, 0o755)
+			case info.Mode()&fs.ModeSymlink != 0:
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777, ModTime: now})
+			}
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			mode := int64(0o644)
+			if info.Mode()&0o111 != 0 {
+				mode = 0o755
+			}
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(data)), ModTime: now}); err != nil {
+				return err
+			}
+			_, err = tw.Write(data)
+			return err
+		})
 		if err != nil {
-			return err
-		}
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: "usr/local/bin/" + b, Mode: 0o755, Size: int64(len(data)), ModTime: now}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if _, err := tw.Write(data); err != nil {
 			return err
 		}
 	}

@@ -101,6 +101,26 @@ func Setup(clusterName string) env.Func {
 		if err := BuildStaticImage(ctx, root, RegistryImage, []string{"./conformance/registry"}, "/usr/local/bin/registry"); err != nil {
 			return ctx, err
 		}
+		store, err := ReportsServerStore()
+		if err != nil {
+			return ctx, err
+		}
+		images := []string{Image, RegistryImage}
+		var reportsServer string
+		if store != "" {
+			var more []string
+			if reportsServer, more, err = buildReportsServerImages(ctx, root, store); err != nil {
+				return ctx, err
+			}
+			images = append(images, more...)
+		}
+		var policyReporter string
+		if PolicyReporterWanted() {
+			if policyReporter, err = buildPolicyReporterImage(ctx, root); err != nil {
+				return ctx, err
+			}
+			images = append(images, PolicyReporterImage)
+		}
 		authDir, err := os.MkdirTemp("", "tally-kind-")
 		if err != nil {
 			return ctx, err
@@ -118,7 +138,7 @@ func Setup(clusterName string) env.Func {
 			return ctx, fmt.Errorf("create kind cluster %s: %w", clusterName, err)
 		}
 		step("cluster %s created in %s", clusterName, time.Since(start).Round(time.Second))
-		for _, image := range []string{Image, RegistryImage} {
+		for _, image := range images {
 			if ctx, err = envfuncs.LoadImageToCluster(clusterName, image)(ctx, cfg); err != nil {
 				return ctx, fmt.Errorf("load %s into kind cluster %s: %w", image, clusterName, err)
 			}
@@ -130,13 +150,23 @@ func Setup(clusterName string) env.Func {
 		if err := createClientCASecret(ctx, rc, caFile); err != nil {
 			return ctx, err
 		}
-		step("helm install tally %s --namespace %s (standalone)", Chart, Namespace)
+		if store != "" {
+			if err := installReportsServer(ctx, root, reportsServer, store, clusterName, cfg.KubeconfigFile(), rc); err != nil {
+				return ctx, err
+			}
+		}
+		reportAPI := "wgpolicyk8s"
+		if os.Getenv("TALLY_CONFORMANCE_REPORT_API") == "openreports" {
+			reportAPI = "openreports"
+		}
+		step("helm install tally %s --namespace %s (standalone, reports in %s)", Chart, Namespace, reportAPI)
 		repo, tag, _ := strings.Cut(Image, ":")
 		if err := run(ctx, root, "go", "tool", "helm", "install", "tally", Chart,
 			"--kubeconfig", cfg.KubeconfigFile(), "--namespace", Namespace,
 			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
 			"--set", "webhook.clientCA.secretName="+webhookClientCASecret, "--set", "scanner.rescanEndpoint=true",
-			"--set", "exceptionNamespace="+ExceptionNamespace, "--set", "mutatingAdmissionPolicyReports=true"); err != nil {
+			"--set", "exceptionNamespace="+ExceptionNamespace, "--set", "mutatingAdmissionPolicyReports=true",
+			"--set", "reportAPI="+reportAPI); err != nil {
 			return ctx, err
 		}
 		start = time.Now()
@@ -144,6 +174,11 @@ func Setup(clusterName string) env.Func {
 			return ctx, err
 		}
 		step("Deployment %s/%s (scanner and merger) Available, webhook ready (%s)", Namespace, ScannerDeployment, time.Since(start).Round(time.Second))
+		if policyReporter != "" {
+			if err := installPolicyReporter(ctx, root, policyReporter, cfg.KubeconfigFile(), rc); err != nil {
+				return ctx, err
+			}
+		}
 		return ctx, nil
 	}
 }

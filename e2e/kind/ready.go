@@ -68,6 +68,29 @@ func WaitReady(ctx context.Context, cfg *rest.Config, namespace string, timeout 
 	return nil
 }
 
+// waitDeployment waits until the Deployment namespace/name is Available
+// with every replica updated.
+func waitDeployment(ctx context.Context, cfg *rest.Config, namespace, name string, timeout time.Duration) error {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	var missing string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		d, err := kube.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			missing = err.Error()
+			return false, nil
+		}
+		missing = notAvailable(d)
+		return missing == "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("Deployment %s/%s not ready after %s: %s: %w", namespace, name, timeout, missing, err)
+	}
+	return nil
+}
+
 // notAvailable says why a Deployment is not fully rolled out and available,
 // or returns "".
 func notAvailable(d *appsv1.Deployment) string {
