@@ -73,12 +73,13 @@ lint:
 controlplane:
 	@bash hack/controlplane/build.sh
 
-## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in, with three scanner pairs sharding the namespaces (and the shard fault cases), its matrix and lifecycle cases with OpenReports, its forged-review cases with the webhook's client authentication off, and the whole suite on kind (e2e-kind)
+## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in, with three scanner pairs sharding the namespaces (and the shard fault cases), its matrix and lifecycle cases with OpenReports, its report cases beside the stand-in with reports-server storing the reports (and Kyverno's EphemeralReports), its forged-review cases with the webhook's client authentication off, and the whole suite on kind with reports-server and policy-reporter, the report cases again on reports-server's PostgreSQL in OpenReports (e2e-kind)
 test: verify-generate lint lint-chart fuzz-short
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 -timeout 60m ./...
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-beside-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-sharded $(GO) test -count=1 -timeout 40m ./conformance/
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -count=1 -timeout 20m ./conformance/ -ginkgo.focus '$(OPENREPORTS_CASES)'
+	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-beside-kyverno TALLY_CONFORMANCE_REPORTS_SERVER=etcd $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)|$(BESIDE_REPORTS_SERVER_CASES)'
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_WEBHOOK_AUTH=off $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(FORGED_CASES)'
 	$(MAKE) e2e-kind
 
@@ -146,11 +147,21 @@ cluster-down:
 	$(GO) build -o $(BIN)/cluster ./hack/cluster
 	$(BIN)/cluster down --dir $(CLUSTER_DIR)
 
-## e2e-kind: the conformance suite on a kind cluster: a Docker engine (hack/kind/docker.sh installs and starts one when none runs, and stops it after), the node image built from packages and modules (hack/kind/node-image.sh, cached), tally's image from static binaries, the cluster of kind-config.yaml, tally installed with its Helm chart; the cluster is deleted after (TALLY_KIND_KEEP=1 keeps it)
+## e2e-kind: the conformance suite on a kind cluster: a Docker engine (hack/kind/docker.sh installs and starts one when none runs, and stops it after), the node image built from packages and modules (hack/kind/node-image.sh, cached), tally's image from static binaries, the cluster of kind-config.yaml, reports-server storing the reports in its own etcd and policy-reporter reading them (both built from ../shared/third_party by hack/thirdparty/build.sh, cached), tally installed with its Helm chart; then the report cases again on a new cluster with reports-server on PostgreSQL and the reports in the OpenReports API; each cluster is deleted after (TALLY_KIND_KEEP=1 keeps it)
 e2e-kind:
 	@bash hack/kind/docker.sh up
 	@trap 'bash hack/kind/docker.sh down' EXIT; \
-	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) $(GO) test -v -count=1 -timeout 60m ./conformance/ -run TestConformance
+	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) TALLY_KIND_REPORTS_SERVER=etcd $(GO) test -v -count=1 -timeout 60m ./conformance/ -run TestConformance && \
+	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) TALLY_KIND_REPORTS_SERVER=postgres TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -v -count=1 -timeout 30m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)'
+
+# Beside the Kyverno stand-in with reports-server storing the reports and
+# Kyverno's EphemeralReports (local control plane), the report cases and
+# these: EphemeralReports folded and deleted, Kyverno's results kept.
+BESIDE_REPORTS_SERVER_CASES := R20-intermediate|R45-
+
+# The report cases, run on kind a second time with reports-server keeping
+# the reports in PostgreSQL and tally writing them in the OpenReports API.
+REPORTS_SERVER_CASES := R(07|08|09|10|14|15|16|18|19|48)-
 
 clean:
 	rm -rf $(BIN) $(CLUSTER_DIR)

@@ -37,6 +37,7 @@ import (
 
 	"github.com/tally-dev/tally/e2e/cluster"
 	"github.com/tally-dev/tally/e2e/kind"
+	"github.com/tally-dev/tally/e2e/reportsserver"
 )
 
 // Local is the provider of `make test` and CI: the local control plane of
@@ -55,9 +56,11 @@ type Local struct {
 	// reportAPI is the API the mergers write final reports in.
 	reportAPI report.API
 	cluster   *cluster.Cluster
-	kube      kubernetes.Interface
-	dir       string
-	bin       string
+	// reports is the reports-server the report kinds are stored in, or nil.
+	reports *reportsserver.Server
+	kube    kubernetes.Interface
+	dir     string
+	bin     string
 
 	stopping  atomic.Bool
 	mu        sync.Mutex
@@ -149,6 +152,9 @@ type LocalOptions struct {
 	// Replicas, when above 0, runs that many scanner pairs that divide the
 	// namespaces (tally-scanner --sharding; standalone only).
 	Replicas int
+	// ReportsServer stores the report kinds in reports-server, with an
+	// etcd of its own, beside the control plane (e2e/reportsserver).
+	ReportsServer bool
 }
 
 // StartLocal starts the cluster and tally. dir receives binaries and logs;
@@ -187,7 +193,7 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 	if err != nil {
 		return nil, err
 	}
-	if l.cluster, err = cluster.Start(ctx, cluster.Options{Logs: logs}); err != nil {
+	if l.cluster, err = cluster.Start(ctx, cluster.Options{Logs: logs, Aggregator: o.ReportsServer}); err != nil {
 		return nil, err
 	}
 	if err := cluster.InstallCRDs(l.cluster.Config); err != nil {
@@ -197,6 +203,11 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 		// Kyverno's chart installs CRDs of kinds tally does not evaluate
 		// (R46): stand-ins of them.
 		if err := cluster.InstallCRDsFrom(l.cluster.Config, filepath.Join(root, "conformance", "harness", "kyverno-crds")); err != nil {
+			return nil, err
+		}
+	}
+	if o.ReportsServer {
+		if l.reports, err = reportsserver.Start(ctx, l.cluster, filepath.Join(dir, "reports-server")); err != nil {
 			return nil, err
 		}
 	}
@@ -464,6 +475,9 @@ func (l *Local) Stop() error {
 			// Best effort: the control plane goes next anyway.
 			_ = l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 		}
+		if l.reports != nil {
+			l.reports.Stop()
+		}
 		errs = append(errs, l.cluster.Stop())
 	}
 	remove := l.dir
@@ -538,13 +552,26 @@ func (l *Local) ManagedBy() string {
 func (l *Local) Dir() string { return l.dir }
 
 func (l *Local) Name() string {
-	if l.mode == BesideKyverno {
-		return "local-beside-kyverno"
+	name := "local"
+	switch {
+	case l.mode == BesideKyverno:
+		name = "local-beside-kyverno"
+	case l.sharded:
+		name = "local-sharded"
 	}
-	if l.sharded {
-		return "local-sharded"
+	if l.reports != nil {
+		name += ", reports in reports-server"
 	}
-	return "local"
+	return name
+}
+
+// StoredBy is the annotation reports-server sets on the reports it serves,
+// when the provider stores the reports there.
+func (l *Local) StoredBy() (string, string) {
+	if l.reports == nil {
+		return "", ""
+	}
+	return reportsserver.Annotation, reportsserver.AnnotationValue
 }
 func (l *Local) Config() *rest.Config { return l.cluster.Config }
 func (l *Local) Kubeconfig() string   { return l.cluster.Kubeconfig }

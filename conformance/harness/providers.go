@@ -33,7 +33,15 @@ func ProviderFromEnv(ctx context.Context, name string) (conformance.Provider, fu
 		if name == "local-sharded" {
 			replicas = 3 // scanner pairs dividing the namespaces
 		}
-		l, err := StartLocal(ctx, dir, LocalOptions{Mode: mode, ReportAPI: api, NoWebhookAuth: !auth, Replicas: replicas})
+		var reportsServer bool
+		switch v := os.Getenv("TALLY_CONFORMANCE_REPORTS_SERVER"); v {
+		case "":
+		case "etcd":
+			reportsServer = true
+		default:
+			return nil, nil, fmt.Errorf("TALLY_CONFORMANCE_REPORTS_SERVER=%q: want etcd (reports-server beside the local control plane) or nothing", v)
+		}
+		l, err := StartLocal(ctx, dir, LocalOptions{Mode: mode, ReportAPI: api, NoWebhookAuth: !auth, Replicas: replicas, ReportsServer: reportsServer})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -71,6 +71,10 @@ type Options struct {
 	NoControllerManager bool
 	// Logs, if set, receives the control plane's output.
 	Logs *os.File
+	// Aggregator sets the API server up for aggregated API servers
+	// (front-proxy certificate, request headers, routing to endpoints), for
+	// reports-server (e2e/reportsserver).
+	Aggregator bool
 }
 
 // Start returns the cluster named by E2E_KUBECONFIG, or starts a local one.
@@ -154,6 +158,12 @@ func startLocal(ctx context.Context, opts Options) (_ *Cluster, retErr error) {
 	// served, for the reports of R44.
 	api.Configure().Set("feature-gates", "MutatingAdmissionPolicy=true")
 	api.Configure().Set("runtime-config", "admissionregistration.k8s.io/v1beta1=true")
+	if opts.Aggregator {
+		set := func(flag, value string) { api.Configure().Set(flag, value) }
+		if err := configureAggregation(set, filepath.Join(dir, "front-proxy")); err != nil {
+			return nil, err
+		}
+	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcdPath, Out: opts.Logs, Err: opts.Logs}
 	env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")
 

@@ -139,6 +139,9 @@ func installReportsServer(ctx context.Context, root, build, store, clusterName, 
 		if err := ApplyObjects(ctx, rc, postgresObjects(), "tally-e2e"); err != nil {
 			return fmt.Errorf("PostgreSQL for reports-server: %w", err)
 		}
+		if err := waitDeployment(ctx, rc, ReportsServerNamespace, "postgresql", 3*time.Minute); err != nil {
+			return fmt.Errorf("PostgreSQL for reports-server: %w", err)
+		}
 		set = append(set, "config.db.host=postgresql."+ReportsServerNamespace, "config.db.password="+postgresPassword)
 	}
 	args := []string{"tool", "helm", "install", ReportsServerNamespace, filepath.Join(build, "src", "charts", "reports-server"),

@@ -45,6 +45,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tally-dev/tally/e2e/cluster"
+	"github.com/tally-dev/tally/e2e/reportsserver"
 	"github.com/tally-dev/tally/hack/benchutil"
 	"github.com/tally-dev/tally/internal/pss"
 )
@@ -59,7 +60,7 @@ type options struct {
 	corpus, scannerBin, mergerBin string
 	qps, burst                    string
 	baseline, throughWebhook      bool
-	floor                         bool
+	floor, reportsServer          bool
 	idle                          time.Duration
 	// replicas are the scanner pairs, sharding the namespaces (--sharding)
 	// when more than one.
@@ -90,6 +91,7 @@ func main() {
 		return nil
 	})
 	flag.StringVar(&o.heapProfiles, "heap-profiles", "", "a directory to save each scanner's and merger's heap profile in, taken with the live heaps after the full scan (scanner-N.pb.gz, merger-N.pb.gz; go tool pprof reads them)")
+	flag.BoolVar(&o.reportsServer, "reports-server", false, "store the report kinds in reports-server (built from ../shared/third_party, with an etcd of its own: e2e/reportsserver) instead of the cluster's etcd; its CPU and memory are reported beside the API server's")
 	gomemlimit := flag.String("gomemlimit", "", "GOMEMLIMIT of tally's processes (the chart sets 460MiB for the scanner, 230MiB for the merger); empty: none")
 	flag.Parse()
 	if *gomemlimit != "" {
@@ -282,11 +284,23 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	c, err := benchutil.StartCluster(ctx, cluster.Options{})
+	c, err := benchutil.StartCluster(ctx, cluster.Options{Aggregator: o.reportsServer})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
+	if o.reportsServer {
+		dir, err := os.MkdirTemp("", "pipelinebench-reports-server-")
+		if err != nil {
+			return err
+		}
+		rs, err := reportsserver.Start(ctx, c.Cluster, dir)
+		if err != nil {
+			return err
+		}
+		defer rs.Stop()
+		fmt.Printf("reports-server serves the report kinds, stored in its own etcd (logs in %s)\n", dir)
+	}
 	kube, dyn := c.Kube, c.Dyn
 	var running pairs
 	var restart func() error // starts the scanner pairs (again)
@@ -416,6 +430,10 @@ func run(o options) error {
 	cpu1 := benchutil.ChildCPU()
 	fmt.Printf("CPU from the first Pod to the last PolicyReport: kube-apiserver %.1f s, etcd %.1f s, kube-controller-manager %.1f s",
 		cpu1["kube-apiserver"]-cpu0["kube-apiserver"], cpu1["etcd"]-cpu0["etcd"], cpu1["kube-controller"]-cpu0["kube-controller"])
+	if o.reportsServer {
+		fmt.Printf(", reports-server %.1f s, its etcd %.1f s",
+			cpu1[reportsserver.Command]-cpu0[reportsserver.Command], cpu1[reportsserver.EtcdCommand]-cpu0[reportsserver.EtcdCommand])
+	}
 	if runsTally {
 		sc, mc := running.cpu()
 		fmt.Printf(", tally-scanner %.1f s, tally-merger %.1f s", sc-tally0[0], mc-tally0[1])
@@ -431,6 +449,9 @@ func run(o options) error {
 	printRequests(req0, req1)
 	pids := childPIDs()
 	fmt.Printf("peak memory: kube-apiserver %.0f MiB, etcd %.0f MiB", rssMiB(pids["kube-apiserver"]), rssMiB(pids["etcd"]))
+	if o.reportsServer {
+		fmt.Printf(", reports-server %.0f MiB, its etcd %.0f MiB", rssMiB(pids[reportsserver.Command]), rssMiB(pids[reportsserver.EtcdCommand]))
+	}
 	if runsTally {
 		var sr, mr float64
 		for _, p := range running {
