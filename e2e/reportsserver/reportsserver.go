@@ -57,9 +57,15 @@ var APIServices = []string{"v1alpha2.wgpolicyk8s.io", "v1alpha1.openreports.io",
 
 // Server is a running reports-server and its etcd.
 type Server struct {
-	Etcd, Server *exec.Cmd
+	Etcd, Server *Process
 	// Dir holds the etcd data, certificates and the two logs.
 	Dir string
+}
+
+// Process is a running command; Done is closed when it has exited.
+type Process struct {
+	Cmd  *exec.Cmd
+	Done chan struct{}
 }
 
 // Build builds reports-server (hack/thirdparty/build.sh, cached) and
@@ -136,7 +142,10 @@ func Start(ctx context.Context, c *cluster.Cluster, dir string) (_ *Server, err 
 		return nil, err
 	}
 	kc := c.Kubeconfig
-	if s.Server, err = startLogged(dir, Command, bin, []string{"POD_IP=" + host},
+	// As its chart runs it: the database settings are read (and the port
+	// parsed) whatever the store.
+	env := []string{"POD_IP=" + host, "DB_HOST=", "DB_PORT=5432", "DB_DATABASE=reportsdb", "DB_USER=postgres", "DB_PASSWORD="}
+	if s.Server, err = startLogged(dir, Command, bin, env,
 		"--kubeconfig", kc, "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
 		"--etcd", "--etcdSkipTLS", "--etcdEndpoints", clientURL,
 		"--servicename", Service, "--servicens", Namespace, "--clusterrolename", "",
@@ -152,25 +161,23 @@ func Start(ctx context.Context, c *cluster.Cluster, dir string) (_ *Server, err 
 
 // Stop ends reports-server, then its etcd.
 func (s *Server) Stop() {
-	for _, cmd := range []*exec.Cmd{s.Server, s.Etcd} {
-		if cmd == nil || cmd.Process == nil {
+	for _, p := range []*Process{s.Server, s.Etcd} {
+		if p == nil {
 			continue
 		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
+		_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-done:
+		case <-p.Done:
 		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+			_ = p.Cmd.Process.Kill()
+			<-p.Done
 		}
 	}
 }
 
 // startLogged starts a process killed with its parent, its output in
 // dir/name.log.
-func startLogged(dir, name, bin string, env []string, args ...string) (*exec.Cmd, error) {
+func startLogged(dir, name, bin string, env []string, args ...string) (*Process, error) {
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, err
@@ -183,7 +190,9 @@ func startLogged(dir, name, bin string, env []string, args ...string) (*exec.Cmd
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	return cmd, nil
+	p := &Process{Cmd: cmd, Done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.Done) }()
+	return p, nil
 }
 
 // serviceFor makes the Service the APIServices name, its one endpoint
@@ -226,8 +235,10 @@ func waitServed(ctx context.Context, c *cluster.Cluster, s *Server, timeout time
 	gvr := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 	var missing string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		if s.Server.ProcessState != nil {
-			return false, fmt.Errorf("reports-server exited: %s", s.Server.ProcessState)
+		select {
+		case <-s.Server.Done:
+			return false, fmt.Errorf("reports-server exited: %s", s.Server.Cmd.ProcessState)
+		default:
 		}
 		for _, name := range APIServices {
 			u, err := dyn.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
@@ -255,7 +266,11 @@ func waitServed(ctx context.Context, c *cluster.Cluster, s *Server, timeout time
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("reports-server not serving after %s: %s (logs in %s): %w", timeout, missing, s.Dir, err)
+		log, _ := os.ReadFile(filepath.Join(s.Dir, Command+".log"))
+		if len(log) > 3000 {
+			log = log[len(log)-3000:]
+		}
+		return fmt.Errorf("reports-server not serving after %s: %s: %w; the end of its log:\n%s", timeout, missing, err, log)
 	}
 	return nil
 }

@@ -80,11 +80,14 @@ func TestReportsServerStoresReports(t *testing.T) {
 
 	// A PATCH of a report reports-server does not hold: not a 404.
 	_, err = dyn.Resource(gvr).Namespace("default").Patch(ctx, "r1", types.JSONPatchType, []byte(`[{"op":"add","path":"/summary","value":{}}]`), metav1.PatchOptions{})
-	if err == nil || apierrors.IsNotFound(err) {
-		t.Logf("PATCH of a missing report: %v (reports-server answered 500 when this test was written)", err)
-	} else {
-		t.Logf("PATCH of a missing report: %v", err)
+	if err == nil {
+		t.Fatal("PATCH of a missing report succeeded")
 	}
+	var code int32
+	if status, ok := err.(apierrors.APIStatus); ok {
+		code = status.Status().Code
+	}
+	t.Logf("PATCH of a missing report: HTTP %d, not found: %v: %v", code, apierrors.IsNotFound(err), err)
 	// tally's writer, believing the report exists, creates it all the same.
 	if _, created, err := w.Write(ctx, gvr, "default", "r1", true, body, ops); err != nil || !created {
 		t.Fatalf("Write of a report reports-server lost: created=%v, %v", created, err)
