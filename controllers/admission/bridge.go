@@ -272,13 +272,32 @@ func (b *Bridge) Serving() bool {
 	return b.addr != ""
 }
 
+// classicKindsWait is how many seconds Run looks again for a classic
+// policy kind not served at its start.
+const classicKindsWait = 60
+
 func (b *Bridge) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("admission")
 	ctx = logr.NewContext(ctx, log)
 
 	var sources []*watch.Source
-	watched := served(ctx, b.disc, apiresources.Namespace, apiresources.PolicyException, apiresources.ClusterPolicy, apiresources.Policy)
-	if len(watched) < 4 {
+	classic := []schema.GroupVersionResource{apiresources.Namespace, apiresources.PolicyException, apiresources.ClusterPolicy, apiresources.Policy}
+	watched := served(ctx, b.disc, classic...)
+	// Installed with tally (its chart or overlay), a kind's CRD may be
+	// established moments after the scanner starts: a kind missing at the
+	// first look would never be watched, and its policies' requests never
+	// sent to the webhook. Look again for a while before going without it.
+	for wait := 0; len(watched) < len(classic) && wait < classicKindsWait && ctx.Err() == nil; wait++ {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		if c, ok := b.disc.(discovery.CachedDiscoveryInterface); ok {
+			c.Invalidate()
+		}
+		watched = served(ctx, b.disc, classic...)
+	}
+	if len(watched) < len(classic) {
 		log.Info("some policy kinds are not served; admission evaluates without them", "served", fmt.Sprint(watched))
 	}
 	// ValidatingPolicies and ImageValidatingPolicies where served (tally's

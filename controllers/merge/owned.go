@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -36,7 +37,10 @@ import (
 type finalReports struct {
 	m *Merger
 	// listed says the first list was seen (seed read the same reports:
-	// deletions are looked for in later lists only).
+	// deletions are looked for in later lists only). The namespaced and
+	// cluster-scoped kinds' reflectors call Replace concurrently: mu
+	// guards it.
+	mu     sync.Mutex
 	listed map[schema.GroupVersionResource]bool
 }
 
@@ -146,8 +150,11 @@ func (f *finalReports) Replace(ctx context.Context, gvr schema.GroupVersionResou
 		present[u.GetNamespace()+"/"+u.GetName()] = true
 		f.Upsert(ctx, gvr, u)
 	}
-	if !f.listed[gvr] {
-		f.listed[gvr] = true
+	f.mu.Lock()
+	first := !f.listed[gvr]
+	f.listed[gvr] = true
+	f.mu.Unlock()
+	if first {
 		return
 	}
 	namespaced, _ := f.m.opts.ReportAPI.FinalGVRs()

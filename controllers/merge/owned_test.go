@@ -1,6 +1,7 @@
 package merge
 
 import (
+	"sync"
 	"context"
 	"testing"
 	"time"
@@ -205,4 +206,28 @@ func editFinal(t *testing.T, m *Merger, result wgv1alpha2.Result) *unstructured.
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestFinalReportsListedConcurrently: the namespaced and cluster-scoped
+// reflectors list at once (reports-server answers both in the same
+// instant): their Replace calls must not race (go test -race; the merger
+// died of "concurrent map writes" on kind with reports-server).
+func TestFinalReportsListedConcurrently(t *testing.T) {
+	ctx := context.Background()
+	m := New(fakeClient(), Options{Registry: prometheus.NewRegistry()})
+	owned := &finalReports{m: m, listed: map[schema.GroupVersionResource]bool{}}
+	var wg sync.WaitGroup
+	for _, gvr := range []schema.GroupVersionResource{apiresources.PolicyReport, apiresources.ClusterPolicyReport} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				owned.Replace(ctx, gvr, nil)
+			}
+		}()
+	}
+	wg.Wait()
+	if !owned.listed[apiresources.PolicyReport] || !owned.listed[apiresources.ClusterPolicyReport] {
+		t.Fatalf("listed %v: both kinds were listed", owned.listed)
+	}
 }
