@@ -462,57 +462,59 @@ const seedPageSize = 100
 func (m *Merger) seed(ctx context.Context) error {
 	selector := report.LabelManagedBy + "=" + m.opts.ManagedBy
 	namespaced, cluster := m.opts.ReportAPI.FinalGVRs()
+	// Small pages: a final report with its managedFields decodes to tens of
+	// KiB, and only its digest is kept.
+	opts := metav1.ListOptions{LabelSelector: selector, Limit: seedPageSize}
 	for _, gvr := range []schema.GroupVersionResource{namespaced, cluster} {
-		// Small pages: a final report with its managedFields decodes to
-		// tens of KiB, and only its digest is kept.
-		opts := metav1.ListOptions{LabelSelector: selector, Limit: seedPageSize}
-		for {
-			list, err := m.client.Resource(gvr).List(ctx, opts)
-			if err != nil {
-				return fmt.Errorf("list %s: %w", gvr.Resource, err)
-			}
-			for i := range list.Items {
-				if !m.owns(list.Items[i].GetNamespace()) {
+		err := watch.ListByNamespace(ctx, m.client, gvr, gvr == namespaced, opts, m.owns, func(items []unstructured.Unstructured) error {
+			for i := range items {
+				if !m.owns(items[i].GetNamespace()) {
 					continue // another replica's shard
 				}
-				var r wgv1alpha2.PolicyReport
-				err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r)
-				if err != nil || !trustedSeed(&list.Items[i], &r) {
-					// Not what the merger wrote (R48): its content counts
-					// for nothing, and the merge writes it again, or
-					// deletes it when its name is no resource's.
-					m.mu.Lock()
-					m.written[list.Items[i].GetName()] = report.Written{Namespace: list.Items[i].GetNamespace()}
-					m.mu.Unlock()
-					m.metrics.putRight.WithLabelValues("read-back-refused").Inc()
-					continue
-				}
-				s := report.Subject{APIVersion: r.Scope.APIVersion, Kind: r.Scope.Kind, Namespace: r.Scope.Namespace, Name: r.Scope.Name, UID: r.Scope.UID}
-				_, _, d, err := finalBody(m.opts.ReportAPI, s, r.Results, m.opts.ManagedBy)
-				if err != nil {
-					continue
-				}
-				// A time in the future would win every merge: clamped.
-				now := metav1.Timestamp{Seconds: m.opts.Now().Unix()}
-				for j := range r.Results {
-					if after(r.Results[j].Timestamp, now) {
-						r.Results[j].Timestamp = now
-					}
-				}
-				m.mu.Lock()
-				m.written[r.Name] = report.Written{Namespace: r.Namespace, Digest: d, ResourceVersion: list.Items[i].GetResourceVersion()}
-				// Admission results live on in the final report once their
-				// AdmissionReport is deleted: read back (seedAdmission, once
-				// the policies are listed).
-				m.keepSeed(&r, s)
-				m.mu.Unlock()
+				m.seedOne(&items[i])
 			}
-			if opts.Continue = list.GetContinue(); opts.Continue == "" {
-				break
-			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// seedOne records one final report read back at start-up.
+func (m *Merger) seedOne(u *unstructured.Unstructured) {
+	var r wgv1alpha2.PolicyReport
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r)
+	if err != nil || !trustedSeed(u, &r) {
+		// Not what the merger wrote (R48): its content counts for nothing,
+		// and the merge writes it again, or deletes it when its name is no
+		// resource's.
+		m.mu.Lock()
+		m.written[u.GetName()] = report.Written{Namespace: u.GetNamespace()}
+		m.mu.Unlock()
+		m.metrics.putRight.WithLabelValues("read-back-refused").Inc()
+		return
+	}
+	s := report.Subject{APIVersion: r.Scope.APIVersion, Kind: r.Scope.Kind, Namespace: r.Scope.Namespace, Name: r.Scope.Name, UID: r.Scope.UID}
+	_, _, d, err := finalBody(m.opts.ReportAPI, s, r.Results, m.opts.ManagedBy)
+	if err != nil {
+		return
+	}
+	// A time in the future would win every merge: clamped.
+	now := metav1.Timestamp{Seconds: m.opts.Now().Unix()}
+	for j := range r.Results {
+		if after(r.Results[j].Timestamp, now) {
+			r.Results[j].Timestamp = now
+		}
+	}
+	m.mu.Lock()
+	m.written[r.Name] = report.Written{Namespace: r.Namespace, Digest: d, ResourceVersion: u.GetResourceVersion()}
+	// Admission results live on in the final report once their
+	// AdmissionReport is deleted: read back (seedAdmission, once the
+	// policies are listed).
+	m.keepSeed(&r, s)
+	m.mu.Unlock()
 }
 
 // trustedSeed says whether a final report read back at start-up is one

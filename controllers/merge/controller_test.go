@@ -19,6 +19,7 @@ import (
 
 	"github.com/tally-dev/tally/api/apiresources"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -214,5 +215,6 @@ func fakeClient(objs ...runtime.Object) *dynfake.FakeDynamicClient {
 		apiresources.ImageValidatingPolicy: "ImageValidatingPolicyList", apiresources.NamespacedImageValidatingPolicy: "NamespacedImageValidatingPolicyList",
 		apiresources.ValidatingAdmissionPolicy: "ValidatingAdmissionPolicyList", apiresources.MutatingAdmissionPolicy: "MutatingAdmissionPolicyList",
 		apiresources.EphemeralReport: "EphemeralReportList", apiresources.ClusterEphemeralReport: "ClusterEphemeralReportList",
-	}, objs...)
+		apiresources.Namespace: "NamespaceList",
+	}, watch.WithNamespaces(objs...)...)
 }

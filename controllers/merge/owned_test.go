@@ -1,8 +1,8 @@
 package merge
 
 import (
-	"sync"
 	"context"
+	"sync"
 	"testing"
 	"time"
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -170,25 +171,22 @@ type FinalReports struct {
 // once, 3x the memory of its first scan), and returns how many reports it
 // read them from; their resources are checked once every kind is listed
 // (sweepOrphans). keep may be given a report again when the seed is tried
-// again.
+// again. The namespaced reports are read namespace by namespace, of the
+// shard's namespaces (watch.ListByNamespace).
 func (w *reportWriter) seed(ctx context.Context, keep func(map[string][]wgv1alpha2.PolicyReportResult) error) (int, error) {
 	n := 0
 	api, managedBy := cmp.Or(w.final.API, report.APIWGPolicy), cmp.Or(w.final.ManagedBy, report.ManagedBy)
 	namespaced, cluster := api.FinalGVRs()
+	opts := metav1.ListOptions{LabelSelector: report.LabelManagedBy + "=" + managedBy, Limit: watch.ListPageSize}
 	for _, gvr := range []schema.GroupVersionResource{namespaced, cluster} {
-		opts := metav1.ListOptions{LabelSelector: report.LabelManagedBy + "=" + managedBy, Limit: watch.ListPageSize}
-		for {
-			list, err := w.client.Resource(gvr).List(ctx, opts)
-			if err != nil {
-				return 0, fmt.Errorf("list %s: %w", gvr.Resource, err)
-			}
+		err := watch.ListByNamespace(ctx, w.client, gvr, gvr == namespaced, opts, w.shard, func(items []unstructured.Unstructured) error {
 			page := map[string][]wgv1alpha2.PolicyReportResult{}
-			for i := range list.Items {
-				if w.shard != nil && !w.shard(list.Items[i].GetNamespace()) {
+			for i := range items {
+				if w.shard != nil && !w.shard(items[i].GetNamespace()) {
 					continue // another replica's shard
 				}
 				var r wgv1alpha2.PolicyReport
-				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &r); err != nil {
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(items[i].Object, &r); err != nil {
 					continue // not ours to repair: the merger rewrites it from the scan
 				}
 				var results []wgv1alpha2.PolicyReportResult
@@ -210,12 +208,13 @@ func (w *reportWriter) seed(ctx context.Context, keep func(map[string][]wgv1alph
 				w.written[r.Name] = report.Written{Namespace: r.Namespace}
 			}
 			if err := keep(page); err != nil {
-				return 0, err
+				return err
 			}
 			n += len(page)
-			if opts.Continue = list.GetContinue(); opts.Continue == "" {
-				break
-			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
 		}
 	}
 	return n, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/tally-dev/tally/api/apiresources"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/handover"
+	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/memstore"
 	"github.com/tally-dev/tally/report"
 )
@@ -142,7 +143,8 @@ func TestSeedReadsBackgroundResultsFromTheFinalReports(t *testing.T) {
 	other.SetName("uid-2")
 	other.SetLabels(map[string]string{report.LabelManagedBy: "someone-else"})
 	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		apiresources.PolicyReport: "PolicyReportList", apiresources.ClusterPolicyReport: "ClusterPolicyReportList"}, final, other)
+		apiresources.PolicyReport: "PolicyReportList", apiresources.ClusterPolicyReport: "ClusterPolicyReportList",
+		apiresources.Namespace: "NamespaceList"}, watch.WithNamespaces(final, other)...)
 	w, _, _ := newTestWriter(client)
 	seeded, err := seedAll(w)
 	if err != nil {

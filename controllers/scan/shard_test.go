@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/tally-dev/tally/api/apiresources"
+	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -118,8 +119,9 @@ func TestASeedReadsOnlyTheShardsReports(t *testing.T) {
 		}}
 	}
 	client := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		apiresources.PolicyReport: "PolicyReportList", apiresources.ClusterPolicyReport: "ClusterPolicyReportList"},
-		final("a", "uid-a"), final("theirs", "uid-theirs"))
+		apiresources.PolicyReport: "PolicyReportList", apiresources.ClusterPolicyReport: "ClusterPolicyReportList",
+		apiresources.Namespace: "NamespaceList"},
+		watch.WithNamespaces(final("a", "uid-a"), final("theirs", "uid-theirs"))...)
 	w, _, _ := newTestWriter(client)
 	w.shard = mine
 	seeded, err := seedAll(w)
