@@ -26,6 +26,7 @@ import (
 
 	"github.com/tally-dev/tally/conformance"
 	"github.com/tally-dev/tally/e2e/kind"
+	"github.com/tally-dev/tally/e2e/reportsserver"
 )
 
 // startKind creates the kind cluster of kind-config.yaml through
@@ -81,7 +82,7 @@ func (k *Kind) StoredBy() (string, string) {
 	if k.reportsServer == "" {
 		return "", ""
 	}
-	return kind.ReportsServerAnnotation, kind.ReportsServerAnnotationValue
+	return reportsserver.Annotation, reportsserver.AnnotationValue
 }
 
 // Can adds to a Deployed tally what Setup installed: tally's own webhook,

@@ -15,11 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/tally-dev/tally/e2e/reportsserver"
 )
 
 // reports-server (kyverno/reports-server, built from ../shared/third_party by
@@ -36,7 +35,7 @@ const (
 	ReportsServerEnv = "TALLY_KIND_REPORTS_SERVER"
 	// ReportsServerNamespace is the chart's release name and namespace (its
 	// etcd StatefulSet is put in the namespace named after the release).
-	ReportsServerNamespace = "reports-server"
+	ReportsServerNamespace = reportsserver.Namespace
 	// ReportsServerImage is reports-server's binary, imported.
 	ReportsServerImage = "tally.local/reports-server:e2e"
 	// ReportsServerEtcdImage is the image the chart's etcd StatefulSet
@@ -45,10 +44,6 @@ const (
 	ReportsServerEtcdImage = "quay.io/coreos/etcd:v3.5.15"
 	// PostgresImage is PostgreSQL from Debian's packages (hack/thirdparty/postgres-image.sh).
 	PostgresImage = "tally.local/postgresql:e2e"
-	// ReportsServerAnnotation is what reports-server sets on every report
-	// it serves: the proof the report is stored there.
-	ReportsServerAnnotation      = "kyverno.reports-server.io/served-by"
-	ReportsServerAnnotationValue = "reports-server"
 	// postgresPassword is the chart's default database password.
 	postgresPassword = "reports"
 )
@@ -160,7 +155,7 @@ func installReportsServer(ctx context.Context, root, build, store, clusterName, 
 	if err := forgetEarlyConnections(ctx, kube, clusterName); err != nil {
 		return err
 	}
-	if err := waitAPIServices(ctx, rc, 3*time.Minute); err != nil {
+	if err := reportsserver.WaitAvailable(ctx, rc, 3*time.Minute, nil); err != nil {
 		return err
 	}
 	step("reports-server serves the report APIs (%s)", time.Since(start).Round(time.Second))
@@ -186,50 +181,6 @@ func forgetEarlyConnections(ctx context.Context, kube kubernetes.Interface, clus
 	out, err := exec.CommandContext(ctx, "docker", "exec", node, "conntrack", "-D", "-d", svc.Spec.ClusterIP).CombinedOutput()
 	if err != nil && !strings.Contains(string(out), "0 flow entries") {
 		return fmt.Errorf("conntrack -D -d %s in %s: %w: %s", svc.Spec.ClusterIP, node, err, out)
-	}
-	return nil
-}
-
-// reportAPIServices are the APIServices reports-server registers.
-var reportAPIServices = []string{"v1alpha2.wgpolicyk8s.io", "v1alpha1.openreports.io", "v1.reports.kyverno.io"}
-
-// waitAPIServices waits until each of reportAPIServices points at
-// reports-server and is Available.
-func waitAPIServices(ctx context.Context, rc *rest.Config, timeout time.Duration) error {
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	gvr := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
-	var missing string
-	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		for _, name := range reportAPIServices {
-			u, err := dyn.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				missing = fmt.Sprintf("APIService %s: %v", name, err)
-				return false, nil
-			}
-			if svc, _, _ := unstructured.NestedString(u.Object, "spec", "service", "name"); svc == "" {
-				missing = fmt.Sprintf("APIService %s is still the cluster's own (no service)", name)
-				return false, nil
-			}
-			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-			available := false
-			for _, c := range conds {
-				m, _ := c.(map[string]any)
-				if m["type"] == "Available" && m["status"] == "True" {
-					available = true
-				}
-			}
-			if !available {
-				missing = fmt.Sprintf("APIService %s not Available: %v", name, conds)
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		return fmt.Errorf("reports-server not serving after %s: %s: %w", timeout, missing, err)
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/tally-dev/tally/e2e/cluster"
 )
@@ -226,19 +227,41 @@ func serviceFor(ctx context.Context, kube kubernetes.Interface, host string, por
 }
 
 // waitServed waits until every APIService reports-server registers is
-// Available.
+// Available, while its process runs.
 func waitServed(ctx context.Context, c *cluster.Cluster, s *Server, timeout time.Duration) error {
-	dyn, err := dynamic.NewForConfig(c.Config)
+	err := WaitAvailable(ctx, c.Config, timeout, func() error {
+		select {
+		case <-s.Server.Done:
+			return fmt.Errorf("reports-server exited: %s", s.Server.Cmd.ProcessState)
+		default:
+			return nil
+		}
+	})
+	if err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.Dir, Command+".log"))
+		if len(log) > 3000 {
+			log = log[len(log)-3000:]
+		}
+		return fmt.Errorf("%w; the end of its log:\n%s", err, log)
+	}
+	return nil
+}
+
+// WaitAvailable waits until each of APIServices names reports-server's
+// Service and is Available; alive, when set, ends the wait with its error
+// (the server is gone).
+func WaitAvailable(ctx context.Context, cfg *rest.Config, timeout time.Duration, alive func() error) error {
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	gvr := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 	var missing string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		select {
-		case <-s.Server.Done:
-			return false, fmt.Errorf("reports-server exited: %s", s.Server.Cmd.ProcessState)
-		default:
+		if alive != nil {
+			if err := alive(); err != nil {
+				return false, err
+			}
 		}
 		for _, name := range APIServices {
 			u, err := dyn.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
@@ -266,11 +289,7 @@ func waitServed(ctx context.Context, c *cluster.Cluster, s *Server, timeout time
 		return true, nil
 	})
 	if err != nil {
-		log, _ := os.ReadFile(filepath.Join(s.Dir, Command+".log"))
-		if len(log) > 3000 {
-			log = log[len(log)-3000:]
-		}
-		return fmt.Errorf("reports-server not serving after %s: %s: %w; the end of its log:\n%s", timeout, missing, err, log)
+		return fmt.Errorf("reports-server not serving after %s: %s: %w", timeout, missing, err)
 	}
 	return nil
 }
