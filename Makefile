@@ -98,6 +98,7 @@ FUZZ_TARGETS := \
 	./engine:FuzzCheckPolicy \
 	./engine:FuzzEvaluate \
 	./engine:FuzzMutatingPolicy \
+	./engine:FuzzParseAPIPath \
 	./engine/cel:FuzzCompileEvaluate \
 	./tester:FuzzLoadPolicies \
 	./engine/pattern:FuzzValidate \

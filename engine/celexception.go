@@ -7,6 +7,7 @@ import (
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine/cel"
+	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // LabelExceptionPriority orders the exceptions that exempt a resource: the
@@ -21,6 +22,8 @@ type CELException struct {
 	Key, ObjectName string
 	Priority        int
 	Spec            policiesv1.PolicyExceptionSpec
+	// Reach: see Exception.Reach.
+	Reach string
 	// prog holds the match conditions (nil: none, the exception always applies).
 	prog *cel.Program
 }
@@ -67,17 +70,22 @@ func (x *CELException) Refers(p *Policy, kind string) bool {
 
 // applies evaluates the exception's match conditions on the request.
 func (x *CELException) applies(e *evaluation, in *cel.Input) (bool, error) {
+	if x.Reach != "" && e.res.Namespace != x.Reach {
+		return false, nil
+	}
 	if x.prog == nil {
 		return true, nil
 	}
+	ctx := e.ctx
 	if ns, _, ok := strings.Cut(x.Key, "/"); ok && ns != "" && in.Data != nil {
 		// A PolicyException is namespaced: its conditions' resource calls
-		// read only its own namespace (R47).
+		// read only its own namespace (R47), with its namespace's identity.
 		copied := *in
 		copied.OwnNamespace = ns
 		in = &copied
+		ctx = tenant.With(ctx, ns)
 	}
-	o := x.prog.Evaluate(e.ctx, in)
+	o := x.prog.Evaluate(ctx, in)
 	if o.ConditionErr != nil {
 		return false, o.ConditionErr
 	}

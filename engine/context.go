@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
-	"path"
 	"strings"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
@@ -192,11 +190,22 @@ func (e *evaluation) loadContext(entries []kyvernov1.ContextEntry, data map[stri
 // namespace. External services, global context entries and image
 // registries read nothing of the cluster with tally's identity.
 func (e *evaluation) entryAllowed(entry *kyvernov1.ContextEntry, data map[string]any) error {
+	var sent APIPath
 	if c := entry.APICall; c != nil {
 		switch c.Method {
 		case "", "GET", "POST":
 		default:
 			return fmt.Errorf("apiCall.method %q is not allowed: GET or POST only (no call made)", c.Method)
+		}
+		if c.Service == nil {
+			p, err := variables.SubstituteString(c.URLPath, data)
+			if err != nil {
+				return fmt.Errorf("apiCall.urlPath: %w", err)
+			}
+			// What is sent is what is checked, for every policy.
+			if sent, err = ParseAPIPath(p); err != nil {
+				return fmt.Errorf("apiCall.%w (no call made)", err)
+			}
 		}
 	}
 	own := e.policy.Namespace
@@ -213,12 +222,8 @@ func (e *evaluation) entryAllowed(entry *kyvernov1.ContextEntry, data map[string
 			return fmt.Errorf("configMap %s/%s: %s", ns, name, cel.OutsideNamespace(own, ns))
 		}
 	case entry.APICall != nil && entry.APICall.Service == nil:
-		p, err := variables.SubstituteString(entry.APICall.URLPath, data)
-		if err != nil {
-			return fmt.Errorf("apiCall.urlPath: %w", err)
-		}
-		if !InNamespacePath(p, own) {
-			return fmt.Errorf("apiCall.urlPath %s: a namespaced policy of namespace %s may read only paths under /api/v1/namespaces/%s/ or /apis/<group>/<version>/namespaces/%s/ (no call made)", p, own, own, own)
+		if !InNamespacePath(sent.Path, own) {
+			return fmt.Errorf("apiCall.urlPath %s: a namespaced policy of namespace %s may read only paths under /api/v1/namespaces/%s/ or /apis/<group>/<version>/namespaces/%s/ (no call made)", sent, own, own, own)
 		}
 	}
 	return nil
@@ -237,29 +242,6 @@ func ConfigMapOf(ref *kyvernov1.ConfigMapReference, data map[string]any) (namesp
 		namespace = "default"
 	}
 	return namespace, name, nil
-}
-
-// InNamespacePath says whether an API path reads only namespace ns: the
-// namespace itself (/api/v1/namespaces/<ns>), or objects under
-// /api/<version>/namespaces/<ns>/ or /apis/<group>/<version>/namespaces/<ns>/,
-// written plainly (no host, no dot segments, no doubled or encoded
-// slashes). A query string is allowed.
-func InNamespacePath(p, ns string) bool {
-	u, err := url.Parse(p)
-	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" || ns == "" {
-		return false
-	}
-	if u.RawPath != "" || u.Path != path.Clean(u.Path) || !strings.HasPrefix(u.Path, "/") {
-		return false // escaped characters, "..", "//", a relative path
-	}
-	segs := strings.Split(u.Path[1:], "/")
-	switch {
-	case len(segs) >= 4 && segs[0] == "api" && segs[2] == "namespaces":
-		return segs[3] == ns
-	case len(segs) >= 6 && segs[0] == "apis" && segs[3] == "namespaces":
-		return segs[4] == ns
-	}
-	return false
 }
 
 // describeEntry names what a context entry reads.

@@ -15,6 +15,7 @@ import (
 	"github.com/tally-dev/tally/engine/pattern"
 	"github.com/tally-dev/tally/engine/podsecurity"
 	"github.com/tally-dev/tally/engine/variables"
+	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // Operations of an admission request; a background scan evaluates as CREATE.
@@ -139,6 +140,9 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 	if req.subject() == nil {
 		return nil
 	}
+	// A namespaced policy reads the cluster with its namespace's identity
+	// (R47): whatever it reads, it reads through tenant.Of.
+	ctx = tenant.With(ctx, p.Namespace)
 	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
 	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
 		return nil

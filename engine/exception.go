@@ -23,6 +23,10 @@ type Exception struct {
 	// result lists it).
 	ObjectName string
 	Spec       kyvernov2.PolicyExceptionSpec
+	// Reach, when set, is the one namespace whose resources the exception
+	// may exempt (ExceptionReach): a tenant's exception exempts nothing of
+	// another namespace, nor anything cluster-scoped.
+	Reach      string
 	matcher    *match.Matcher
 	conditions any
 
@@ -95,6 +99,9 @@ func (e *evaluation) exceptionsFor(rule *Rule, data map[string]any) []*Exception
 // applies reports whether the exception's match and conditions select the
 // subject of the evaluation.
 func (x *Exception) applies(e *evaluation, data map[string]any) bool {
+	if x.Reach != "" && e.res.Namespace != x.Reach {
+		return false
+	}
 	if !x.matcher.Matches(&e.res, e.req.NamespaceLabels, e.adm) {
 		return false
 	}
@@ -165,6 +172,37 @@ func (x *Exception) withExclusions(rule *Rule) (*podsecurity.Compiled, error) {
 	}
 	x.psCache.Store(rule, c)
 	return c, nil
+}
+
+// ExceptionScope says which PolicyExceptions apply, and where (R47).
+type ExceptionScope struct {
+	// Namespace, when set (not "*"), is the one namespace exceptions are
+	// taken from, as Kyverno's --exceptionNamespace; its exceptions reach
+	// every namespace.
+	Namespace string
+	// Wide are the other namespaces whose exceptions reach every
+	// namespace ("*": all of them, Kyverno's default). An exception of any
+	// other namespace exempts only resources of its own namespace.
+	Wide []string
+}
+
+// Allowed says whether a PolicyException of namespace ns applies at all.
+func (s ExceptionScope) Allowed(ns string) bool { return ExceptionNamespaceAllowed(s.Namespace, ns) }
+
+// Reach is the Reach of a PolicyException of namespace ns: "" (every
+// namespace) for a cluster-scoped exception or one of a platform's
+// namespace (Namespace, Wide), else ns itself: a tenant's exception
+// exempts only resources of its own namespace.
+func (s ExceptionScope) Reach(ns string) string {
+	if ns == "" || (s.Namespace != "" && s.Namespace != "*" && s.Namespace == ns) {
+		return ""
+	}
+	for _, w := range s.Wide {
+		if w == "*" || w == ns {
+			return ""
+		}
+	}
+	return ns
 }
 
 // ExceptionNamespaceAllowed says whether a PolicyException of namespace ns

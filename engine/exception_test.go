@@ -107,3 +107,57 @@ spec:
 		})
 	}
 }
+
+// Issue 53: a tenant's PolicyException (Reach: its own namespace) exempts
+// resources of its namespace only, whatever its match names; the
+// platform's (no Reach) exempts anything it matches.
+func TestExceptionReach(t *testing.T) {
+	var pe kyvernov2.PolicyException
+	if err := yaml.Unmarshal([]byte(`
+apiVersion: kyverno.io/v2
+kind: PolicyException
+metadata: {name: everyone, namespace: team-a}
+spec:
+  exceptions: [{policyName: require-team, ruleNames: [r]}]
+  match: {any: [{resources: {kinds: [ConfigMap]}}]}
+`), &pe); err != nil {
+		t.Fatal(err)
+	}
+	policy := compile(t, `
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: require-team}
+spec:
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [ConfigMap]}}]}
+    validate: {message: "label team is required", pattern: {metadata: {labels: {team: "?*"}}}}
+`)
+	scope := engine.ExceptionScope{Wide: []string{"platform"}}
+	for name, tc := range map[string]struct {
+		exceptionNamespace, resourceNamespace string
+		scope                                 engine.ExceptionScope
+		want                                  wgv1alpha2.Result
+	}{
+		"a tenant's exception, its own namespace's resource":    {"team-a", "team-a", scope, engine.Skip},
+		"a tenant's exception, another namespace's resource":    {"team-a", "team-b", scope, engine.Fail},
+		"the platform's exception, any namespace's resource":    {"platform", "team-b", scope, engine.Skip},
+		"Kyverno's behaviour (*): any exception, any namespace": {"team-a", "team-b", engine.ExceptionScope{Wide: []string{"*"}}, engine.Skip},
+		"the exception namespace's exception reaches everywhere": {"platform", "team-b", engine.ExceptionScope{Namespace: "platform"}, engine.Skip},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pe := pe.DeepCopy()
+			pe.Namespace = tc.exceptionNamespace
+			x, err := engine.CompileException(pe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x.Reach = tc.scope.Reach(pe.Namespace)
+			obj := resource(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm, namespace: "+tc.resourceNamespace+"}\n")
+			got := policy.Evaluate(context.Background(), &engine.Request{Object: obj, Background: true, Exceptions: []*engine.Exception{x}})
+			if len(got) != 1 || got[0].Result != tc.want {
+				t.Errorf("got %+v, want %s", got, tc.want)
+			}
+		})
+	}
+}

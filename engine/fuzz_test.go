@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,4 +200,50 @@ func withDeadline(t *testing.T, d time.Duration, f func()) {
 	case <-time.After(d):
 		t.Fatalf("did not finish within %s", d)
 	}
+}
+
+// FuzzParseAPIPath: whatever the spelling (fragments, dot segments,
+// escapes, empty segments, backslashes), a path ParseAPIPath accepts is
+// sent as it is read: cleaning and unescaping change nothing, and a path
+// InNamespacePath says stays in team-a does, once cleaned as Kubernetes'
+// clients clean it (issue 53).
+func FuzzParseAPIPath(f *testing.F) {
+	for _, s := range []string{
+		"/api/v1/namespaces/team-a/configmaps/x",
+		"/api/v1/namespaces/team-a/configmaps/x#/../../../../api/v1/namespaces/team-b/configmaps/y",
+		"/api/v1/namespaces/team-a/configmaps/%2e%2e/%2e%2e/team-b",
+		"/api/v1/namespaces/team-a%2F..%2Fteam-b/configmaps",
+		"/api/v1/namespaces/team-a/../team-b/configmaps",
+		"/api/v1/namespaces/team-a//configmaps",
+		"/api/v1/namespaces/team-a/pods?labelSelector=app%3Dweb",
+		"/apis/apps/v1/namespaces/team-a/deployments?watch=1",
+		"/api/v1/watch/namespaces/team-a/pods",
+		"//evil/api/v1/namespaces/team-a",
+		"/api/v1/namespaces/team-a/configmaps/x?#",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := engine.ParseAPIPath(s)
+		if err != nil {
+			return
+		}
+		if strings.ContainsAny(p.Path, "#%\\? ") || path.Clean(p.Path) != p.Path {
+			t.Fatalf("ParseAPIPath(%q) accepted %q, which is not sent as read", s, p.Path)
+		}
+		u, err := url.Parse(p.Path)
+		if err != nil || u.Path != p.Path || u.RawPath != "" || u.Fragment != "" {
+			t.Fatalf("ParseAPIPath(%q) accepted %q, which parses as %q", s, p.Path, u)
+		}
+		if engine.InNamespacePath(p.Path, "team-a") {
+			sent := path.Join("/", p.Path)
+			if !strings.HasPrefix(sent, "/api/v1/namespaces/team-a") && !strings.Contains(sent, "/namespaces/team-a") {
+				t.Fatalf("%q is said to stay in team-a, but %q is sent", s, sent)
+			}
+			segs := strings.Split(sent[1:], "/")
+			if (segs[0] == "api" && segs[3] != "team-a") || (segs[0] == "apis" && segs[4] != "team-a") {
+				t.Fatalf("%q is said to stay in team-a, but %q is sent", s, sent)
+			}
+		}
+	})
 }

@@ -160,7 +160,35 @@ spec:
 			message: "apiCall.urlPath /api/v1/namespaces/team-b/configmaps/secret-ish: a namespaced policy of namespace team-a may read only paths under /api/v1/namespaces/team-a/",
 		},
 		"an apiCall that climbs out of its namespace": {
-			doc: namespaced(`apiCall: {urlPath: "/api/v1/namespaces/team-a/../team-b/configmaps/x"}`), result: engine.Error, message: "may read only paths under",
+			doc: namespaced(`apiCall: {urlPath: "/api/v1/namespaces/team-a/../team-b/configmaps/x"}`), result: engine.Error, message: "a dot segment (..) is not allowed (no call made)",
+		},
+		// Issue 53: the check read url.Parse(p).Path, which drops a
+		// fragment, and client-go cleaned the ".." inside it.
+		"an apiCall that climbs out through a fragment": {
+			doc:    namespaced(`apiCall: {urlPath: "/api/v1/namespaces/team-a/configmaps/x#/../../../../../../api/v1/namespaces/team-b/configmaps/secret-cm"}`),
+			result: engine.Error, message: "a fragment (#) is not allowed",
+		},
+		"an apiCall that climbs out through escaped dots": {
+			doc: namespaced(`apiCall: {urlPath: "/api/v1/namespaces/team-a/configmaps/%2e%2e/%2e%2e/team-b/configmaps/x"}`), result: engine.Error, message: "is not allowed in a path segment",
+		},
+		"an apiCall with an escaped slash": {
+			doc: namespaced(`apiCall: {urlPath: "/api/v1/namespaces/team-a%2F..%2Fteam-b/configmaps/x"}`), result: engine.Error, message: "is not allowed in a path segment",
+		},
+		"an apiCall with a backslash": {
+			doc: namespaced(`apiCall: {urlPath: "/api/v1/namespaces/team-a/configmaps/x\\..\\..\\team-b"}`), result: engine.Error, message: "is not allowed in a path segment",
+		},
+		"an apiCall with an empty segment": {
+			doc: namespaced(`apiCall: {urlPath: "/api/v1/namespaces/team-a//configmaps"}`), result: engine.Error, message: "an empty segment",
+		},
+		"an apiCall that watches": {
+			doc: namespaced(`apiCall: {urlPath: "/api/v1/namespaces/team-a/configmaps?watch=true"}`), result: engine.Error, message: "watch is not allowed",
+		},
+		"an apiCall that watches by the old path": {
+			doc: namespaced(`apiCall: {urlPath: "/api/v1/watch/namespaces/team-a/configmaps"}`), result: engine.Error, message: "a watch is not allowed",
+		},
+		"a POST that climbs out through a fragment": {
+			doc:    namespaced(`apiCall: {method: POST, urlPath: "/api/v1/namespaces/team-a/events#/../../team-b/events", data: [{key: reason, value: x}]}`),
+			result: engine.Error, message: "a fragment (#) is not allowed",
 		},
 		"an apiCall to a cluster-wide path": {
 			doc: namespaced(`apiCall: {urlPath: "/api/v1/nodes"}`), result: engine.Error, message: "may read only paths under",
@@ -215,6 +243,12 @@ func TestInNamespacePath(t *testing.T) {
 		"https://evil.example/api/v1/namespaces/team-a/configmaps": false,
 		"api/v1/namespaces/team-a/configmaps":                      false,
 		"/api/v1/namespaces/team-ab/configmaps":                    false,
+		"/api/v1/namespaces/team-a/configmaps/x#/../../../team-b":  false,
+		"/api/v1/namespaces/team-a/configmaps/%2e%2e/%2e%2e/x":     false,
+		"/api/v1/namespaces/team-a/./configmaps":                   false,
+		"/api/v1/namespaces/team-a/configmaps/":                    false,
+		"/api/v1/namespaces/team-a\\..\\team-b":                    false,
+		"/api/v1/namespaces/team-a?x=1#frag":                       false,
 	} {
 		if got := engine.InNamespacePath(p, "team-a"); got != want {
 			t.Errorf("InNamespacePath(%q) = %v, want %v", p, got, want)

@@ -33,6 +33,7 @@ import (
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/match"
+	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // Messages of MutatingPolicy results in a background scan (R44).
@@ -290,6 +291,7 @@ func (p *Policy) Mutate(ctx context.Context, req *Request) (patched map[string]a
 	if p.mpol == nil || req.subject() == nil {
 		return nil, RuleResult{}, false
 	}
+	ctx = tenant.With(ctx, p.Namespace) // R47, as Evaluate
 	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
 	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
 		return nil, RuleResult{}, false

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/flowcontrol"
@@ -67,6 +68,7 @@ type config struct {
 	merge      merge.Options
 	allowed    string
 	scannerURL string
+	keySecret  string
 }
 
 // bindFlags binds tally-merger's flags to the config they set.
@@ -86,6 +88,7 @@ func bindFlags(fs *flag.FlagSet) *config {
 	fs.StringVar((*string)(&c.merge.ReportAPI), "report-api", string(report.APIWGPolicy), "the API of the final reports: wgpolicyk8s (wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport) or openreports (openreports.io/v1alpha1 Report, ClusterReport, as Kyverno 1.15+ can write)")
 	fs.StringVar(&c.scannerURL, "scanner-url", "http://127.0.0.1:8095", "where the scanner beside the merger hands over its BackgroundScanReports (its --handover-listen); the merger writes only while that scanner is ready (it leads and has scanned everything)")
 	fs.BoolVar(&c.merge.Ingest, "ingest-kyverno-reports", false, "beside Kyverno: merge the admission reports of its admission controller (EphemeralReports of Kyverno 1.13+, kyverno.io AdmissionReports of 1.10-1.12) into the final reports, and delete each once merged")
+	fs.StringVar(&c.keySecret, "report-key-secret", merge.DefaultKeySecret, "Secret in --namespace holding the key the merger signs its final reports with (made when missing): a report read back at start-up counts as the merger's only when its signature verifies (R48)")
 	fs.Float64Var(&c.merge.OrphanQPS, "orphan-qps", merge.DefaultOrphanQPS, "resource reads per second of the orphan check")
 	return c
 }
@@ -133,6 +136,13 @@ func run(ctx context.Context, c *config) error {
 	}
 	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if mo.Key, mo.LegacySeeds, err = merge.LoadKey(ctx, kube, o.Namespace, c.keySecret); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()

@@ -26,6 +26,7 @@ import (
 	"github.com/tally-dev/tally/controllers/pair"
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/scan"
+	"github.com/tally-dev/tally/internal/egress"
 	"github.com/tally-dev/tally/internal/process"
 	"github.com/tally-dev/tally/report"
 )
@@ -85,6 +86,16 @@ func bindFlags(fs *flag.FlagSet) *options {
 		return nil
 	})
 	fs.BoolVar(&o.ImageVerify.Verify, "verify-images", true, "verify the images of verifyImages rules in background scans and at admission (cosign signatures and attestations; the registries are asked, each image digest once per rule and --image-verify-cache-ttl); off, those rules are skipped and say so")
+	fs.Func("registry-deny-cidrs", "addresses (CIDRs, comma-separated, repeatable) of registries the scanner never connects to, besides loopback, link-local (the metadata service) and the cluster's Service and Pod ranges (read from its ServiceCIDRs and Nodes), which are always refused", func(v string) error {
+		p, err := egress.ParsePrefixes(v)
+		o.ImageVerify.DenyCIDRs = append(o.ImageVerify.DenyCIDRs, p...)
+		return err
+	})
+	fs.Func("registry-allow-cidrs", "addresses (CIDRs, comma-separated, repeatable) of registries the scanner may connect to although refused otherwise (a registry served inside the cluster, on a Service or Pod address)", func(v string) error {
+		p, err := egress.ParsePrefixes(v)
+		o.ImageVerify.AllowCIDRs = append(o.ImageVerify.AllowCIDRs, p...)
+		return err
+	})
 	fs.BoolVar(&o.ImageVerify.PodPullSecrets, "pod-image-pull-secrets", false, "verify images with the credentials of the resource's own imagePullSecrets (read from its namespace, as the kubelet pulls them; the scanner needs get on Secrets in every namespace: config/components/pod-image-pull-secrets, the chart's scanner.podImagePullSecrets)")
 	fs.DurationVar(&o.ImageVerify.CacheTTL, "image-verify-cache-ttl", time.Hour, "how long a verified image is not verified again, as Kyverno's --imageVerifyCacheTTLDuration")
 	fs.StringVar(&o.Handover.Listen, "handover-listen", "127.0.0.1:8095", "loopback address where the merger beside the scanner reads the BackgroundScanReports (kyverno.io/v2 list and watch; kubectl --server http://<address> get bgscanr -A shows them)")
@@ -96,7 +107,20 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.ShardGroup, "shard-group", "tally-scanner", "the replicas that shard together (the tally.dev/shard-member label of their Leases)")
 	fs.StringVar(&o.PodUID, "pod-uid", "", "with --sharding, the UID of the Pod this replica runs in, whose name is --identity: the Pod owns the membership Lease, and the garbage collector deletes the Lease of a Pod deleted without warning")
 	fs.BoolVar(&o.MAPReports, "mutating-admission-policy-reports", false, "report MutatingAdmissionPolicies in background scans (pass when applied, fail \"mutation is not applied\"), as Kyverno's --mutatingAdmissionPolicyReports; needs the API server to serve admissionregistration.k8s.io/v1beta1 MutatingAdmissionPolicies")
-	fs.StringVar(&o.ExceptionNamespace, "exception-namespace", "", "the one namespace PolicyExceptions are taken from, as Kyverno's --exceptionNamespace (empty or *: every namespace, Kyverno's default); exceptions elsewhere are ignored, with a Warning Event and tally_scan_exceptions_ignored_total")
+	fs.StringVar(&o.Exceptions.Namespace, "exception-namespace", "", "the one namespace PolicyExceptions are taken from, as Kyverno's --exceptionNamespace (empty or *: every namespace, Kyverno's default); exceptions elsewhere are ignored, with a Warning Event and tally_scan_exceptions_ignored_total; its exceptions reach every namespace")
+	fs.Func("cluster-exception-namespaces", "the namespaces (comma-separated, repeatable) whose PolicyExceptions may exempt resources of every namespace: the platform's; an exception of any other namespace exempts only resources of its own namespace (a tenant's exempts nothing of another tenant); * for every namespace, Kyverno's behaviour", func(v string) error {
+		for _, ns := range strings.Split(v, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				if ns != "*" && len(validation.IsDNS1123Label(ns)) > 0 {
+					return fmt.Errorf("%q is not a namespace name", ns)
+				}
+				o.Exceptions.Wide = append(o.Exceptions.Wide, ns)
+			}
+		}
+		return nil
+	})
+	fs.StringVar(&o.TenantServiceAccount, "tenant-service-account", data.DefaultTenantServiceAccount, "the ServiceAccount, in each namespace, whose identity tally takes (impersonates) for the cluster reads of that namespace's policies and PolicyExceptions (apiCall, configMap, CEL resource.Get/List, Secrets of image checks): RBAC then decides what they may read (docs/security.md); empty: namespaced policies read nothing of the cluster")
+	fs.DurationVar(&o.TenantReadTimeout, "tenant-read-timeout", data.DefaultTenantReadTimeout, "time limit of one cluster read of a namespaced policy (the platform's have 30s)")
 	fs.BoolVar(&o.RescanEndpoint, "rescan-endpoint", false, "serve POST /rescan, which forces a full rescan (for operators and benchmarks)")
 	fs.StringVar(&o.Webhook.Listen, "webhook-listen", ":9443", "HTTPS address of the admission webhook (/validate); empty disables the admission bridge")
 	fs.StringVar(&o.Webhook.CertDir, "webhook-cert-dir", "", "directory with the webhook's tls.crt and tls.key (and optionally ca.crt), reloaded when they change; empty: tally generates a CA and certificate")
@@ -131,7 +155,7 @@ func (o *options) check() error {
 	if o.Webhook.ClientCA != "" && o.Webhook.Listen == "" {
 		errs = append(errs, fmt.Errorf("--webhook-client-ca authenticates the webhook's callers: the webhook is off (--webhook-listen is empty)"))
 	}
-	if ns := o.ExceptionNamespace; ns != "" && ns != "*" && len(validation.IsDNS1123Label(ns)) > 0 {
+	if ns := o.Exceptions.Namespace; ns != "" && ns != "*" && len(validation.IsDNS1123Label(ns)) > 0 {
 		errs = append(errs, fmt.Errorf("--exception-namespace %q is not a namespace name (or * for every namespace)", ns))
 	}
 	return errors.Join(errs...)

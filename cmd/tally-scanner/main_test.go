@@ -47,10 +47,10 @@ func TestFlags(t *testing.T) {
 	}
 	fs := flag.NewFlagSet("tally-scanner", flag.ContinueOnError)
 	o := bindFlags(fs)
-	if err := fs.Parse([]string{"--workers=4", "--background-scan-interval=30m", "--sharding=false", "--exception-namespace=platform", "--http-allow=https://a/*, https://b/*"}); err != nil {
+	if err := fs.Parse([]string{"--workers=4", "--background-scan-interval=30m", "--sharding=false", "--exception-namespace=platform", "--cluster-exception-namespaces=ops, *", "--http-allow=https://a/*, https://b/*"}); err != nil {
 		t.Fatal(err)
 	}
-	if o.Workers != 4 || o.Interval != 30*time.Minute || o.Sharding || o.ExceptionNamespace != "platform" || len(o.HTTP.Allow) != 2 {
+	if o.Workers != 4 || o.Interval != 30*time.Minute || o.Sharding || o.Exceptions.Namespace != "platform" || len(o.Exceptions.Wide) != 2 || len(o.HTTP.Allow) != 2 {
 		t.Errorf("options %+v do not hold the flags given", o)
 	}
 }

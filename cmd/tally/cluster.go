@@ -73,7 +73,10 @@ func (o clusterOptions) connect(ctx context.Context) (*liveCluster, error) {
 	for _, ns := range nss.Items {
 		c.nsLabels[ns.GetName()] = ns.GetLabels()
 	}
-	c.loader = data.New(dyn, cs.CoreV1().RESTClient(), data.Options{})
+	// A namespaced policy reads with the user's own rights, as the
+	// platform's do: the CLI acts for whoever runs it.
+	c.loader = data.New(dyn, cs.CoreV1().RESTClient(), data.Options{
+		Tenants: &data.Own{Dynamic: dyn, REST: cs.CoreV1().RESTClient(), Kube: cs, User: "the CLI's user"}})
 	runCtx, stop := context.WithCancel(ctx)
 	c.stop = stop
 	// The loader serves the policies' configMap and apiCall data; if it

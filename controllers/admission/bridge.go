@@ -107,10 +107,8 @@ type Options struct {
 	CAValidity, CertValidity, CertCheckInterval time.Duration
 	Registry                                    prometheus.Registerer
 	Clock                                       clock.WithTicker
-	// ExceptionNamespace, when set (not "*"), is the one namespace
-	// PolicyExceptions are taken from (Kyverno's --exceptionNamespace; by
-	// default every namespace, as Kyverno's).
-	ExceptionNamespace string
+	// Exceptions says which PolicyExceptions apply, and where (R47).
+	Exceptions engine.ExceptionScope
 }
 
 // DefaultMaxRequestBytes bounds an AdmissionReview body: the API server's
@@ -204,7 +202,7 @@ func New(client dynamic.Interface, kube kubernetes.Interface, disc discovery.Dis
 	}
 	b.metrics = newMetrics(opts.Registry)
 	b.policies = newPolicySet(b.metrics.policyErrors.Inc)
-	b.policies.exceptionNamespace = opts.ExceptionNamespace
+	b.policies.exceptionScope = opts.Exceptions
 	b.policies.catalog = opts.Catalog
 	b.policies.onPolicy = opts.OnPolicy
 	b.policies.onChange = func() {

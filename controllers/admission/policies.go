@@ -80,8 +80,8 @@ type policySet struct {
 
 	snap       atomic.Pointer[snapshot]
 	namespaces sync.Map // name -> map[string]string (labels)
-	// exceptionNamespace is Options.ExceptionNamespace.
-	exceptionNamespace string
+	// exceptionScope is Options.Exceptions.
+	exceptionScope engine.ExceptionScope
 }
 
 var _ watch.Sink = (*policySet)(nil)
@@ -219,14 +219,16 @@ func (ps *policySet) Upsert(ctx context.Context, gvr schema.GroupVersionResource
 		err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe)
 		var ex *engine.Exception
 		if err == nil {
-			ex, err = engine.CompileException(&pe)
+			if ex, err = engine.CompileException(&pe); err == nil {
+				ex.Reach = ps.exceptionScope.Reach(u.GetNamespace())
+			}
 		}
-		allowed := engine.ExceptionNamespaceAllowed(ps.exceptionNamespace, u.GetNamespace())
+		allowed := ps.exceptionScope.Allowed(u.GetNamespace())
 		ps.mu.Lock()
 		defer ps.mu.Unlock()
 		if err != nil || !allowed {
 			if err == nil {
-				err = fmt.Errorf("not in --exception-namespace %s", ps.exceptionNamespace)
+				err = fmt.Errorf("not in --exception-namespace %s", ps.exceptionScope.Namespace)
 			}
 			logr.FromContextOrDiscard(ctx).Error(err, "PolicyException ignored at admission", "exception", name)
 			delete(ps.exceptions, name)

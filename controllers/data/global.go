@@ -19,7 +19,9 @@ import (
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	kyvernov2alpha1 "github.com/tally-dev/tally/api/kyverno/v2alpha1"
 	"github.com/tally-dev/tally/controllers/watch"
+	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/variables"
+	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // DefaultRefreshInterval is how often a GlobalContextEntry's apiCall is
@@ -46,11 +48,17 @@ type globalContext struct {
 	readers map[string]map[string]bool // entry name -> policies
 }
 
+// LabelTenantReadable marks the GlobalContextEntries that namespaced
+// policies may read (value "true"); the others are the platform's only.
+const LabelTenantReadable = "tally.dev/tenant-readable"
+
 // globalEntry is one GlobalContextEntry's data.
 type globalEntry struct {
-	name   string
-	spec   kyvernov2alpha1.GlobalContextEntrySpec
-	cancel context.CancelFunc
+	name string
+	spec kyvernov2alpha1.GlobalContextEntrySpec
+	// tenants: LabelTenantReadable is "true".
+	tenants bool
+	cancel  context.CancelFunc
 
 	mu     sync.Mutex
 	ready  chan struct{} // closed once loaded (or listed) the first time
@@ -84,12 +92,16 @@ func (l *Loader) Global(ctx context.Context, policy, name, projection string) (a
 	g.mu.Lock()
 	e, ok := g.entries[name]
 	err := g.err
+	forTenants := ok && e.tenants
 	g.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, fmt.Errorf("global context entry %s not found", name)
+	}
+	if ns := tenant.Of(ctx); ns != "" && !forTenants {
+		return nil, fmt.Errorf("global context entry %s is not for namespaced policies (a policy of namespace %s): the platform lets them read an entry with the label %s=true", name, ns, LabelTenantReadable)
 	}
 	select {
 	case <-e.ready:
@@ -200,14 +212,21 @@ func (s *gceSink) Upsert(_ context.Context, _ schema.GroupVersionResource, u *un
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &spec); err != nil {
 		spec = kyvernov2alpha1.GlobalContextEntrySpec{}
 	}
+	tenants := u.GetLabels()[LabelTenantReadable] == "true"
 	g := s.g
 	g.mu.Lock()
 	old := g.entries[u.GetName()]
+	if old != nil && old.tenants != tenants && jsonEqual(old.spec, spec) {
+		old.tenants = tenants // read under g.mu
+		g.mu.Unlock()
+		g.changed(old.name)
+		return
+	}
 	if old != nil && jsonEqual(old.spec, spec) {
 		g.mu.Unlock()
 		return
 	}
-	e := &globalEntry{name: u.GetName(), spec: spec, ready: make(chan struct{}), objs: map[string]map[string]any{}}
+	e := &globalEntry{name: u.GetName(), spec: spec, tenants: tenants, ready: make(chan struct{}), objs: map[string]map[string]any{}}
 	g.entries[e.name] = e
 	g.mu.Unlock()
 	if old != nil {
@@ -302,7 +321,11 @@ func (g *globalContext) poll(ctx context.Context, e *globalEntry) {
 				v, err = g.l.serviceCall(ctx, entry, map[string]any{})
 			} else {
 				v, err = apiCall(entry, map[string]any{}, func(method, path string, body []byte) (any, error) {
-					return g.l.fetch(ctx, method, path, body)
+					p, err := engine.ParseAPIPath(path)
+					if err != nil {
+						return nil, err
+					}
+					return g.l.fetch(ctx, &Clients{Dynamic: g.l.client, REST: g.l.rest}, method, p, body)
 				})
 			}
 			if err == nil || ctx.Err() != nil {

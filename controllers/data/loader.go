@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -29,9 +28,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apipath "k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -42,6 +43,7 @@ import (
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/variables"
+	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // DefaultCallTTL is how long an answer is reused after it was last read,
@@ -54,8 +56,12 @@ const (
 	DefaultCallMaxAge = 5 * time.Minute
 )
 
-// ReadTimeout bounds one read of the cluster or a service.
-const ReadTimeout = 30 * time.Second
+// ReadTimeout bounds one read of the cluster or a service;
+// DefaultTenantReadTimeout one of a namespaced policy's.
+const (
+	ReadTimeout              = 30 * time.Second
+	DefaultTenantReadTimeout = 3 * time.Second
+)
 
 // Options configure a Loader.
 type Options struct {
@@ -77,6 +83,13 @@ type Options struct {
 	CallMaxAge time.Duration
 	Clock      clock.PassiveClock
 	Registry   prometheus.Registerer
+	// Tenants gives the clients of namespaced policies' reads (R47):
+	// their namespace's identity. Nil: such reads are errors.
+	Tenants Tenants
+	// TenantReadTimeout bounds one cluster read of a namespaced policy
+	// (DefaultTenantReadTimeout): a tenant's slow read holds a scan
+	// worker for no longer (ReadTimeout bounds the platform's).
+	TenantReadTimeout time.Duration
 }
 
 // Loader implements engine.ContextLoader against the API server.
@@ -142,6 +155,9 @@ func New(client dynamic.Interface, raw rest.Interface, opts Options) *Loader {
 	if opts.HTTP.Timeout <= 0 {
 		opts.HTTP.Timeout = DefaultHTTPTimeout
 	}
+	if opts.TenantReadTimeout <= 0 {
+		opts.TenantReadTimeout = DefaultTenantReadTimeout
+	}
 	l := &Loader{client: client, rest: raw, opts: opts, listed: make(chan struct{}), http: &httpClients{timeout: opts.HTTP.Timeout}, reg: &registry{},
 		cms: map[string]map[string]any{}, readers: map[string]map[string]bool{}, calls: map[string]*callEntry{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -200,7 +216,10 @@ func (l *Loader) Load(ctx context.Context, policy string, entry kyvernov1.Contex
 }
 
 // configMap serves a configMap entry from the watch's cache: the
-// ConfigMap's data and metadata, as Kyverno gives them.
+// ConfigMap's data and metadata, as Kyverno gives them. A namespaced
+// policy's is read with its namespace's identity instead (a GET, reused
+// for CallTTL and read again when the watch sees it change): RBAC says
+// whether it may.
 func (l *Loader) configMap(ctx context.Context, policy string, entry kyvernov1.ContextEntry, data map[string]any) (any, error) {
 	namespace, name, err := engine.ConfigMapOf(entry.ConfigMap, data)
 	if err != nil {
@@ -210,6 +229,9 @@ func (l *Loader) configMap(ctx context.Context, policy string, entry kyvernov1.C
 	listed, err := l.watchConfigMaps(policy, key)
 	if err != nil {
 		return nil, err
+	}
+	if tenant.Of(ctx) != "" {
+		return l.tenantConfigMap(ctx, namespace, name)
 	}
 	select {
 	case <-listed:
@@ -223,6 +245,46 @@ func (l *Loader) configMap(ctx context.Context, policy string, entry kyvernov1.C
 		return nil, fmt.Errorf("configmap %s not found", key)
 	}
 	return cm, nil
+}
+
+// tenantConfigMap reads a ConfigMap with the identity of ctx's tenant.
+func (l *Loader) tenantConfigMap(ctx context.Context, namespace, name string) (any, error) {
+	if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
+		return nil, fmt.Errorf("configMap namespace %q: %s (no call made)", namespace, msgs[0])
+	}
+	if msgs := apipath.IsValidPathSegmentName(name); name == "" || len(msgs) > 0 {
+		return nil, fmt.Errorf("configMap name %q is not a name (no call made)", name)
+	}
+	c, as, err := l.clientsFor(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("configmap %s/%s: %w", namespace, name, err)
+	}
+	v, err := l.cached(ctx, configMapKey(namespace+"/"+name)+as, "configmap", func(ctx context.Context) (any, error) {
+		u, err := c.Dynamic.Resource(apiresources.ConfigMap).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("configmap %s/%s not found", namespace, name)
+		}
+		if apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("configmap %s/%s: %w (%s)", namespace, name, err, l.grantFor(ctx, c))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("configmap %s/%s: %w", namespace, name, err)
+		}
+		return view(u), nil
+	})
+	return v, err
+}
+
+// configMapKey prefixes the cache keys of a ConfigMap's reads, which its
+// change drops.
+func configMapKey(key string) string { return "configmap " + key + " " }
+
+// grantFor says who to grant a refused read to.
+func (l *Loader) grantFor(ctx context.Context, c *Clients) string {
+	if ns := tenant.Of(ctx); ns != "" {
+		return "the policy's namespace reads as " + c.User + ": bind a Role granting the read to it in namespace " + ns
+	}
+	return "grant tally-scanner read access to it: RBAC aggregated into tally-scanner-resources"
 }
 
 // watchConfigMaps records that a policy reads a ConfigMap, starts the
@@ -326,9 +388,16 @@ func (l *Loader) Listed(context.Context, schema.GroupVersionResource) {
 	}
 }
 
-// changed tells OnChange the policies that read a ConfigMap.
+// changed tells OnChange the policies that read a ConfigMap (the reads
+// made with a tenant's identity are made again).
 func (l *Loader) changed(key string) {
 	l.mu.Lock()
+	prefix := configMapKey(key)
+	for k := range l.calls {
+		if strings.HasPrefix(k, prefix) {
+			delete(l.calls, k)
+		}
+	}
 	policies := slices.Sorted(maps.Keys(l.readers[key]))
 	listed := l.isListed
 	l.mu.Unlock()
@@ -346,17 +415,30 @@ func (l *Loader) Readers(key string) []string {
 }
 
 // apiCall makes a urlPath call (GET, or POST with data), reusing an
-// answer for CallTTL, then applies jmesPath and default.
+// answer for CallTTL, then applies jmesPath and default. The path is sent
+// as parsed (engine.ParseAPIPath), with the identity of the policy's
+// namespace for a namespaced policy.
 func (l *Loader) apiCall(ctx context.Context, policy string, call *kyvernov1.ContextAPICall, data map[string]any) (any, error) {
 	return apiCall(call, data, func(method, path string, body []byte) (any, error) {
-		return l.call(ctx, policy, method, path, body)
+		p, err := engine.ParseAPIPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("failed to fetch data for APICall: %w (no call made)", err)
+		}
+		if ns := tenant.Of(ctx); ns != "" && !engine.InNamespacePath(p.Path, ns) {
+			return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: %w", method, p, ErrOutsideNamespace)
+		}
+		return l.call(ctx, policy, method, p, body)
 	})
 }
 
 // call makes one API call, or reuses its answer of less than CallTTL ago.
-func (l *Loader) call(ctx context.Context, policy, method, path string, body []byte) (any, error) {
-	return l.cached(ctx, method+" "+path+" "+string(body), "api-call", func(ctx context.Context) (any, error) {
-		v, err := l.fetch(ctx, method, path, body)
+func (l *Loader) call(ctx context.Context, policy, method string, p engine.APIPath, body []byte) (any, error) {
+	c, as, err := l.clientsFor(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: %w", method, p, err)
+	}
+	return l.cached(ctx, method+" "+p.String()+" "+string(body)+as, "api-call", func(ctx context.Context) (any, error) {
+		v, err := l.fetch(ctx, c, method, p, body)
 		if apierrors.IsForbidden(err) && l.opts.OnForbidden != nil {
 			l.opts.OnForbidden(policy, err)
 		}
@@ -365,34 +447,31 @@ func (l *Loader) call(ctx context.Context, policy, method, path string, body []b
 }
 
 // fetch makes one API call: its answer as JSON, or an error naming the
-// call (and, when RBAC refused it, the grant to add).
-func (l *Loader) fetch(ctx context.Context, method, path string, body []byte) (any, error) {
-	abs, query, _ := strings.Cut(path, "?")
-	req := l.rest.Verb(method).AbsPath(abs)
-	if query != "" {
-		params, err := url.ParseQuery(query)
-		if err != nil {
-			return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: the query: %w", method, path, err)
+// call (and, when RBAC refused it, the grant to add). The request's path
+// is checked as client-go will send it.
+func (l *Loader) fetch(ctx context.Context, c *Clients, method string, p engine.APIPath, body []byte) (any, error) {
+	req := c.REST.Verb(method).AbsPath(p.Path)
+	for k, vs := range p.Query {
+		for _, v := range vs {
+			req = req.Param(k, v)
 		}
-		for k, vs := range params {
-			for _, v := range vs {
-				req = req.Param(k, v)
-			}
-		}
+	}
+	if sent := req.URL(); sent.Path != p.Path || sent.RawPath != "" || sent.Fragment != "" {
+		return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: the path sent would be %s (no call made)", method, p, sent.EscapedPath())
 	}
 	if body != nil {
 		req = req.Body(body).SetHeader("Content-Type", "application/json")
 	}
 	raw, err := req.DoRaw(ctx)
 	if apierrors.IsForbidden(err) {
-		return nil, fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w (grant tally-scanner read access to it: RBAC aggregated into tally-scanner-resources)", method, path, err)
+		return nil, fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w (%s)", method, p, err, l.grantFor(ctx, c))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w", method, path, err)
+		return nil, fmt.Errorf("failed to fetch data for APICall: failed to %s resource with raw url: %s: %w", method, p, err)
 	}
 	var value any
 	if err := json.Unmarshal(raw, &value); err != nil {
-		return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: the answer is not JSON: %w", method, path, err)
+		return nil, fmt.Errorf("failed to fetch data for APICall: %s %s: the answer is not JSON: %w", method, p, err)
 	}
 	return value, nil
 }
@@ -422,20 +501,27 @@ func (l *Loader) cached(ctx context.Context, key, kind string, read func(context
 		err   error
 	}
 	// Concurrent reads of one key make one request, which outlives a
-	// caller that gives up (bounded by ReadTimeout): its answer serves
-	// the others.
+	// caller that gives up (bounded by ReadTimeout, a tenant's by
+	// TenantReadTimeout): its answer serves the others.
+	timeout := ReadTimeout
+	if tenant.Of(ctx) != "" {
+		timeout = l.opts.TenantReadTimeout
+	}
 	ch := l.flight.DoChan(key, func() (any, error) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReadTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		l.requests.WithLabelValues(kind).Inc()
 		value, err := read(rctx)
+		// Its age counts from the answer: a read that took its whole
+		// timeout is reused as long as a quick one.
+		done := l.opts.Clock.Now()
 		l.mu.Lock()
 		for k, old := range l.calls { // swept as they expire
-			if !l.fresh(old, now) {
+			if !l.fresh(old, done) {
 				delete(l.calls, k)
 			}
 		}
-		l.calls[key] = &callEntry{at: now, used: now, value: value, err: err}
+		l.calls[key] = &callEntry{at: done, used: done, value: value, err: err}
 		l.mu.Unlock()
 		return answer{value, err}, nil
 	})
@@ -451,19 +537,27 @@ func (l *Loader) cached(ctx context.Context, key, kind string, read func(context
 var _ cel.ClusterData = (*Loader)(nil)
 
 // GetResource serves resource.Get of CEL policies: one object, read from
-// the API server, each answer reused for CallTTL.
+// the API server (with a namespaced policy's identity for one), each
+// answer reused for CallTTL.
 func (l *Loader) GetResource(ctx context.Context, apiVersion, resource, namespace, name string) (map[string]any, error) {
 	gvr, err := gvrOf(apiVersion, resource)
 	if err != nil {
 		return nil, err
 	}
-	return l.cachedObject(ctx, "get "+gvr.String()+" "+namespace+"/"+name, func(ctx context.Context) (map[string]any, error) {
-		ri := l.client.Resource(gvr)
+	c, as, err := l.clientsFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.cachedObject(ctx, "get "+gvr.String()+" "+namespace+"/"+name+as, func(ctx context.Context) (map[string]any, error) {
+		ri := c.Dynamic.Resource(gvr)
 		var r dynamic.ResourceInterface = ri
 		if namespace != "" {
 			r = ri.Namespace(namespace)
 		}
 		u, err := r.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("%w (%s)", err, l.grantFor(ctx, c))
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -477,13 +571,20 @@ func (l *Loader) ListResources(ctx context.Context, apiVersion, resource, namesp
 	if err != nil {
 		return nil, err
 	}
-	return l.cachedObject(ctx, "list "+gvr.String()+" "+namespace, func(ctx context.Context) (map[string]any, error) {
-		ri := l.client.Resource(gvr)
+	c, as, err := l.clientsFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.cachedObject(ctx, "list "+gvr.String()+" "+namespace+as, func(ctx context.Context) (map[string]any, error) {
+		ri := c.Dynamic.Resource(gvr)
 		var r dynamic.ResourceInterface = ri
 		if namespace != "" {
 			r = ri.Namespace(namespace)
 		}
 		list, err := r.List(ctx, metav1.ListOptions{})
+		if apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("%w (%s)", err, l.grantFor(ctx, c))
+		}
 		if err != nil {
 			return nil, err
 		}

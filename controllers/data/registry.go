@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 
@@ -16,6 +17,7 @@ import (
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/engine/variables"
+	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // RegistryOptions say whether policies may read image registries
@@ -29,6 +31,10 @@ type RegistryOptions struct {
 	Client      kubernetes.Interface
 	Namespace   string
 	PullSecrets []string
+	// Transport connects to the registries (nil: go-containerregistry's
+	// default); in a cluster it refuses the addresses policies must not
+	// reach (internal/egress).
+	Transport http.RoundTripper
 }
 
 // registry reads image metadata, each image digest once.
@@ -56,6 +62,14 @@ func (l *Loader) ImageMetadata(ctx context.Context, ref string, secrets []string
 		return nil, fmt.Errorf("image %s: %w", ref, err)
 	}
 	pull := append(slices.Clone(l.opts.Images.PullSecrets), secrets...)
+	if ns := tenant.Of(ctx); ns != "" {
+		// A namespaced policy borrows none of tally's credentials: the
+		// Secrets of tally's namespace are not read for it (R47).
+		if len(secrets) > 0 {
+			return nil, fmt.Errorf("image %s: imageRegistryCredentials.secrets are not read for a namespaced policy (tally lends its credentials to no tenant)", ref)
+		}
+		pull = nil
+	}
 	key := "image " + r.Name() + " " + fmt.Sprint(pull)
 	v, err := l.cached(ctx, key, "registry", func(ctx context.Context) (any, error) {
 		var kc authn.Keychain = authn.DefaultKeychain
@@ -67,7 +81,11 @@ func (l *Loader) ImageMetadata(ctx context.Context, ref string, secrets []string
 			}
 			kc = authn.NewMultiKeychain(k, authn.DefaultKeychain)
 		}
-		desc, err := remote.Get(r, remote.WithContext(ctx), remote.WithAuthFromKeychain(kc))
+		opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
+		if l.opts.Images.Transport != nil {
+			opts = append(opts, remote.WithTransport(l.opts.Images.Transport))
+		}
+		desc, err := remote.Get(r, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", ref, err)
 		}

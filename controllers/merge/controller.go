@@ -53,6 +53,14 @@ type Options struct {
 	// (orphan.go); OrphanTick is how often candidates are looked for.
 	OrphanGrace, OrphanRecheck, OrphanTick time.Duration
 	OrphanQPS                              float64
+	// Key signs the final reports the merger writes (AnnotationSignature),
+	// so that one read back at start-up counts only when the merger wrote
+	// its content (R48). LegacySeeds also trusts, by their managedFields,
+	// the unsigned reports of a version that did not sign (the key was made
+	// by this start: none can be signed yet). Without a key (unit tests)
+	// nothing is signed and every report is read back as with LegacySeeds.
+	Key         []byte
+	LegacySeeds bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// ManagedBy is the value of the app.kubernetes.io/managed-by label of
@@ -103,6 +111,9 @@ type Merger struct {
 	// list of a kind can tell gone).
 	policyKinds map[string]schema.GroupVersionResource
 	written     map[string]report.Written
+	// writing are the final reports being written, with the
+	// resourceVersions the watch showed meanwhile (owned.go).
+	writing map[string]*inflight
 	// seeds are the results of the final reports read at start-up, until
 	// every kind is listed (merged.go).
 	seeds map[string]seed
@@ -214,6 +225,7 @@ func (m *Merger) reset() {
 	m.policies = map[string]PolicyInfo{}
 	m.policyKinds = map[string]schema.GroupVersionResource{}
 	m.written = map[string]report.Written{}
+	m.writing = map[string]*inflight{}
 	m.seeds = nil
 	m.folds = map[string]*fold{}
 	m.unadopted = map[string]unadopted{}
@@ -432,8 +444,10 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	}
 	gvr := m.opts.ReportAPI.FinalGVR(subject.Namespace)
 	name := final.Metadata.Name
+	m.startWrite(uid)
 	rv, err := m.writeFinal(ctx, gvr, &final, body, hadReport)
 	if err != nil {
+		m.endWrite(uid)
 		if reason := watch.Refused(err); reason != "" {
 			// Refused for good (namespace gone or terminating, invalid,
 			// forbidden, kind not served): retrying the same write cannot
@@ -452,6 +466,13 @@ func (m *Merger) reconcile(ctx context.Context, uid string) error {
 	m.mu.Lock()
 	m.written[uid] = report.Written{Namespace: subject.Namespace, Digest: digest, ResourceVersion: rv}
 	m.mu.Unlock()
+	if others := m.endWrite(uid); others {
+		// The watch showed another version while it was written: someone
+		// else's write, or the merger's own seen before its answer.
+		if err := m.checkWritten(ctx, gvr, subject.Namespace, uid, rv); err != nil {
+			return err
+		}
+	}
 	return done()
 }
 
@@ -486,7 +507,7 @@ func (m *Merger) seed(ctx context.Context) error {
 func (m *Merger) seedOne(u *unstructured.Unstructured) {
 	var r wgv1alpha2.PolicyReport
 	err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r)
-	if err != nil || !trustedSeed(u, &r) {
+	if err != nil || !m.trustedSeed(u, &r) {
 		// Not what the merger wrote (R48): its content counts for nothing,
 		// and the merge writes it again, or deletes it when its name is no
 		// resource's.
@@ -518,14 +539,21 @@ func (m *Merger) seedOne(u *unstructured.Unstructured) {
 }
 
 // trustedSeed says whether a final report read back at start-up is one
-// the merger wrote (R48): its last writer is the merger, it is named by the
-// UID of the resource its scope names, and that resource is of the
-// report's own namespace (the shard was checked by the caller).
-func trustedSeed(u *unstructured.Unstructured, r *wgv1alpha2.PolicyReport) bool {
+// the merger wrote (R48): its content is signed with the merger's key (or,
+// with LegacySeeds, an unsigned one's last writer is the merger), it is
+// named by the UID of the resource its scope names, and that resource is
+// of the report's own namespace (the shard was checked by the caller).
+func (m *Merger) trustedSeed(u *unstructured.Unstructured, r *wgv1alpha2.PolicyReport) bool {
 	if r.Scope == nil || string(r.Scope.UID) != u.GetName() || r.Scope.Namespace != u.GetNamespace() {
 		return false
 	}
-	return lastWriter(u, fieldManager)
+	sig, signed := u.GetAnnotations()[AnnotationSignature]
+	if !signed {
+		return (m.opts.LegacySeeds || len(m.opts.Key) == 0) && lastWriter(u, fieldManager)
+	}
+	s := report.Subject{APIVersion: r.Scope.APIVersion, Kind: r.Scope.Kind, Namespace: r.Scope.Namespace, Name: r.Scope.Name, UID: r.Scope.UID}
+	_, body, _, err := finalBody(m.opts.ReportAPI, s, r.Results, m.opts.ManagedBy)
+	return err == nil && validSignature(m.opts.Key, body, sig)
 }
 
 // watchedKinds are the kinds watched (before Run: the classic ones). The

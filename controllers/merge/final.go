@@ -2,6 +2,9 @@ package merge
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"hash/fnv"
 
@@ -31,6 +34,7 @@ type applyMeta struct {
 	Name            string                  `json:"name"`
 	Namespace       string                  `json:"namespace,omitempty"`
 	Labels          map[string]string       `json:"labels,omitempty"`
+	Annotations     map[string]string       `json:"annotations,omitempty"`
 	OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
 }
 
@@ -61,12 +65,20 @@ func metaOf(m metav1.ObjectMeta) applyMeta {
 
 // writeFinal writes a final report (watch.Writer): created when the merger
 // has not written it (body is the whole object), else the fields the merger
-// owns replaced by a JSON patch. It returns the report's resourceVersion.
+// owns replaced by a JSON patch; either way signed with the merger's key
+// (AnnotationSignature over body). It returns the report's resourceVersion.
 func (m *Merger) writeFinal(ctx context.Context, gvr schema.GroupVersionResource, r *applyReport, body []byte, exists bool) (string, error) {
+	var annotations map[string]string
+	if len(m.opts.Key) > 0 {
+		annotations = map[string]string{AnnotationSignature: signature(m.opts.Key, body)}
+	}
 	ops := []watch.PatchOp{
 		watch.Set("/metadata/labels", r.Metadata.Labels),
 		watch.Set("/summary", r.Summary),
 		watch.Set("/results", r.Results),
+	}
+	if annotations != nil {
+		ops = append(ops, watch.Set("/metadata/annotations", annotations))
 	}
 	if r.Metadata.OwnerReferences != nil {
 		ops = append(ops, watch.Set("/metadata/ownerReferences", r.Metadata.OwnerReferences))
@@ -74,6 +86,42 @@ func (m *Merger) writeFinal(ctx context.Context, gvr schema.GroupVersionResource
 	if r.Scope != nil {
 		ops = append(ops, watch.Set("/scope", r.Scope))
 	}
-	rv, _, err := m.out.Write(ctx, gvr, r.Metadata.Namespace, r.Metadata.Name, exists, func() ([]byte, error) { return body, nil }, ops)
+	whole := func() ([]byte, error) {
+		if annotations == nil {
+			return body, nil
+		}
+		signed := *r
+		signed.Metadata.Annotations = annotations
+		return json.Marshal(&signed)
+	}
+	rv, _, err := m.out.Write(ctx, gvr, r.Metadata.Namespace, r.Metadata.Name, exists, whole, ops)
 	return rv, err
+}
+
+// AnnotationSignature holds the merger's signature of a final report's
+// content: an HMAC-SHA256, with the merger's key (a Secret of tally's
+// namespace), of the report as the merger renders it without the
+// annotation. A report read back at start-up counts as the merger's only
+// when it verifies (R48): nobody without the key can write one that does.
+const AnnotationSignature = "tally.dev/signature"
+
+// signature is the signature of a rendered report.
+func signature(key, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	_, _ = mac.Write(body) // a hash.Hash's Write never returns an error
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// validSignature says whether sig signs body with key (no key: never).
+func validSignature(key, body []byte, sig string) bool {
+	if len(key) == 0 {
+		return false
+	}
+	want, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil {
+		return false
+	}
+	mac := hmac.New(sha256.New, key)
+	_, _ = mac.Write(body)
+	return hmac.Equal(mac.Sum(nil), want)
 }

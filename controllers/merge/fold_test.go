@@ -2,9 +2,10 @@ package merge
 
 import (
 	"context"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"

@@ -1,9 +1,10 @@
 package merge
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/report"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // PolicyInfo is what the merge needs to know of a current policy.

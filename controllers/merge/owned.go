@@ -2,10 +2,13 @@ package merge
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -72,16 +75,70 @@ func lastWriter(u *unstructured.Unstructured, manager string) bool {
 	return hasOurs && !theirs.After(ours)
 }
 
-// onlyManager says whether manager is the only one in an object's
-// managedFields (none at all: no).
-func onlyManager(u *unstructured.Unstructured, manager string) bool {
-	fields := u.GetManagedFields()
-	for _, f := range fields {
-		if f.Manager != manager {
-			return false
+// inflight is a final report being written: the resourceVersions the
+// watch showed meanwhile.
+type inflight struct {
+	writes int
+	seen   []string
+}
+
+// startWrite marks a report as being written.
+func (m *Merger) startWrite(uid string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.writing[uid]
+	if f == nil {
+		f = &inflight{}
+		m.writing[uid] = f
+	}
+	f.writes++
+}
+
+// endWrite ends a write (recorded in m.written, or failed); others says
+// the watch showed a version other than the one written meanwhile.
+func (m *Merger) endWrite(uid string) (others bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.writing[uid]
+	if f == nil {
+		return false
+	}
+	if f.writes--; f.writes == 0 {
+		delete(m.writing, uid)
+	}
+	rv := m.written[uid].ResourceVersion
+	for _, s := range f.seen {
+		if s != rv {
+			others = true
 		}
 	}
-	return len(fields) > 0
+	f.seen = nil
+	return others
+}
+
+// checkWritten reads a report the watch showed in another version while
+// the merger wrote it: one that is no longer at the version written was
+// changed by someone else, and is put right.
+func (m *Merger) checkWritten(ctx context.Context, gvr schema.GroupVersionResource, namespace, uid, rv string) error {
+	u, err := m.client.Resource(gvr).Namespace(namespace).Get(ctx, uid, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // deleted since: the watch tells (Remove)
+	}
+	if err != nil {
+		return fmt.Errorf("check final report %s/%s: %w", namespace, uid, err)
+	}
+	if u.GetResourceVersion() == rv {
+		return nil
+	}
+	m.mu.Lock()
+	if w, ok := m.written[uid]; ok && w.ResourceVersion == rv {
+		m.written[uid] = report.Written{Namespace: namespace}
+	}
+	m.mu.Unlock()
+	m.metrics.putRight.WithLabelValues("edited").Inc()
+	logr.FromContextOrDiscard(ctx).Info("a final report was edited by someone else while written; put right", "namespace", namespace, "name", uid)
+	m.queue.Add(uid)
+	return nil
 }
 
 // Upsert: a report the merger did not write as it is now (its
@@ -95,9 +152,14 @@ func (f *finalReports) Upsert(ctx context.Context, _ schema.GroupVersionResource
 	uid := u.GetName()
 	m.mu.Lock()
 	w, had := m.written[uid]
-	// A write of the merger's whose answer is not recorded yet is known by
-	// its managedFields, the merger's alone.
-	if (had && w.ResourceVersion != "" && w.ResourceVersion == u.GetResourceVersion()) || onlyManager(u, fieldManager) {
+	if had && w.ResourceVersion != "" && w.ResourceVersion == u.GetResourceVersion() {
+		m.mu.Unlock()
+		return // the merger's last write
+	}
+	if f := m.writing[uid]; f != nil {
+		// Being written: the merger's own write, seen before its answer,
+		// or someone else's. The write's answer tells (endWrite).
+		f.seen = append(f.seen, u.GetResourceVersion())
 		m.mu.Unlock()
 		return
 	}

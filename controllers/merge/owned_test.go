@@ -77,6 +77,18 @@ func TestFinalReportsArePutRight(t *testing.T) {
 		t.Errorf("after an edit: final %q, want %q", got, want)
 	}
 
+	// Edited again, by a client naming the merger's field manager (issue
+	// 53): known by its resourceVersion, not by a name, and put right.
+	edited = editFinal(t, m, wgv1alpha2.ResultPass)
+	edited.SetManagedFields([]metav1.ManagedFieldsEntry{entry(fieldManager, 40)})
+	owned.Upsert(ctx, apiresources.PolicyReport, edited)
+	if err := m.reconcile(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := finalResults(t, m); got != want {
+		t.Errorf("after an edit under the merger's field manager: final %q, want %q", got, want)
+	}
+
 	// Deleted behind the merger's back: written again.
 	if err := client.Resource(apiresources.PolicyReport).Namespace("ns").Delete(ctx, "u1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -119,7 +131,7 @@ func TestFinalReportsArePutRight(t *testing.T) {
 	if got := finalResults(t, m); got != "" {
 		t.Errorf("the report of a deleted resource was written again: %q", got)
 	}
-	for change, n := range map[string]float64{"edited": 1, "deleted": 2, "created": 1} {
+	for change, n := range map[string]float64{"edited": 2, "deleted": 2, "created": 1} {
 		if got := testutil.ToFloat64(m.metrics.putRight.WithLabelValues(change)); got != n {
 			t.Errorf("put right %s = %v, want %v", change, got, n)
 		}
@@ -145,25 +157,60 @@ func TestStartUpReadsBackOnlyWhatTheMergerWrote(t *testing.T) {
 		mutate(u)
 		return u
 	}
+	key := []byte("the merger's key")
+	signed := func(u *unstructured.Unstructured) {
+		var r wgv1alpha2.PolicyReport
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
+			t.Fatal(err)
+		}
+		_, body, _, err := finalBody(report.APIWGPolicy, subject, r.Results, report.ManagedBy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.SetAnnotations(map[string]string{AnnotationSignature: signature(key, body)})
+	}
 	for name, tc := range map[string]struct {
 		report  *unstructured.Unstructured
+		key     []byte
+		legacy  bool
 		trusted bool
 	}{
-		"written by the merger": {final(fail, 10, func(u *unstructured.Unstructured) {
+		"signed by the merger": {report: final(fail, 10, func(u *unstructured.Unstructured) {
+			signed(u)
 			u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(fieldManager, 10)})
-		}), true},
-		"edited after": {final(pass, 10, func(u *unstructured.Unstructured) {
+		}), key: key, trusted: true},
+		"signed, then its result edited by someone naming the merger's field manager": {report: final(fail, 10, func(u *unstructured.Unstructured) {
+			signed(u)
+			_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"policy": "p", "rule": "r", "result": "pass",
+				"timestamp": map[string]any{"seconds": int64(10), "nanos": int64(0)}, "properties": map[string]any{report.PropertyProcess: report.ProcessAdmission}}}, "results")
+			u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(fieldManager, 20)})
+		}), key: key},
+		"unsigned, last written under the merger's field manager": {report: final(pass, 10, func(u *unstructured.Unstructured) {
+			u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(fieldManager, 10)})
+		}), key: key},
+		"unsigned, at the first start with a key (a version that did not sign wrote it)": {report: final(pass, 10, func(u *unstructured.Unstructured) {
+			u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(fieldManager, 10)})
+		}), key: key, legacy: true, trusted: true},
+		"signed with another key": {report: final(fail, 10, func(u *unstructured.Unstructured) {
+			signed(u)
+		}), key: []byte("another key")},
+		"written by the merger (no key)": {report: final(fail, 10, func(u *unstructured.Unstructured) {
+			u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(fieldManager, 10)})
+		}), trusted: true},
+		"edited after": {report: final(pass, 10, func(u *unstructured.Unstructured) {
 			u.SetManagedFields([]metav1.ManagedFieldsEntry{entry(fieldManager, 10), entry("kubectl-edit", 20)})
-		}), false},
-		"its scope names a resource of another namespace": {final(pass, 10, func(u *unstructured.Unstructured) {
+		})},
+		"its scope names a resource of another namespace": {report: final(pass, 10, func(u *unstructured.Unstructured) {
+			signed(u)
 			_ = unstructured.SetNestedField(u.Object, "team-b", "scope", "namespace")
-		}), false},
-		"its scope names another resource": {final(pass, 10, func(u *unstructured.Unstructured) {
+		}), key: key},
+		"its scope names another resource": {report: final(pass, 10, func(u *unstructured.Unstructured) {
+			signed(u)
 			_ = unstructured.SetNestedField(u.Object, "u9", "scope", "uid")
-		}), false},
+		}), key: key},
 	} {
 		t.Run(name, func(t *testing.T) {
-			m := New(fakeClient(tc.report), Options{Registry: prometheus.NewRegistry()})
+			m := New(fakeClient(tc.report), Options{Registry: prometheus.NewRegistry(), Key: tc.key, LegacySeeds: tc.legacy})
 			if err := m.seed(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -64,8 +64,15 @@ type ScannerOptions struct {
 	PolicyStatus    bool
 	SuccessEvents   bool
 	OmitEvents      map[string]bool
-	// ExceptionNamespace is --exception-namespace (R47).
-	ExceptionNamespace string
+	// Exceptions are --exception-namespace and
+	// --cluster-exception-namespaces (R47).
+	Exceptions engine.ExceptionScope
+	// TenantServiceAccount is --tenant-service-account: the ServiceAccount
+	// of each namespace whose identity its policies' cluster reads take
+	// (R47; empty: such reads are errors).
+	TenantServiceAccount string
+	// TenantReadTimeout is --tenant-read-timeout.
+	TenantReadTimeout time.Duration
 	// MAPReports is --mutating-admission-policy-reports (R44).
 	MAPReports bool
 	Webhook    WebhookOptions
@@ -182,9 +189,17 @@ func RunScanner(ctx context.Context, o ScannerOptions) error {
 			Success: o.SuccessEvents, Omit: o.OmitEvents}
 	}
 	// The data policies read: a change rescans the policies that read it.
+	// Every registry connection (image checks, image data) is guarded.
+	guard := newRegistryGuard(o.ImageVerify, kube)
+	registryTransport := guard.Transport()
 	images := o.Images
-	images.Client, images.Namespace = kube, o.Namespace
+	images.Client, images.Namespace, images.Transport = kube, o.Namespace, registryTransport
+	var tenants data.Tenants
+	if o.TenantServiceAccount != "" {
+		tenants = &data.Impersonating{Config: cfg, ServiceAccount: o.TenantServiceAccount}
+	}
 	r.loader = data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg, HTTP: o.HTTP, Images: images,
+		Tenants: tenants, TenantReadTimeout: o.TenantReadTimeout,
 		OnChange: func(policies []string) {
 			if s := r.current.Load(); s != nil {
 				s.RescanPolicies(policies)
@@ -196,7 +211,7 @@ func RunScanner(ctx context.Context, o ScannerOptions) error {
 			}
 		}})
 
-	r.images = newImageVerifier(o, kube, reg)
+	r.images = newImageVerifier(o, kube, tenants, registryTransport, reg)
 	daemon, leading, err := r.daemon(kube, reg)
 	if err != nil {
 		return err
@@ -238,6 +253,7 @@ func RunScanner(ctx context.Context, o ScannerOptions) error {
 	}
 	part(func(ctx context.Context) error { recorder.Run(ctx); return nil })
 	part(r.loader.Run)
+	part(func(ctx context.Context) error { return guard.run(ctx, o.Clock) })
 	part(func(ctx context.Context) error { eventQueue.Run(ctx); return nil })
 	part(func(ctx context.Context) error { return r.hubs.Serve(ctx, handoverListener) })
 	if r.bridge != nil {
@@ -309,7 +325,7 @@ func (r *scannerRun) newScanner(hub *handover.Hub, reg prometheus.Registerer, ow
 		Data:   r.loader,
 		Images: r.images,
 		Shard:  owns, StateReadOnly: !clusterShard,
-		ExceptionNamespace:             o.ExceptionNamespace,
+		Exceptions:                     o.Exceptions,
 		MutatingAdmissionPolicyReports: o.MAPReports,
 	})
 	if o.Webhook.Listen != "" && o.Webhook.ManageRules && o.Webhook.Configuration != "" {
@@ -345,7 +361,7 @@ func (r *scannerRun) newBridge(kube kubernetes.Interface, reg prometheus.Registe
 		WebhookConfiguration: o.Webhook.Configuration, Timeout: o.Webhook.Timeout,
 		ManageRules: o.Webhook.ManageRules, Leading: leading, ClientCAFile: o.Webhook.ClientCA, Recorder: recorder, Registry: reg,
 		Loader: r.loader, Data: r.loader, Images: r.images, Events: r.emitter(policyevents.ControllerAdmission),
-		Scanned: scanned, ExceptionNamespace: o.ExceptionNamespace,
+		Scanned: scanned, Exceptions: o.Exceptions,
 	})
 }
 

@@ -174,21 +174,30 @@ func (e *evaluator) evaluateResource(ctx context.Context, r *memstore.ReadTxn, r
 	evalCtx, cancel := context.WithTimeout(ctx, e.opts.EvalTimeout)
 	defer cancel()
 	req.Resource = gvr // CEL policies match resources by their plural, which discovery knows
-	for _, tp := range policies {
-		if !tp.mayMatch(res, gvr) || !tp.applies(obj, req.NamespaceLabels, gvr) {
-			continue
+	// The platform's policies first, within the resource's deadline; then
+	// each namespaced policy (a tenant's) within a deadline of its own:
+	// a tenant's slow policy turns no other policy's result into an error.
+	tenants := false
+	for pass := range 2 {
+		for _, tp := range policies {
+			if (tp.compiled.Namespace != "") != (pass == 1) {
+				tenants = tenants || pass == 0
+				continue
+			}
+			if !tp.mayMatch(res, gvr) || !tp.applies(obj, req.NamespaceLabels, gvr) {
+				continue
+			}
+			evaluated = true
+			if pass == 0 {
+				fresh = e.evaluatePolicy(evalCtx, tp, req, now, fresh)
+				continue
+			}
+			own, cancel := context.WithTimeout(ctx, e.opts.EvalTimeout)
+			fresh = e.evaluatePolicy(own, tp, req, now, fresh)
+			cancel()
 		}
-		evaluated = true
-		seen := map[string]bool{}
-		for _, rr := range e.evaluate(evalCtx, tp.compiled, req) {
-			if rr.ConditionsNotMet {
-				continue // a CEL policy whose matchConditions do not hold has no entry, as in Kyverno's reports
-			}
-			if seen[rr.Rule] {
-				continue // one entry per (policy, rule)
-			}
-			seen[rr.Rule] = true
-			fresh = append(fresh, storedResult(slim(report.Result(tp.compiled, rr, report.ProcessBackground, now))))
+		if !tenants {
+			break
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -199,6 +208,23 @@ func (e *evaluator) evaluateResource(ctx context.Context, r *memstore.ReadTxn, r
 		logr.FromContextOrDiscard(ctx).Info("evaluation exceeded its deadline; the rules left are errors", "uid", res.UID, "deadline", e.opts.EvalTimeout)
 	}
 	return fresh, evaluated, nil
+}
+
+// evaluatePolicy evaluates one policy on a request and appends its results
+// (one per policy and rule) to fresh.
+func (e *evaluator) evaluatePolicy(ctx context.Context, tp *trackedPolicy, req *engine.Request, now time.Time, fresh []memstore.Result) []memstore.Result {
+	seen := map[string]bool{}
+	for _, rr := range e.evaluate(ctx, tp.compiled, req) {
+		if rr.ConditionsNotMet {
+			continue // a CEL policy whose matchConditions do not hold has no entry, as in Kyverno's reports
+		}
+		if seen[rr.Rule] {
+			continue // one entry per (policy, rule)
+		}
+		seen[rr.Rule] = true
+		fresh = append(fresh, storedResult(slim(report.Result(tp.compiled, rr, report.ProcessBackground, now))))
+	}
+	return fresh
 }
 
 // seedResults loads the results of reports written before a restart, so that

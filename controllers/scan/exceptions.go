@@ -30,13 +30,13 @@ type exceptionSet struct {
 	// handlers queue every resource the policies an exception names can
 	// match (enqueuePolicies).
 	handlers *handlers
-	// namespace, when set, is the one namespace exceptions are taken from
-	// (--exception-namespace, Kyverno's --exceptionNamespace; "" or "*":
-	// every namespace); one from elsewhere is counted, and told on it
-	// through recorder (the replica keeping the policies' status).
-	namespace string
-	metrics   *metrics
-	recorder  record.EventRecorder
+	// scope says which exceptions apply (--exception-namespace, Kyverno's
+	// --exceptionNamespace: one from elsewhere is counted, and told on it
+	// through recorder, the replica keeping the policies' status), and
+	// where (--cluster-exception-namespaces).
+	scope    engine.ExceptionScope
+	metrics  *metrics
+	recorder record.EventRecorder
 }
 
 // celExceptionKey keeps CEL PolicyExceptions apart from kyverno.io ones in
@@ -56,12 +56,12 @@ func exceptionKey(gvr schema.GroupVersionResource, namespace, name string) strin
 // error is a store write that failed.
 func (es *exceptionSet) upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error {
 	name := exceptionKey(gvr, u.GetNamespace(), u.GetName())
-	if !engine.ExceptionNamespaceAllowed(es.namespace, u.GetNamespace()) {
-		logr.FromContextOrDiscard(ctx).Info("PolicyException outside --exception-namespace; ignored", "name", name, "exception-namespace", es.namespace)
+	if !es.scope.Allowed(u.GetNamespace()) {
+		logr.FromContextOrDiscard(ctx).Info("PolicyException outside --exception-namespace; ignored", "name", name, "exception-namespace", es.scope.Namespace)
 		es.metrics.exceptionsIgnored.Inc()
 		if es.recorder != nil {
 			es.recorder.Eventf(u, corev1.EventTypeWarning, "PolicyExceptionIgnored",
-				"tally takes PolicyExceptions only from namespace %s (--exception-namespace): this one does not apply", es.namespace)
+				"tally takes PolicyExceptions only from namespace %s (--exception-namespace): this one does not apply", es.scope.Namespace)
 		}
 		return es.remove(name)
 	}
@@ -71,13 +71,21 @@ func (es *exceptionSet) upsert(ctx context.Context, gvr schema.GroupVersionResou
 	if gvr == apiresources.CELPolicyException {
 		var pe policiesv1.PolicyException
 		if err = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe); err == nil {
-			compiled, err = engine.CompileCELException(&pe)
+			var x *engine.CELException
+			if x, err = engine.CompileCELException(&pe); err == nil {
+				x.Reach = es.scope.Reach(u.GetNamespace())
+				compiled = x
+			}
 			policies = celPoliciesReferred(pe.Spec.PolicyRefs)
 		}
 	} else {
 		var pe kyvernov2.PolicyException
 		if err = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pe); err == nil {
-			compiled, err = engine.CompileException(&pe)
+			var x *engine.Exception
+			if x, err = engine.CompileException(&pe); err == nil {
+				x.Reach = es.scope.Reach(u.GetNamespace())
+				compiled = x
+			}
 			for _, e := range pe.Spec.Exceptions {
 				policies = append(policies, e.PolicyName)
 			}

@@ -194,7 +194,7 @@ spec:
     match: {any: [{resources: {kinds: [Pod]}}]}
     validate: {pattern: {metadata: {name: "?*"}}}
 `)
-	s := testScanner(t, Options{ExceptionNamespace: "platform"}, policy)
+	s := testScanner(t, Options{Exceptions: engine.ExceptionScope{Namespace: "platform"}}, policy)
 	tenants := exception("pods") // in namespace ns
 	s.handlers.Upsert(context.Background(), apiresources.PolicyException, tenants)
 	settle(t, s)

@@ -78,10 +78,8 @@ type Options struct {
 	// replica that does not own the cluster-scoped shard: one replica
 	// writes it).
 	StateReadOnly bool
-	// ExceptionNamespace, when set (not "*"), is the one namespace
-	// PolicyExceptions are taken from, as Kyverno's --exceptionNamespace
-	// (R47); by default, as Kyverno's, every namespace.
-	ExceptionNamespace string
+	// Exceptions says which PolicyExceptions apply, and where (R47).
+	Exceptions engine.ExceptionScope
 	// MutatingAdmissionPolicyReports scans MutatingAdmissionPolicies with
 	// their bindings (R44), as Kyverno's --mutatingAdmissionPolicyReports
 	// (off by default, as Kyverno's): where the API server serves them.

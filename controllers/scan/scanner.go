@@ -80,7 +80,16 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 		opts.Handover = handover.New(handover.Options{})
 	}
 	o := &opts
-	queue, control := watch.NewQueue("tally-scan"), newControlQueue()
+	// Resources are evaluated namespace by namespace in turn: one
+	// namespace's slow evaluations (a tenant's policy reading slowly)
+	// delay another's by one evaluation at most.
+	queue := watch.NewFairQueue("tally-scan", func(uid string) string {
+		if res, err := store.Read().Resource(uid); err == nil && res != nil {
+			return res.Namespace
+		}
+		return ""
+	})
+	control := newControlQueue()
 	policies := newPolicySet()
 	// The watches deliver to the handlers, which store and enqueue (and
 	// ask the watches which kind a resource is): made first, with the
@@ -99,7 +108,7 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 	reports := newReportWriter(client, opts.Handover, m, opts.FinalReports, opts.Shard)
 	h.kinds, h.metrics, h.reports = kinds, m, reports
 	pr := &policyReconciler{opts: o, client: client, store: store, policies: policies, kinds: kinds, handlers: h, metrics: m,
-		exceptions: &exceptionSet{store: store, handlers: h, namespace: opts.ExceptionNamespace, metrics: m, recorder: opts.Recorder},
+		exceptions: &exceptionSet{store: store, handlers: h, scope: opts.Exceptions, metrics: m, recorder: opts.Recorder},
 		vaps:       newAdmissionPolicySet(validatingAdmissionPolicies), maps: newAdmissionPolicySet(mutatingAdmissionPolicies)}
 	ev := &evaluator{opts: o, store: store, queue: queue, kinds: kinds, policies: policies, handlers: h,
 		params: newParamCache(client, kinds, opts.Clock), metrics: m,

@@ -9,6 +9,9 @@ import (
 	celgo "github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	apipath "k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 )
 
 // ClusterData serves Kyverno's `resource` library to ValidatingPolicies:
@@ -84,6 +87,11 @@ func resourceCall(name string, args []ref.Val, call func(resourceLib, []string) 
 		}
 		s[i] = v
 	}
+	if err := resourceArgs(s); err != nil {
+		// Each argument becomes a segment of the request's path: one that
+		// is not a name (a "/", "..", an escape) could reach another path.
+		return types.NewErr("%s(%s): %v (no call made)", name, strings.Join(s, ", "), err)
+	}
 	if r.ownNamespace != "" && s[2] != r.ownNamespace {
 		// R47: checked before anything else, offline too, so that a
 		// policy behaves the same wherever it runs.
@@ -97,6 +105,30 @@ func resourceCall(name string, args []ref.Val, call func(resourceLib, []string) 
 		return types.NewErr("%s(%s): %v", name, strings.Join(s, ", "), err)
 	}
 	return types.DefaultTypeAdapter.NativeToValue(Normalize(obj))
+}
+
+// resourceArgs checks the arguments of resource.Get (apiVersion,
+// resource, namespace, name) and resource.List (the first three): each is
+// what it names and nothing more, so that the request's path has exactly
+// the segments they give.
+func resourceArgs(s []string) error {
+	gv, err := schema.ParseGroupVersion(s[0])
+	if err != nil || gv.Version == "" || len(k8svalidation.IsDNS1035Label(gv.Version)) > 0 ||
+		(gv.Group != "" && len(k8svalidation.IsDNS1123Subdomain(gv.Group)) > 0) {
+		return fmt.Errorf("apiVersion %q is not a group/version", s[0])
+	}
+	if len(k8svalidation.IsDNS1123Subdomain(s[1])) > 0 {
+		return fmt.Errorf("resource %q is not a resource's plural name", s[1])
+	}
+	if s[2] != "" && len(k8svalidation.IsDNS1123Label(s[2])) > 0 {
+		return fmt.Errorf("namespace %q is not a namespace's name", s[2])
+	}
+	if len(s) > 3 {
+		if msgs := apipath.IsValidPathSegmentName(s[3]); s[3] == "" || len(msgs) > 0 || strings.ContainsAny(s[3], "#?\\ ") {
+			return fmt.Errorf("name %q is not an object's name", s[3])
+		}
+	}
+	return nil
 }
 
 // OutsideNamespace is the refusal of a read a namespaced policy may not

@@ -93,6 +93,19 @@ func TestResourceLibraryOfANamespacedPolicy(t *testing.T) {
 			"a namespaced policy of namespace team-a may read only its own namespace, not namespace team-b (no call made)"},
 		{"size(resource.List('v1', 'configmaps', '').items) > 0", 0, "not the whole cluster"},
 		{"resource.Get('v1', 'nodes', '', 'node-1') != null", 0, "not the whole cluster"},
+		// Issue 53: only the namespace argument was checked; the others
+		// become segments of the request's path too.
+		{"size(resource.List('v1', '../../namespaces/team-b/configmaps', 'team-a').items) > 0", 0, "is not a resource's plural name"},
+		{"size(resource.List('v1', '../../nodes', 'team-a').items) > 0", 0, "is not a resource's plural name"},
+		{"resource.Get('v1', 'configmaps', 'team-a', '../../team-b/configmaps/secret-ish') != null", 0, "is not an object's name"},
+		{"resource.Get('v1', 'configmaps', 'team-a', '..') != null", 0, "is not an object's name"},
+		{"resource.Get('v1', 'configmaps', 'team-a', 'x%2F..%2F..') != null", 0, "is not an object's name"},
+		{"resource.Get('v1', 'configmaps', 'team-a', 'x#/../../team-b') != null", 0, "is not an object's name"},
+		{"resource.Get('v1', 'configmaps', 'team-a', '') != null", 0, "is not an object's name"},
+		{"resource.Get('v1/../../../api/v1', 'configmaps', 'team-a', 'x') != null", 0, "is not a group/version"},
+		{"resource.Get('../v1', 'configmaps', 'team-a', 'x') != null", 0, "is not a group/version"},
+		{"resource.Get('v1', 'configmaps', 'team-a/../team-b', 'x') != null", 0, "is not a namespace's name"},
+		{"resource.Get('v1', 'secrets/x', 'team-a', 'y') != null", 0, "is not a resource's plural name"},
 	} {
 		data.calls = 0
 		p, err := Compile(Spec{Mode: ModeKyverno, Validations: []admissionregistrationv1.Validation{{Expression: tc.expr}}})

@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/lru"
 
 	"github.com/tally-dev/tally/engine/imageverify"
+	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // Options configure a Verifier; zero values take the defaults.
@@ -357,7 +358,7 @@ func (v *Verifier) withKeychain(ctx context.Context, c imageverify.Check) contex
 	if len(c.PullSecrets) > 0 && c.Namespace != "" && v.opts.PodKeychain != nil {
 		ns, names := c.Namespace, c.PullSecrets
 		reads = append(reads, func(ctx context.Context) (authn.Keychain, error) { return v.opts.PodKeychain(ctx, ns, names) })
-		id = append(id, "pod:"+ns+"/"+strings.Join(names, ","))
+		id = append(id, "pod:"+ns+"/"+strings.Join(names, ",")+" as "+tenant.Of(ctx))
 	}
 	tenant, _ := ctx.Value(tenantKey{}).(bool) // a tenant's policy borrows none of tally's credentials
 	if rc := c.Entry.ImageRegistryCredentials; rc != nil && len(rc.Secrets) > 0 && v.opts.SecretKeychain != nil && !tenant {
