@@ -134,6 +134,11 @@ type Step struct {
 	Name string   `json:"name,omitempty"`
 	When []Action `json:"when,omitempty"`
 	Then Then     `json:"then"`
+	// Within, when set (a Go duration), is how soon after the step's
+	// actions its expectations must hold (instead of the runner's
+	// Timeout): a promise of time, such as a report put right within
+	// seconds, or another namespace's report not held back by a tenant.
+	Within string `json:"within,omitempty"`
 }
 
 // Action is one thing done to the cluster; exactly one field is set.
@@ -183,6 +188,10 @@ type Tamper struct {
 	For    Ref    `json:"for"`
 	Result string `json:"result,omitempty"`
 	Delete bool   `json:"delete,omitempty"`
+	// FieldManager is the field manager the edit names (default
+	// conf-tamper): any client may name any, the implementation's own
+	// included.
+	FieldManager string `json:"fieldManager,omitempty"`
 }
 
 // Forgery is a review claiming to come from the API server.
@@ -384,14 +393,18 @@ type ResultExpectation struct {
 	Rule   string `json:"rule,omitempty"`
 	Result string `json:"result,omitempty"`
 	// Absent: no entry of this policy (and rule, if given) may exist.
-	Absent          bool              `json:"absent,omitempty"`
-	Message         *string           `json:"message,omitempty"`
-	MessageContains string            `json:"messageContains,omitempty"`
-	Scored          *bool             `json:"scored,omitempty"`
-	Source          string            `json:"source,omitempty"`
-	Category        *string           `json:"category,omitempty"`
-	Severity        *string           `json:"severity,omitempty"`
-	Properties      map[string]string `json:"properties,omitempty"`
+	Absent          bool    `json:"absent,omitempty"`
+	Message         *string `json:"message,omitempty"`
+	MessageContains string  `json:"messageContains,omitempty"`
+	// MessageContainsAll are more substrings the message must contain;
+	// MessageExcludes substrings it must not (a value never read).
+	MessageContainsAll []string          `json:"messageContainsAll,omitempty"`
+	MessageExcludes    []string          `json:"messageExcludes,omitempty"`
+	Scored             *bool             `json:"scored,omitempty"`
+	Source             string            `json:"source,omitempty"`
+	Category           *string           `json:"category,omitempty"`
+	Severity           *string           `json:"severity,omitempty"`
+	Properties         map[string]string `json:"properties,omitempty"`
 }
 
 // IntermediateExpectation counts the intermediate reports of a resource.

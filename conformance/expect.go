@@ -266,6 +266,16 @@ func (want ResultExpectation) mismatch(r wgv1alpha2.PolicyReportResult) string {
 			return fmt.Sprintf("properties[%s] = %q, want %q", k, got, v)
 		}
 	}
+	for _, part := range want.MessageContainsAll {
+		if !strings.Contains(r.Message, part) {
+			return fmt.Sprintf("message %q does not contain %q", r.Message, part)
+		}
+	}
+	for _, part := range want.MessageExcludes {
+		if strings.Contains(r.Message, part) {
+			return fmt.Sprintf("message %q contains %q", r.Message, part)
+		}
+	}
 	return ""
 }
 

@@ -36,6 +36,15 @@ const (
 	// --sharding), and Restart changes them (replica-killed, replica-added,
 	// replicas-rolled).
 	CanShards = "shards"
+	// CanExceptionNamespace: PolicyExceptions are taken from the namespace
+	// conf-policy-exceptions only, as Kyverno's --exceptionNamespace
+	// (tally-scanner --exception-namespace).
+	CanExceptionNamespace = "exception-namespace"
+	// CanTenantExceptions: PolicyExceptions of every namespace are taken,
+	// those of conf-policy-exceptions reaching every namespace, any other
+	// only its own (tally-scanner --cluster-exception-namespaces, the
+	// chart's default of no exception namespace: issue 53).
+	CanTenantExceptions = "tenant-exceptions"
 )
 
 // ManagedByLabeler is a provider that knows the app.kubernetes.io/managed-by

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -139,6 +140,11 @@ func (r *Runner) Run(ctx context.Context, c *Case) (err error) {
 		}
 		c = withHost
 	}
+	if withIP, err := r.withServiceIP(ctx, c); err != nil {
+		return fmt.Errorf("case %s: %w", c.Name, err)
+	} else {
+		c = withIP
+	}
 	x := &run{Runner: r, c: c, uids: map[Ref]types.UID{}}
 	defer func() {
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
@@ -165,6 +171,30 @@ func (r *Runner) Run(ctx context.Context, c *Case) (err error) {
 		return nil
 	}
 	return x.checkIntermediatesGone(ctx)
+}
+
+// serviceIPPlaceholder is ${KUBERNETES_SERVICE_IP} in a case: the
+// ClusterIP of the Service default/kubernetes (the API server, on the
+// cluster's Service range).
+const serviceIPPlaceholder = "${KUBERNETES_SERVICE_IP}"
+
+// withServiceIP is the case with serviceIPPlaceholder replaced.
+func (r *Runner) withServiceIP(ctx context.Context, c *Case) (*Case, error) {
+	data, err := json.Marshal(c)
+	if err != nil || !bytes.Contains(data, []byte(serviceIPPlaceholder)) {
+		return c, err
+	}
+	svc, err := r.kube.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", serviceIPPlaceholder, err)
+	}
+	data = bytes.ReplaceAll(data, []byte(serviceIPPlaceholder), []byte(svc.Spec.ClusterIP))
+	var out Case
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, err
+	}
+	out.Name = c.Name
+	return &out, nil
 }
 
 // SkipError says a case cannot run on this provider.
@@ -551,7 +581,11 @@ func (x *run) tamper(ctx context.Context, tp *Tamper) error {
 		}
 	}
 	_ = unstructured.SetNestedSlice(rep.Object, results, "results") // a slice of JSON values always sets
-	_, err = ri.Update(ctx, rep, metav1.UpdateOptions{FieldManager: "conf-tamper"})
+	manager := tp.FieldManager
+	if manager == "" {
+		manager = "conf-tamper"
+	}
+	_, err = ri.Update(ctx, rep, metav1.UpdateOptions{FieldManager: manager})
 	return err
 }
 
@@ -616,7 +650,23 @@ func (x *run) step(ctx context.Context, s Step) error {
 			return fmt.Errorf("when[%d]: %w", i, err)
 		}
 	}
-	return x.expect(ctx, s.Then, before)
+	if s.Within == "" {
+		return x.expect(ctx, s.Then, before)
+	}
+	within, err := time.ParseDuration(s.Within)
+	if err != nil {
+		return fmt.Errorf("within %q: %w", s.Within, err)
+	}
+	bounded := *x
+	r := *x.Runner
+	r.Timeout = within
+	bounded.Runner = &r
+	start := time.Now()
+	if err := bounded.expect(ctx, s.Then, before); err != nil {
+		return err
+	}
+	x.logf("%s: held %s after the step's actions (within %s)", x.c.Name, time.Since(start).Round(10*time.Millisecond), within)
+	return nil
 }
 
 func (x *run) act(ctx context.Context, a Action) error {

@@ -91,9 +91,10 @@ func bindFlags(fs *flag.FlagSet) *options {
 		o.ImageVerify.DenyCIDRs = append(o.ImageVerify.DenyCIDRs, p...)
 		return err
 	})
-	fs.Func("registry-allow-cidrs", "addresses (CIDRs, comma-separated, repeatable) of registries the scanner may connect to although refused otherwise (a registry served inside the cluster, on a Service or Pod address)", func(v string) error {
-		p, err := egress.ParsePrefixes(v)
+	fs.Func("registry-allow-cidrs", "addresses (CIDRs, or address:port for one port only; comma-separated, repeatable) of registries the scanner may connect to although refused otherwise (a registry served inside the cluster, on a Service or Pod address)", func(v string) error {
+		p, ports, err := egress.ParseAllowed(v)
 		o.ImageVerify.AllowCIDRs = append(o.ImageVerify.AllowCIDRs, p...)
+		o.ImageVerify.AllowPorts = append(o.ImageVerify.AllowPorts, ports...)
 		return err
 	})
 	fs.BoolVar(&o.ImageVerify.PodPullSecrets, "pod-image-pull-secrets", false, "verify images with the credentials of the resource's own imagePullSecrets (read from its namespace, as the kubelet pulls them; the scanner needs get on Secrets in every namespace: config/components/pod-image-pull-secrets, the chart's scanner.podImagePullSecrets)")

@@ -20,8 +20,11 @@ import (
 const registryNamespace = "tally-conformance-registry"
 
 // startRegistry runs the suite's image registry (kind.RegistryImage, loaded
-// by kind.Setup) as a Pod and returns its address, the Pod's IP and port:
-// a private address, which the scanner reaches over plain HTTP.
+// by kind.Setup) as a Pod on the node's network and returns its address,
+// the node's IP and port, which the scanner reaches over plain HTTP: the
+// scanner refuses registries on the cluster's Pod and Service ranges
+// (issue 53), and a registry of the nodes' network is what a cluster's
+// own registry usually is.
 func startRegistry(ctx context.Context, kube kubernetes.Interface) (string, error) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: registryNamespace}}
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -31,6 +34,7 @@ func startRegistry(ctx context.Context, kube kubernetes.Interface) (string, erro
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "registry", Namespace: registryNamespace, Labels: map[string]string{"app": "conformance-registry"}},
 		Spec: corev1.PodSpec{
+			HostNetwork: true,
 			Containers: []corev1.Container{{
 				Name: "registry", Image: kind.RegistryImage, ImagePullPolicy: corev1.PullNever,
 				Ports: []corev1.ContainerPort{{ContainerPort: 5000}, {ContainerPort: 5001}},
@@ -50,7 +54,7 @@ func startRegistry(ctx context.Context, kube kubernetes.Interface) (string, erro
 		if err != nil {
 			return false, nil
 		}
-		ip = p.Status.PodIP
+		ip = p.Status.HostIP
 		return conformance.PodReady(p) && ip != "", nil
 	})
 	if err != nil {

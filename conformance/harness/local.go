@@ -291,10 +291,19 @@ func (l *Local) args(name string) (binary string, args []string) {
 		// The scanner hands its reports to the mergers on loopback, and
 		// reads its results back from their final reports after a restart.
 		common = append(common, "--handover-listen", handover, "--report-api", string(l.reportAPI),
-			// as the kind install: exceptions only from the platform's namespace
-			"--exception-namespace", kind.ExceptionNamespace,
-			// as the kind install: MutatingAdmissionPolicies reported (R44)
-			"--mutating-admission-policy-reports")
+			"--mutating-admission-policy-reports",
+			// The scanner refuses loopback registries (issue 53): it is
+			// allowed the suite's registry's port alone.
+			"--registry-allow-cidrs", l.registry.Host)
+		if l.sharded {
+			// Kyverno's --exceptionNamespace: exceptions from the
+			// platform's namespace only.
+			common = append(common, "--exception-namespace", kind.ExceptionNamespace)
+		} else {
+			// As the kind install (the chart's default): exceptions of
+			// every namespace, the platform's reaching every namespace.
+			common = append(common, "--cluster-exception-namespaces", kind.ExceptionNamespace)
+		}
 		if l.mode == BesideKyverno {
 			common = append(common, "--managed-by=kyverno")
 		}
@@ -587,6 +596,10 @@ func (l *Local) Can(what string) bool {
 		return l.mode == BesideKyverno
 	case conformance.CanShards:
 		return l.sharded
+	case conformance.CanExceptionNamespace:
+		return l.sharded
+	case conformance.CanTenantExceptions:
+		return !l.sharded
 	case conformance.CanImageRegistry:
 		return l.registry != nil
 	}

@@ -279,12 +279,14 @@ func (l *Loader) tenantConfigMap(ctx context.Context, namespace, name string) (a
 // change drops.
 func configMapKey(key string) string { return "configmap " + key + " " }
 
-// grantFor says who to grant a refused read to.
+// grantFor says who was refused, and who to grant the read to: the API
+// server's refusal does not always say (its answer to some requests is
+// a bare 403).
 func (l *Loader) grantFor(ctx context.Context, c *Clients) string {
 	if ns := tenant.Of(ctx); ns != "" {
-		return "the policy's namespace reads as " + c.User + ": bind a Role granting the read to it in namespace " + ns
+		return "forbidden for " + c.User + ", the identity of the policy's namespace: bind a Role granting it in namespace " + ns
 	}
-	return "grant tally-scanner read access to it: RBAC aggregated into tally-scanner-resources"
+	return "forbidden for tally-scanner: grant it read access (RBAC aggregated into tally-scanner-resources)"
 }
 
 // watchConfigMaps records that a policy reads a ConfigMap, starts the

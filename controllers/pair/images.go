@@ -39,6 +39,8 @@ type ImageOptions struct {
 	// (--registry-deny-cidrs), and those allowed all the same
 	// (--registry-allow-cidrs).
 	DenyCIDRs, AllowCIDRs []netip.Prefix
+	// AllowPorts are single address:port pairs allowed (--registry-allow-cidrs).
+	AllowPorts []netip.AddrPort
 }
 
 // clusterRangesEvery is how often the cluster's Service and Pod ranges
@@ -56,7 +58,9 @@ type registryGuard struct {
 }
 
 func newRegistryGuard(o ImageOptions, kube kubernetes.Interface) *registryGuard {
-	return &registryGuard{Guard: egress.New(o.DenyCIDRs, o.AllowCIDRs), kube: kube, deny: o.DenyCIDRs}
+	g := &registryGuard{Guard: egress.New(o.DenyCIDRs, o.AllowCIDRs), kube: kube, deny: o.DenyCIDRs}
+	g.AllowPorts(o.AllowPorts)
+	return g
 }
 
 // run reads the cluster's ranges now and every clusterRangesEvery, until

@@ -58,10 +58,11 @@ const (
 	// webhookClientCASecret holds the CA of the API server's webhook client
 	// certificate, for tally-scanner --webhook-client-ca.
 	webhookClientCASecret = "tally-webhook-client-ca"
-	// ExceptionNamespace is the one namespace the installs of the tests
-	// take PolicyExceptions from (--exception-namespace, the chart's
-	// exceptionNamespace), as a platform team whose tenants may create
-	// exceptions in their own namespaces sets it (R47).
+	// ExceptionNamespace is the platform's namespace of PolicyExceptions in
+	// the tests' installs: its exceptions reach every namespace (the
+	// chart's clusterExceptionNamespaces); a tenant's reach only its own
+	// namespace (R47, issue 53). The local sharded provider takes
+	// exceptions from it alone instead (--exception-namespace, Kyverno's).
 	ExceptionNamespace = "conf-policy-exceptions"
 )
 
@@ -165,7 +166,7 @@ func Setup(clusterName string) env.Func {
 			"--kubeconfig", cfg.KubeconfigFile(), "--namespace", Namespace,
 			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
 			"--set", "webhook.clientCA.secretName="+webhookClientCASecret, "--set", "scanner.rescanEndpoint=true",
-			"--set", "exceptionNamespace="+ExceptionNamespace, "--set", "mutatingAdmissionPolicyReports=true",
+			"--set", "clusterExceptionNamespaces={"+ExceptionNamespace+"}", "--set", "mutatingAdmissionPolicyReports=true",
 			"--set", "reportAPI="+reportAPI); err != nil {
 			return ctx, err
 		}

@@ -109,7 +109,7 @@ func Start(ctx context.Context, c *cluster.Cluster, dir string) (_ *Server, err 
 	if err := os.Symlink(filepath.Join(assets, "etcd"), etcdBin); err != nil {
 		return nil, err
 	}
-	host, err := hostAddress()
+	host, err := HostAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -294,9 +294,9 @@ func WaitAvailable(ctx context.Context, cfg *rest.Config, timeout time.Duration,
 	return nil
 }
 
-// hostAddress is an IPv4 address of this machine that is not a loopback
+// HostAddress is an IPv4 address of this machine that is not a loopback
 // one.
-func hostAddress() (string, error) {
+func HostAddress() (string, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return "", err

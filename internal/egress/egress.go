@@ -48,13 +48,23 @@ type Guard struct {
 	mu sync.RWMutex
 	// deny are refused besides Always (the cluster's Service and Pod
 	// ranges, --registry-deny-cidrs); allow are allowed all the same
-	// (--registry-allow-cidrs).
+	// (--registry-allow-cidrs), and allowPorts, one port of an address
+	// each.
 	deny, allow []netip.Prefix
+	allowPorts  []netip.AddrPort
 }
 
 // New makes a Guard refusing Always and deny, but allow.
 func New(deny, allow []netip.Prefix) *Guard {
 	return &Guard{deny: deny, allow: allow}
+}
+
+// AllowPorts allows, besides, these address and port pairs (a registry
+// on an address otherwise refused, and nothing else there).
+func (g *Guard) AllowPorts(ports []netip.AddrPort) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.allowPorts = ports
 }
 
 // SetDeny replaces the ranges refused besides Always (the cluster's, read
@@ -92,6 +102,14 @@ func (g *Guard) control(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", address, err)
 	}
+	g.mu.RLock()
+	for _, p := range g.allowPorts {
+		if p.Addr() == ap.Addr().Unmap().WithZone("") && p.Port() == ap.Port() {
+			g.mu.RUnlock()
+			return nil
+		}
+	}
+	g.mu.RUnlock()
 	return g.Check(ap.Addr())
 }
 
@@ -176,24 +194,39 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 
 // ParsePrefixes parses CIDRs (or single addresses) separated by commas.
 func ParsePrefixes(s string) ([]netip.Prefix, error) {
+	p, ports, err := ParseAllowed(s)
+	if err == nil && len(ports) > 0 {
+		err = fmt.Errorf("%s: an address with a port is not a CIDR", ports[0])
+	}
+	return p, err
+}
+
+// ParseAllowed parses CIDRs, single addresses and address:port pairs
+// ("10.96.12.34:5000", "[fd00::1]:5000"), separated by commas.
+func ParseAllowed(s string) ([]netip.Prefix, []netip.AddrPort, error) {
 	var out []netip.Prefix
+	var ports []netip.AddrPort
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if ap, err := netip.ParseAddrPort(f); err == nil {
+			ports = append(ports, netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port()))
 			continue
 		}
 		if !strings.Contains(f, "/") {
 			a, err := netip.ParseAddr(f)
 			if err != nil {
-				return nil, fmt.Errorf("%q is not an address or a CIDR", f)
+				return nil, nil, fmt.Errorf("%q is not an address, an address:port or a CIDR", f)
 			}
 			out = append(out, netip.PrefixFrom(a, a.BitLen()))
 			continue
 		}
 		p, err := netip.ParsePrefix(f)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a CIDR", f)
+			return nil, nil, fmt.Errorf("%q is not a CIDR", f)
 		}
 		out = append(out, p.Masked())
 	}
-	return out, nil
+	return out, ports, nil
 }

@@ -77,3 +77,22 @@ func TestErrorBodiesAreCutToRegistryCodes(t *testing.T) {
 		ts.Close()
 	}
 }
+
+// An address:port allowed is that port only: the registry, not the other
+// servers of the same address.
+func TestGuardAllowsOnePort(t *testing.T) {
+	g := New(nil, nil)
+	_, ports, err := ParseAllowed("127.0.0.1:5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.AllowPorts(ports)
+	if err := g.control("tcp", "127.0.0.1:5000", nil); err != nil {
+		t.Errorf("the allowed port: %v", err)
+	}
+	for _, a := range []string{"127.0.0.1:8080", "[::ffff:127.0.0.1]:8095", "[::1]:5000"} {
+		if err := g.control("tcp", a, nil); !errors.Is(err, ErrRefused) {
+			t.Errorf("%s: %v, want ErrRefused", a, err)
+		}
+	}
+}
