@@ -42,6 +42,7 @@ func (x *run) expect(ctx context.Context, then Then, before map[Ref]string) erro
 		}
 		return fmt.Errorf("after %s: %w", x.Timeout, last)
 	}
+	x.held = time.Now()
 	deadline := time.Now().Add(x.Settle)
 	for time.Now().Before(deadline) {
 		select {
