@@ -39,6 +39,9 @@ func checkSpec(kind string, spec *kyvernov1.Spec) error {
 	rules := field.NewPath("spec", "rules")
 	for i := range spec.Rules {
 		errs = append(errs, checkRule(rules.Index(i), &spec.Rules[i])...)
+		if vi := spec.Rules[i].VerifyImages; vi != nil {
+			errs = append(errs, checkVerifyImages(rules.Index(i).Child("verifyImages"), vi.Raw, spec.ValidationFailureAction.Audit())...)
+		}
 	}
 	return errors.Join(errs...)
 }

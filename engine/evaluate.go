@@ -66,6 +66,10 @@ type Request struct {
 	// Images verifies the images of verifyImages rules; nil skips them
 	// (the CLI without --registry).
 	Images ImageVerifier
+	// Registry, when set, reads image data straight from the registries
+	// for an ImageValidatingPolicy's getImageData (Kyverno's CLI reads them
+	// so); otherwise getImageData is served by Data, as image.GetMetadata.
+	Registry cel.ImageData
 
 	// cache holds what every policy evaluated on this request shares. A
 	// Request must not be evaluated by two goroutines at once.

@@ -139,10 +139,10 @@ spec:
 		scope                                 engine.ExceptionScope
 		want                                  wgv1alpha2.Result
 	}{
-		"a tenant's exception, its own namespace's resource":    {"team-a", "team-a", scope, engine.Skip},
-		"a tenant's exception, another namespace's resource":    {"team-a", "team-b", scope, engine.Fail},
-		"the platform's exception, any namespace's resource":    {"platform", "team-b", scope, engine.Skip},
-		"Kyverno's behaviour (*): any exception, any namespace": {"team-a", "team-b", engine.ExceptionScope{Wide: []string{"*"}}, engine.Skip},
+		"a tenant's exception, its own namespace's resource":     {"team-a", "team-a", scope, engine.Skip},
+		"a tenant's exception, another namespace's resource":     {"team-a", "team-b", scope, engine.Fail},
+		"the platform's exception, any namespace's resource":     {"platform", "team-b", scope, engine.Skip},
+		"Kyverno's behaviour (*): any exception, any namespace":  {"team-a", "team-b", engine.ExceptionScope{Wide: []string{"*"}}, engine.Skip},
 		"the exception namespace's exception reaches everywhere": {"platform", "team-b", engine.ExceptionScope{Namespace: "platform"}, engine.Skip},
 	} {
 		t.Run(name, func(t *testing.T) {

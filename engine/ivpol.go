@@ -667,6 +667,9 @@ func (s *imageSession) ImageData(ctx context.Context, image string) (map[string]
 		return nil, fmt.Errorf("failed to get imagedata: getImageData is not served to a namespaced policy (tally lends its registry credentials to no tenant)")
 	}
 	d, ok := s.e.req.Data.(cel.ImageData)
+	if s.e.req.Registry != nil {
+		d, ok = s.e.req.Registry, true
+	}
 	if !ok || d == nil {
 		return nil, fmt.Errorf("failed to get imagedata: no image data: tally reads registries in a cluster, or images of a context file")
 	}

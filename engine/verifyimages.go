@@ -27,7 +27,7 @@ type ImageVerifier interface {
 
 // RegistryOffMessage is the skip of a verifyImages rule evaluated without
 // registry access.
-const RegistryOffMessage = "image verification skipped: registry access is off (tally --registry, tally-scanner --verify-images)"
+const RegistryOffMessage = "image verification skipped: registry access is off (tally --registry=false, tally-scanner --verify-images=false)"
 
 // imagesRule is a compiled verifyImages rule.
 type imagesRule struct {
@@ -171,30 +171,40 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 			unchanged[image] = true
 		}
 	}
-	var refs []string
 	var worst *RuleResult
 	keep := func(r RuleResult) {
 		if worst == nil || rank(r.Result) > rank(worst.Result) {
 			worst = &r
 		}
 	}
+	// The rule's images are those some entry selects (Kyverno's
+	// ExtractMatchingImages); an image of the rule that an entry does not
+	// select is that entry's skip, as Kyverno's verifyImage gives it.
+	ruleImages := map[string]bool{}
+	for i := range entries {
+		for _, raw := range images {
+			if wildcard.Any(entries[i].ImageReferences, imageString(raw)) {
+				ruleImages[raw] = true
+			}
+		}
+	}
 	for i := range entries {
 		entry := &entries[i]
-		refs = append(refs, entry.ImageReferences...)
 		for _, raw := range images {
-			if unchanged[raw] {
+			if unchanged[raw] || !ruleImages[raw] {
 				continue
 			}
 			image := imageString(raw)
+			if len(entry.Attestors) == 0 && len(entry.Attestations) == 0 {
+				continue // nothing to verify: Kyverno reports no result for the image
+			}
 			if !wildcard.Any(entry.ImageReferences, image) {
+				keep(e.result(rule, Skip, fmt.Sprintf("skipping image reference image %s, policy %s ruleName %s", image, e.policy.Name, rule.Name)))
 				continue
 			}
 			if wildcard.Any(entry.SkipImageReferences, image) {
 				keep(e.result(rule, Skip, fmt.Sprintf("skipping image reference image %s, policy %s ruleName %s", image, e.policy.Name, rule.Name)))
 				continue
-			}
-			if len(entry.Attestors) == 0 && len(entry.Attestations) == 0 {
-				continue // nothing to verify: Kyverno reports no result for the image
 			}
 			if e.req.Images == nil {
 				keep(e.result(rule, Skip, RegistryOffMessage))
@@ -228,24 +238,12 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 		}
 	}
 	if worst == nil {
-		if len(unchanged) > 0 && wildcardAnyImage(entries, images) {
-			return RuleResult{} // every selected image is unchanged: nothing to report
-		}
-		return e.result(rule, Skip, fmt.Sprintf("skip run verification as image in resource not found in imageRefs '%s'", refs))
+		// No image of the resource is selected (or every selected one is
+		// unchanged): Kyverno's handler is not even made, and the rule
+		// has no result (mutate_image.go: no matching images).
+		return RuleResult{}
 	}
 	return *worst
-}
-
-// wildcardAnyImage says whether an entry selects one of the images.
-func wildcardAnyImage(entries []imageverify.Verification, images []string) bool {
-	for i := range entries {
-		for _, raw := range images {
-			if wildcard.Any(entries[i].ImageReferences, imageString(raw)) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // tenantRefusal says what a namespaced Policy's entry (of namespace ns)

@@ -98,7 +98,8 @@ func TestVerifyImages(t *testing.T) {
 		{"the worst image decides", imagePod("a", "", "ghcr.io/team/app:1", "ghcr.io/team/bad:1", "ghcr.io/team/down:1"), true, "signed", "fail", "failed to verify image ghcr.io/team/bad:1: no signatures found"},
 		{"error before pass", imagePod("a", "", "ghcr.io/team/app:1", "ghcr.io/team/down:1"), true, "signed", "error", "failed to verify image ghcr.io/team/down:1: dial tcp"},
 		{"skipped reference", imagePod("a", "", "ghcr.io/skip/app:1"), true, "signed", "skip", "skipping image reference image ghcr.io/skip/app:1, policy images ruleName signed"},
-		{"not selected", imagePod("a", "", "quay.io/team/app:1"), true, "signed", "skip", "skip run verification as image in resource not found in imageRefs '[ghcr.io/* docker.io/*]'"},
+		// Kyverno 1.19 makes no result when no image is selected (issue 54).
+		{"not selected", imagePod("a", "", "quay.io/team/app:1"), true, "signed", "", ""},
 		{"registry access off", imagePod("a", "", "ghcr.io/team/app:1"), false, "signed", "skip", engine.RegistryOffMessage},
 		{"attestation conditions read the predicate and the request", imagePod("reviewed", "reviewer: qa", "ghcr.io/team/app:1"), true, "reviewed", "pass", "verified image attestations for ghcr.io/team/app:1"},
 		{"attestation conditions fail", imagePod("reviewed", "reviewer: ops", "ghcr.io/team/app:1"), true, "reviewed", "fail", "attestation checks failed for predicate review"},
@@ -119,6 +120,9 @@ func TestVerifyImages(t *testing.T) {
 					r := r
 					got = &r
 				}
+			}
+			if got == nil && c.want == "" {
+				return
 			}
 			if got == nil {
 				t.Fatalf("no result of rule %s", c.rule)

@@ -25,6 +25,7 @@ import (
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/schema"
 )
 
 // TestFileName is the name of the files `tally test` runs.
@@ -382,6 +383,12 @@ func loadCELPolicy[T any, P interface {
 	*T
 	metav1.Object
 }](d Document, lp *LoadedPolicy, namespacedKind string, compile func(P) (*engine.Policy, error)) *LoadedPolicy {
+	// The checks a cluster makes first: the CRD's schema (required
+	// fields, enums, types), as for the classic kinds.
+	if err := schema.Validate(d.Object); err != nil {
+		lp.Invalid = &InvalidPolicyError{File: d.File, Kind: lp.Kind, Name: lp.Name, Err: err}
+		return lp
+	}
 	data, err := sigsyaml.Marshal(d.Object)
 	if err == nil {
 		p := P(new(T))

@@ -117,7 +117,7 @@ func TestBadValidatingPoliciesAreRefused(t *testing.T) {
 	tests := map[string]struct{ spec, want string }{
 		"an unknown field": {
 			spec: "validationz: []\n  validations: [{expression: 'true'}]",
-			want: `unknown field "validationz"`,
+			want: `spec.validationz: unknown field`,
 		},
 		"an expression that does not compile": {
 			spec: "validations: [{expression: 'object.('}]",

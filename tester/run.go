@@ -49,6 +49,8 @@ type loaded struct {
 	contextNames map[string]bool
 	// images verifies images (nil: verifyImages rules are skipped).
 	images engine.ImageVerifier
+	// registry reads image data from the registries (nil: none).
+	registry cel.ImageData
 }
 
 type resource struct {
@@ -67,8 +69,9 @@ func RunFile(ctx context.Context, file string) ([]Outcome, error) {
 // runEnv is what a run gives every test: a live cluster to read (nil:
 // the test's values) and an image verifier (nil: registry access off).
 type runEnv struct {
-	live   *Live
-	images engine.ImageVerifier
+	live     *Live
+	images   engine.ImageVerifier
+	registry cel.ImageData
 }
 
 // Live is a cluster a test's policies read instead of the values its
@@ -141,7 +144,7 @@ func testOf(file string, d Document) (*Test, error) {
 
 func runTest(ctx context.Context, file string, t *Test, env runEnv) ([]Outcome, []string, error) {
 	l, loadErr := load(file, t)
-	l.images = env.images
+	l.images, l.registry = env.images, env.registry
 	if env.live != nil {
 		l.live = env.live
 		l.contextNames = map[string]bool{}
@@ -256,9 +259,9 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 		for _, rr := range results {
 			if rr.Source != "" || rr.Rule == tr.Rule || rr.Rule == "autogen-"+tr.Rule || rr.Rule == "autogen-cronjob-"+tr.Rule || tr.Rule == "" {
 				if rr.Result == engine.Skip && rr.Message == engine.RegistryOffMessage {
-					// Not evaluated: never a pass (whatever is expected), nor a
-					// failure of the policy.
-					o.Got, o.Status, o.Reason = string(rr.Result), Skipped, rr.Message
+					// Not evaluated (--registry=false): never a pass, whatever
+					// is expected, and the run does not pass either.
+					o.Got, o.Status, o.Reason = string(rr.Result), Unsupported, rr.Message
 					return
 				}
 				got = string(rr.Result)
@@ -385,6 +388,7 @@ func (l *loaded) request(lp *LoadedPolicy, r resource, op string) *engine.Reques
 		Params:          l.params,
 		Values:          vs,
 		Images:          l.images,
+		Registry:        l.registry,
 	}
 	req.Subresource, req.Parent = l.test.Values.SubresourceOf(r.obj)
 	if l.cluster != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/wildcard"
 )
 
@@ -23,9 +24,13 @@ type Options struct {
 	// Index, when set, puts each test file in a tier of the corpus index
 	// (FileResult.Tier), and the reports count outcomes per tier.
 	Index *Index
-	// Images verifies the images of verifyImages rules (Kyverno's
-	// --registry); nil skips those rules, and their expectations.
+	// Images verifies the images of verifyImages rules and
+	// ImageValidatingPolicies (the CLI's registry access); nil skips those
+	// rules, and their expectations are not evaluated.
 	Images engine.ImageVerifier
+	// Registry reads image data from the registries (getImageData of
+	// ImageValidatingPolicies); nil: only a context file's images.
+	Registry cel.ImageData
 }
 
 // Selector selects expectations by policy, rule and resource name; an
@@ -168,7 +173,7 @@ func RunFiles(ctx context.Context, files []string, opts Options, rep Reporter) (
 
 // runOne runs one test file and keeps what the selector selects.
 func runOne(ctx context.Context, file string, opts Options) FileResult {
-	run, err := runFile(ctx, file, runEnv{images: opts.Images})
+	run, err := runFile(ctx, file, runEnv{images: opts.Images, registry: opts.Registry})
 	fr := FileResult{File: file, Tier: opts.Index.TierOf(file), InvalidPolicies: run.invalid, Unreadable: run.unreadable, Err: err}
 	for _, o := range run.outcomes {
 		if opts.Selector.selects(o) {

@@ -97,6 +97,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 		o.ImageVerify.AllowPorts = append(o.ImageVerify.AllowPorts, ports...)
 		return err
 	})
+	fs.StringVar(&o.ImageVerify.TrustedRoot, "sigstore-trusted-root", "", "a Sigstore trusted_root.json (cosign's --trusted-root) that keyless signatures without roots of their own, and attestations without attestors, are verified against (default: the public Sigstore root, read from its TUF repository, as Kyverno's)")
 	fs.BoolVar(&o.ImageVerify.PodPullSecrets, "pod-image-pull-secrets", false, "verify images with the credentials of the resource's own imagePullSecrets (read from its namespace, as the kubelet pulls them; the scanner needs get on Secrets in every namespace: config/components/pod-image-pull-secrets, the chart's scanner.podImagePullSecrets)")
 	fs.DurationVar(&o.ImageVerify.CacheTTL, "image-verify-cache-ttl", time.Hour, "how long a verified image is not verified again, as Kyverno's --imageVerifyCacheTTLDuration")
 	fs.StringVar(&o.Handover.Listen, "handover-listen", "127.0.0.1:8095", "loopback address where the merger beside the scanner reads the BackgroundScanReports (kyverno.io/v2 list and watch; kubectl --server http://<address> get bgscanr -A shows them)")

@@ -19,6 +19,7 @@ import (
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/data"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/imageverify/sigverify"
 	"github.com/tally-dev/tally/report"
 	"github.com/tally-dev/tally/tester"
@@ -40,13 +41,15 @@ type dataOptions struct {
 	valuesFile, userInfo string
 	set, contextFiles    []string
 	registry             bool
+	registryQPS          float64
+	trustedRoot          string
 }
 
 func (o *dataOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.valuesFile, "values-file", "f", "", "a Values file (cli.kyverno.io Values): variables, per policy, rule and resource, that the cluster would give")
 	f.StringSliceVarP(&o.set, "set", "s", nil, "global variables, key=value (repeatable, comma-separated)")
 	f.StringVarP(&o.userInfo, "userinfo", "u", "", "a UserInfo file: the requesting user, roles and cluster roles")
-	f.BoolVar(&o.registry, "registry", false, registryUsage)
+	addRegistryFlags(f, &o.registry, &o.registryQPS, &o.trustedRoot)
 	f.StringSliceVar(&o.contextFiles, "context-file", nil, "context files (cli.kyverno.io Context: spec.resources) or manifests: the objects configMap and apiCall context entries and CEL resource.Get/List read (repeatable)")
 }
 
@@ -59,17 +62,54 @@ type dataInputs struct {
 	cluster *data.Offline
 	// images verifies images (--registry); nil skips verifyImages rules.
 	images engine.ImageVerifier
+	// registry reads image data (getImageData) from the registries.
+	registry cel.ImageData
 }
 
-// registryUsage is Kyverno's --registry, for verifyImages rules.
-const registryUsage = "access image registries (with the local docker credentials) to verify the images of verifyImages rules; without it they are skipped"
+// registryUsage is Kyverno's --registry. Kyverno 1.19's CLI reaches the
+// registries whether it is given or not (the flag feeds other things):
+// tally's does too, and --registry=false is the explicit way not to.
+const registryUsage = "access image registries (with the local docker credentials) to verify the images of verifyImages rules and ImageValidatingPolicies and to read image data (getImageData, imageRegistry entries); on by default, as Kyverno's CLI reaches them whatever this flag says; --registry=false makes no registry request: those results are skipped, and tally test counts their expectations as not evaluated (exit 1)"
 
-// imageVerifier is the verifier --registry turns on, nil without it.
-func imageVerifier(on bool) engine.ImageVerifier {
+// DefaultCLIRegistryQPS is the CLI's default rate of requests to one
+// registry: 100 distinct images (400 requests) take about as long as
+// Kyverno's CLI takes for them (1.5 s), the scanner's default (20/s) being
+// sized for a cluster's steady load instead.
+const DefaultCLIRegistryQPS = 300
+
+// addRegistryFlags adds --registry, --registry-qps and
+// --sigstore-trusted-root.
+func addRegistryFlags(f *pflag.FlagSet, registry *bool, qps *float64, trustedRoot *string) {
+	f.BoolVar(registry, "registry", true, registryUsage)
+	f.Float64Var(qps, "registry-qps", DefaultCLIRegistryQPS, "requests per second to one registry at most (burst: twice as many); 0 or less: no limit")
+	f.StringVar(trustedRoot, "sigstore-trusted-root", "", "a Sigstore trusted_root.json (cosign's --trusted-root) that keyless signatures without roots of their own, and attestations without attestors, are verified against (default: the public Sigstore root, read from its TUF repository)")
+}
+
+// imageVerifier is the verifier of the CLI's image checks (nil with
+// --registry=false): the registries' requests at most qps a second each
+// (none: no limit), keyless signatures against trustedRoot (a file; ""
+// for the public Sigstore root).
+func imageVerifier(on bool, qps float64, trustedRoot string) engine.ImageVerifier {
 	if !on {
 		return nil
 	}
-	return sigverify.New(sigverify.Options{})
+	o := sigverify.Options{RequestsPerSecond: qps, Burst: int(2 * qps)}
+	if qps <= 0 {
+		o.RequestsPerSecond, o.Burst = -1, 1
+	}
+	if trustedRoot != "" {
+		o.TrustedRoot = sigverify.TrustedRootFile(trustedRoot)
+	}
+	return sigverify.New(o)
+}
+
+// registryReader reads image data from the registries (nil with
+// --registry=false).
+func registryReader(on bool) cel.ImageData {
+	if !on {
+		return nil
+	}
+	return &data.Registry{}
 }
 
 // request fills in a request for res what the inputs give it.
@@ -85,6 +125,9 @@ func (in *dataInputs) request(req *engine.Request, res map[string]any) {
 		req.Loader, req.Data = in.cluster, in.cluster
 	}
 	req.Images = in.images
+	if in.registry != nil {
+		req.Registry = in.registry
+	}
 }
 
 func newApplyCommand() *cobra.Command {
@@ -120,7 +163,7 @@ policy; -o yaml (default) or json. The exit codes are the same with -p.`,
 	f.StringSliceVarP(&o.resources, "resource", "r", nil, "resource files or folders, - for standard input (repeatable)")
 	f.StringSliceVarP(&o.exceptions, "exception", "e", nil, "PolicyException files (repeatable)")
 	f.BoolVarP(&o.policyReport, "policy-report", "p", false, "print PolicyReports instead of results")
-	f.StringVar(&o.reportAPI, "report-api", string(report.APIWGPolicy), "API of the reports -p prints: wgpolicyk8s (PolicyReport, ClusterPolicyReport) or openreports (openreports.io Report, ClusterReport)")
+	f.StringVar(&o.reportAPI, "report-api", string(report.APIOpenReports), "API of the reports -p prints: openreports (openreports.io ClusterReport, Report: what Kyverno 1.19's CLI prints) or wgpolicyk8s (ClusterPolicyReport, PolicyReport)")
 	f.StringVarP(&o.output, "output-format", "o", "table", "output format: table, yaml or json")
 	f.StringVar(&o.output, "output", "table", "alias of --output-format")
 	_ = f.MarkHidden("output") // errs only for a flag not defined just above
@@ -295,7 +338,8 @@ func (o dataOptions) read() (*dataInputs, error) {
 		errs = append(errs, fmt.Errorf("--context-file: %w", err))
 	}
 	in.cluster = cluster
-	in.images = imageVerifier(o.registry)
+	in.images = imageVerifier(o.registry, o.registryQPS, o.trustedRoot)
+	in.registry = registryReader(o.registry)
 	return in, errors.Join(errs...)
 }
 

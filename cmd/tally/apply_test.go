@@ -270,8 +270,12 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 			args: []string{"apply", in("scale-policy.yaml"), "-r", in("scale.yaml")}, code: 0,
 			stdout: []string{"pass: 0, fail: 0"},
 		},
-		"-p prints one merged ClusterPolicyReport, as Kyverno's CLI": {
+		"-p prints one merged openreports.io ClusterReport, as Kyverno 1.19's CLI": {
 			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-p"}, code: 0,
+			stdout: []string{"apiVersion: openreports.io/v1alpha1", "kind: ClusterReport", "name: merged", "policy: require-team", "name: web", "pass: 1"},
+		},
+		"-p --report-api wgpolicyk8s prints one merged ClusterPolicyReport": {
+			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-p", "--report-api", "wgpolicyk8s"}, code: 0,
 			stdout: []string{"kind: ClusterPolicyReport", "name: merged", "policy: require-team", "name: web", "pass: 1"},
 		},
 	}

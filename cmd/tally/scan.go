@@ -85,11 +85,21 @@ func readScanInput(paths []string, stderr io.Writer) (*scanInput, error) {
 				fmt.Fprintln(stderr, "skipped:", err)
 				continue
 			}
+			// Every kind of policy the scanner evaluates is scanned (CEL
+			// policies, ImageValidatingPolicies, MutatingPolicies,
+			// ValidatingAdmissionPolicies with their bindings); a
+			// document of a policy group is never taken for a resource:
+			// one tally does not evaluate is said so.
+			apiVersion, _ := d.Object["apiVersion"].(string)
 			switch kind, _ := d.Object["kind"].(string); {
-			case kind == "ClusterPolicy" || kind == "Policy":
-				policyDocs = append(policyDocs, d)
+			case strings.HasPrefix(apiVersion, "cli.kyverno.io/"):
+				// A Kyverno CLI test file, values or context: the test
+				// harness's input (tally test), not a resource.
+				fmt.Fprintf(stderr, "skipped: %s: %s %s is the test harness's input (tally test), not a resource\n", f, apiVersion, kind)
 			case kind == "PolicyException":
 				hasException = true
+			case tester.CheckPolicyDocument(d) == nil:
+				policyDocs = append(policyDocs, d)
 			default:
 				in.resources = append(in.resources, d.Object)
 			}
@@ -110,11 +120,12 @@ func readScanInput(paths []string, stderr io.Writer) (*scanInput, error) {
 		default:
 			p := lp.Policy
 			in.policies = append(in.policies, p)
-			info := merge.PolicyInfo{Background: p.Spec.BackgroundEnabled(), Admission: p.Spec.AdmissionEnabled(), Scored: p.Scored, Rules: map[string]bool{}}
+			// A CEL policy's entries are its own (no rule names to keep).
+			info := merge.PolicyInfo{Background: p.Spec.BackgroundEnabled(), Admission: p.Spec.AdmissionEnabled(), Scored: p.Scored, Rules: map[string]bool{}, AnyRule: p.CEL()}
 			for _, r := range p.Rules {
 				info.Rules[r.Name] = true
 			}
-			in.infos[p.Name] = info
+			in.infos[merge.PolicyKey(p.Source, p.Name)] = info
 		}
 	}
 	if in.exceptions, err = tester.LoadExceptions(exceptionFiles); err != nil {

@@ -166,9 +166,11 @@ results:
 	}
 }
 
-// -p prints what Kyverno's CLI prints: one ClusterPolicyReport named
-// "merged" with the cluster-wide policies' results, each naming its
-// resource, then a PolicyReport per namespaced policy, named after it.
+// -p prints what Kyverno 1.19's CLI prints: one openreports.io
+// ClusterReport named "merged" with the cluster-wide policies' results,
+// each naming its resource, then a report per namespaced policy, named
+// after it (a Report: Kyverno's CLI prints openreports.io/v1alpha1 with the
+// kind PolicyReport there, which no API serves).
 func TestApplyPolicyReportShape(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
@@ -207,7 +209,7 @@ func TestApplyPolicyReportShape(t *testing.T) {
 		t.Fatalf("got %d reports, want the merged one and one for the Policy:\n%s", len(reports), out.String())
 	}
 	merged, ns := reports[0], reports[1]
-	if merged.Kind != "ClusterPolicyReport" || merged.Metadata.Name != "merged" || merged.Summary.Pass != 1 || merged.Summary.Fail != 1 || len(merged.Results) != 2 {
+	if merged.Kind != "ClusterReport" || merged.Metadata.Name != "merged" || merged.Summary.Pass != 1 || merged.Summary.Fail != 1 || len(merged.Results) != 2 {
 		t.Errorf("merged report: %+v", merged)
 	}
 	for _, r := range merged.Results {
@@ -215,7 +217,7 @@ func TestApplyPolicyReportShape(t *testing.T) {
 			t.Errorf("merged result %+v: want require-team naming its Pod", r)
 		}
 	}
-	if ns.Kind != "PolicyReport" || ns.Metadata.Name != "team-in-shop" || ns.Metadata.Namespace != "shop" || len(ns.Results) != 2 {
+	if ns.Kind != "Report" || ns.Metadata.Name != "team-in-shop" || ns.Metadata.Namespace != "shop" || len(ns.Results) != 2 {
 		t.Errorf("namespaced policy's report: %+v", ns)
 	}
 }
@@ -252,7 +254,7 @@ func (c cliCase) check(t *testing.T) string {
 }
 
 // writeTree writes files (path relative to dir: content), making their folders.
-func writeTree(t *testing.T, dir string, files map[string]string) {
+func writeTree(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
 	for name, data := range files {
 		path := filepath.Join(dir, name)

@@ -13,6 +13,8 @@ type testOptions struct {
 	output, byTier, fileName, selector string
 	failOnly, detailed, requireTests   bool
 	removeColor, registry              bool
+	registryQPS                        float64
+	trustedRoot                        string
 }
 
 func newTestCommand() *cobra.Command {
@@ -30,8 +32,10 @@ unknown fields, bad enums, a rule without match, unknown operators,
 malformed anchors; CEL expressions that do not compile) is reported with its
 file and field paths; the other tests still run. Expectations of results
 tally does not evaluate (mutate, generate) are counted apart as unsupported.
-Expectations of verifyImages rules need --registry (the registries are
-asked, as kyverno test --registry does); without it they are skipped.
+Expectations of verifyImages rules and ImageValidatingPolicies are checked
+against the registries (as kyverno test checks them, with or without
+--registry); with --registry=false they are not evaluated, and counted as
+unsupported (exit 1).
 
 Exit codes, as kyverno test's:
   0  every expectation passed, or no test file was found (without
@@ -55,7 +59,7 @@ Exit codes, as kyverno test's:
 	f.BoolVar(&o.detailed, "detailed-results", false, "list expected and actual results and whole reasons")
 	f.BoolVar(&o.requireTests, "require-tests", false, "fail (exit 1) when no test file is found or the selector selects no expectation")
 	f.BoolVar(&o.removeColor, "remove-color", false, "accepted for kyverno test compatibility: tally prints no color")
-	f.BoolVar(&o.registry, "registry", false, registryUsage)
+	addRegistryFlags(f, &o.registry, &o.registryQPS, &o.trustedRoot)
 	f.BoolVarP(&o.detailed, "verbose", "v", false, "alias of --detailed-results")
 	_ = f.MarkHidden("verbose") // errs only for a flag not defined just above
 	return cmd
@@ -104,7 +108,7 @@ func runTest(cmd *cobra.Command, args []string, o testOptions) error {
 	}
 	// The reporter writes each file's table as the file has run; what goes
 	// to stderr and the exit code come from the summary, once it is whole.
-	rep, err := tester.RunFiles(cmd.Context(), files, tester.Options{Selector: sel, Index: index, Images: imageVerifier(o.registry)}, reporter)
+	rep, err := tester.RunFiles(cmd.Context(), files, tester.Options{Selector: sel, Index: index, Images: imageVerifier(o.registry, o.registryQPS, o.trustedRoot), Registry: registryReader(o.registry)}, reporter)
 	if err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
 	}

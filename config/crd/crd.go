@@ -15,3 +15,19 @@ var ClusterPolicies []byte
 //
 //go:embed bases/kyverno.io_policies.yaml
 var Policies []byte
+
+// The policies.kyverno.io policy CRDs, by kind.
+var (
+	//go:embed bases/policies.kyverno.io_validatingpolicies.yaml
+	ValidatingPolicies []byte
+	//go:embed bases/policies.kyverno.io_namespacedvalidatingpolicies.yaml
+	NamespacedValidatingPolicies []byte
+	//go:embed bases/policies.kyverno.io_mutatingpolicies.yaml
+	MutatingPolicies []byte
+	//go:embed bases/policies.kyverno.io_namespacedmutatingpolicies.yaml
+	NamespacedMutatingPolicies []byte
+	//go:embed bases/policies.kyverno.io_imagevalidatingpolicies.yaml
+	ImageValidatingPolicies []byte
+	//go:embed bases/policies.kyverno.io_namespacedimagevalidatingpolicies.yaml
+	NamespacedImageValidatingPolicies []byte
+)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
+	"github.com/tally-dev/tally/engine/cel"
 	"github.com/tally-dev/tally/engine/variables"
 	"github.com/tally-dev/tally/internal/tenant"
 )
@@ -81,38 +82,90 @@ func (l *Loader) ImageMetadata(ctx context.Context, ref string, secrets []string
 			}
 			kc = authn.NewMultiKeychain(k, authn.DefaultKeychain)
 		}
-		opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
-		if l.opts.Images.Transport != nil {
-			opts = append(opts, remote.WithTransport(l.opts.Images.Transport))
-		}
-		desc, err := remote.Get(r, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", ref, err)
-		}
-		digest := desc.Digest.String()
-		parts, err := l.reg.parts(digest, func() (map[string]any, error) { return readParts(desc) })
-		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", ref, err)
-		}
-		out := map[string]any{
-			"image":         ref,
-			"resolvedImage": r.Context().Name() + "@" + digest,
-			"registry":      r.Context().RegistryStr(),
-			"repository":    r.Context().RepositoryStr(),
-			"identifier":    r.Identifier(),
-			"digest":        digest,
-		}
-		if t, ok := r.(name.Tag); ok {
-			out["tag"] = t.TagStr()
-		}
-		for k, v := range parts {
-			out[k] = v
-		}
-		out["configData"] = parts["config"]
-		return out, nil
+		return l.reg.read(ctx, ref, r, kc, l.opts.Images.Transport)
 	})
 	m, _ := v.(map[string]any)
 	return m, err
+}
+
+// read reads an image's metadata: its reference resolved, then its
+// manifest, config and index (once per digest).
+func (g *registry) read(ctx context.Context, ref string, r name.Reference, kc authn.Keychain, transport http.RoundTripper) (map[string]any, error) {
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
+	if transport != nil {
+		opts = append(opts, remote.WithTransport(transport))
+	}
+	desc, err := remote.Get(r, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", ref, err)
+	}
+	digest := desc.Digest.String()
+	parts, err := g.parts(digest, func() (map[string]any, error) { return readParts(desc) })
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", ref, err)
+	}
+	out := map[string]any{
+		"image":         ref,
+		"resolvedImage": r.Context().Name() + "@" + digest,
+		"registry":      r.Context().RegistryStr(),
+		"repository":    r.Context().RepositoryStr(),
+		"identifier":    r.Identifier(),
+		"digest":        digest,
+	}
+	if t, ok := r.(name.Tag); ok {
+		out["tag"] = t.TagStr()
+	}
+	for k, v := range parts {
+		out[k] = v
+	}
+	out["configData"] = parts["config"]
+	return out, nil
+}
+
+// Registry reads image metadata straight from the registries, with the
+// local docker credentials, as Kyverno's CLI does (getImageData of
+// ImageValidatingPolicies; imageRegistry entries with --registry): each
+// reference read once per run, each digest's parts once. The zero value is
+// ready; Transport, when set, connects to the registries.
+type Registry struct {
+	Transport http.RoundTripper
+	reg       registry
+	mu        sync.Mutex
+	answers   map[string]registryAnswer
+}
+
+type registryAnswer struct {
+	md  map[string]any
+	err error
+}
+
+var _ cel.ImageData = (*Registry)(nil)
+
+// ImageMetadata implements cel.ImageData. Kubernetes Secrets (secrets) are
+// not read by the CLI: the local docker credentials are used.
+func (g *Registry) ImageMetadata(ctx context.Context, ref string, _ []string, insecure bool) (map[string]any, error) {
+	var opts []name.Option
+	if insecure {
+		opts = append(opts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", ref, err)
+	}
+	g.mu.Lock()
+	a, ok := g.answers[r.Name()]
+	g.mu.Unlock()
+	if ok {
+		return a.md, a.err
+	}
+	md, err := g.reg.read(ctx, ref, r, authn.DefaultKeychain, g.Transport)
+	g.mu.Lock()
+	if g.answers == nil {
+		g.answers = map[string]registryAnswer{}
+	}
+	g.answers[r.Name()] = registryAnswer{md, err}
+	g.mu.Unlock()
+	return md, err
 }
 
 // parts returns the digest's manifest, config and index, read once.

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	kauth "github.com/google/go-containerregistry/pkg/authn/kubernetes"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sigstore/sigstore-go/pkg/root"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
@@ -41,6 +42,9 @@ type ImageOptions struct {
 	DenyCIDRs, AllowCIDRs []netip.Prefix
 	// AllowPorts are single address:port pairs allowed (--registry-allow-cidrs).
 	AllowPorts []netip.AddrPort
+	// TrustedRoot is --sigstore-trusted-root: a trusted_root.json keyless
+	// signatures are verified against ("": the public Sigstore root).
+	TrustedRoot string
 }
 
 // clusterRangesEvery is how often the cluster's Service and Pod ranges
@@ -141,8 +145,14 @@ func newImageVerifier(o ScannerOptions, kube kubernetes.Interface, tenants data.
 		[]string{"policy", "result"})
 	opts := sigverify.Options{
 		Transport: transport,
-		TTL:       o.ImageVerify.CacheTTL,
-		Verified:  func(policy, result string) { verified.WithLabelValues(policy, result).Inc() },
+		TrustedRoot: func() func() (root.TrustedMaterial, error) {
+			if o.ImageVerify.TrustedRoot == "" {
+				return nil
+			}
+			return sigverify.TrustedRootFile(o.ImageVerify.TrustedRoot)
+		}(),
+		TTL:      o.ImageVerify.CacheTTL,
+		Verified: func(policy, result string) { verified.WithLabelValues(policy, result).Inc() },
 		SecretKeychain: func(ctx context.Context, secrets []string) (authn.Keychain, error) {
 			return kauth.New(ctx, kube, kauth.Options{Namespace: o.Namespace,
 				ImagePullSecrets: append(slices.Clone(pull), secrets...), ServiceAccountName: kauth.NoServiceAccount})

@@ -1,5 +1,6 @@
-// Package schema checks ClusterPolicies and Policies against the OpenAPI
-// schemas of their CRDs (config/crd/bases, embedded), with the API server's
+// Package schema checks ClusterPolicies and Policies, and the
+// policies.kyverno.io policy kinds, against the OpenAPI schemas of their
+// CRDs (config/crd/bases, embedded), with the API server's
 // own structural-schema code: unknown fields (what pruning would drop),
 // types, required fields and enums. A policy stored in a cluster has passed
 // this check already; a policy read from a file has not.
@@ -41,7 +42,10 @@ var (
 
 func load() {
 	schemas = map[string]map[string]*compiled{}
-	for kind, data := range map[string][]byte{KindClusterPolicy: crd.ClusterPolicies, KindPolicy: crd.Policies} {
+	for kind, data := range map[string][]byte{KindClusterPolicy: crd.ClusterPolicies, KindPolicy: crd.Policies,
+		"ValidatingPolicy": crd.ValidatingPolicies, "NamespacedValidatingPolicy": crd.NamespacedValidatingPolicies,
+		"MutatingPolicy": crd.MutatingPolicies, "NamespacedMutatingPolicy": crd.NamespacedMutatingPolicies,
+		"ImageValidatingPolicy": crd.ImageValidatingPolicies, "NamespacedImageValidatingPolicy": crd.NamespacedImageValidatingPolicies} {
 		var def apiextv1.CustomResourceDefinition
 		if err := sigsyaml.Unmarshal(data, &def); err != nil {
 			loadErr = fmt.Errorf("decode the %s CRD: %w", kind, err)
@@ -96,7 +100,7 @@ func Validate(obj map[string]any) error {
 	kind, _ := obj["kind"].(string)
 	apiVersion, _ := obj["apiVersion"].(string)
 	version := "v1"
-	if g, v, ok := cut(apiVersion); ok && g == "kyverno.io" {
+	if g, v, ok := cut(apiVersion); ok && (g == "kyverno.io" || g == "policies.kyverno.io") {
 		version = v
 	}
 	s, err := schemaFor(kind, version)

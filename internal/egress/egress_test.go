@@ -59,7 +59,7 @@ func TestGuardRanges(t *testing.T) {
 func TestErrorBodiesAreCutToRegistryCodes(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"errors":[{"code":"UNAUTHORIZED","message":"the token is hunter2","detail":{"x":1}}]}`: `{"errors":[{"code":"UNAUTHORIZED"}]}`,
-		`ami-id\ninstance-id\niam/security-credentials/role`:                                    ``,
+		`ami-id\ninstance-id\niam/security-credentials/role`:                                     ``,
 		`{"errors":[{"code":"<script>","message":"x"}]}`:                                         ``,
 	} {
 		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -83,10 +83,15 @@ type ImageValidatingPolicySpec struct {
 	Credentials          *ImageCredentials     `json:"credentials,omitempty"`
 	// Images are CEL expressions naming lists of images of the resource
 	// (Pods and Pod templates have theirs built in).
-	Images               []ImageExtractor                     `json:"images,omitempty"`
-	Attestors            []ImageAttestor                      `json:"attestors,omitempty"`
-	Attestations         []ImageAttestation                   `json:"attestations,omitempty"`
-	Validations          []admissionregistrationv1.Validation `json:"validations,omitempty"`
+	Images []ImageExtractor `json:"images,omitempty"`
+	// Attestors are required, as in Kyverno's CRD (an empty list is
+	// accepted, as there).
+	// +kubebuilder:validation:Required
+	Attestors    []ImageAttestor    `json:"attestors"`
+	Attestations []ImageAttestation `json:"attestations,omitempty"`
+	// Validations are required, as in Kyverno's CRD.
+	// +kubebuilder:validation:Required
+	Validations          []admissionregistrationv1.Validation `json:"validations"`
 	WebhookConfiguration *WebhookConfiguration                `json:"webhookConfiguration,omitempty"`
 	Evaluation           *Evaluation                          `json:"evaluation,omitempty"`
 	Autogen              *Autogen                             `json:"autogen,omitempty"`

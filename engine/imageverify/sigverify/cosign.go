@@ -47,11 +47,30 @@ func (v *Verifier) verify(ctx context.Context, c imageverify.Check, ref name.Dig
 		}
 		statements = append(statements, checked)
 	}
-	o := imageverify.Outcome{Result: resultPass, Message: "verified image attestations for " + c.Image}
+	// Kyverno names the image by its digest once the entry's signatures
+	// gave it (verifyImage: imageInfo.Digest = the signatures' digest).
+	image := c.Image
+	if len(e.Attestors) > 0 {
+		image = attestedImage(c.Image, ref)
+	}
+	o := imageverify.Outcome{Result: resultPass, Message: "verified image attestations for " + image}
 	if c.Statements {
 		o.Statements = statements
 	}
 	return o
+}
+
+// sigstoreTUF is where the public Sigstore trust root is read from (cosign's
+// default TUF mirror), as Kyverno reads it.
+const sigstoreTUF = "https://tuf-repo-cdn.sigstore.dev"
+
+// attestedImage is the image named as Kyverno names it once the entry's
+// signatures verified: at its digest (registry/path@digest).
+func attestedImage(image string, ref name.Digest) string {
+	if image == imagePlaceholder {
+		return imageDigestPlaceholder
+	}
+	return WithDigest(image, ref.DigestStr())
 }
 
 // verifySet verifies the entries of a set until its count is reached; the
@@ -209,9 +228,9 @@ func (v *Verifier) checkOpts(ctx context.Context, e *imageverify.Verification, a
 				co.RootCerts.AddCert(r)
 			}
 		} else {
-			tm, err := cosign.TrustedRoot() // the public Fulcio's, from sigstore's TUF root
+			tm, err := v.opts.TrustedRoot() // the public Fulcio's, from sigstore's TUF root, by default
 			if err != nil {
-				return nil, sub, infra(fmt.Errorf("failed to load the Fulcio roots: %w", err))
+				return nil, sub, infra(fmt.Errorf("failed to load the Fulcio roots of the Sigstore trust root (the public one's TUF repository is %s): %w", sigstoreTUF, err))
 			}
 			co.TrustedMaterial = tm
 		}
@@ -340,14 +359,16 @@ func (v *Verifier) verifyAttestation(ctx context.Context, c imageverify.Check, i
 		ac.conditions = func(statement map[string]any) error { return c.Conditions(i, statement) }
 	}
 	if len(att.Attestors) == 0 {
-		// No attestor: the statements are fetched and their conditions
-		// checked, their signatures not verified (as Kyverno does).
-		if err := v.fetchAttestations(ctx, ref, ac); err != nil {
+		// No attestor: Kyverno verifies the attestation with cosign's
+		// defaults (an empty attestor: keyless, any identity, against the
+		// public Sigstore roots and Rekor, SCTs not checked): a
+		// key-signed or unsigned attestation fails (issue 54).
+		if err := v.verifyUnattested(ctx, c.Entry, ref, ac); err != nil {
 			err = v.noteDown(registry, err)
 			if Unreachable(err) {
 				return v.failed(c.Image, err), true, nil
 			}
-			return imageverify.Outcome{Result: resultFail, Message: fmt.Sprintf("image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: %s: %s", path, err)}, true, nil
+			return imageverify.Outcome{Result: resultFail, Message: fmt.Sprintf("image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: %s.attestors[0].entries[0]: %s", path, err)}, true, nil
 		}
 		return imageverify.Outcome{}, false, ac.statements
 	}
@@ -364,28 +385,58 @@ func (v *Verifier) verifyAttestation(ctx context.Context, c imageverify.Check, i
 	return imageverify.Outcome{}, false, ac.statements
 }
 
-// fetchAttestations checks the statements attached to the image, their
-// signatures unverified.
-func (v *Verifier) fetchAttestations(ctx context.Context, ref name.Digest, ac *attestationCheck) error {
+// verifyUnattested verifies the attestations of ac's predicate type of an
+// entry without attestors, as Kyverno does: keyless, any identity, against
+// the Sigstore trust root (Options.KeylessRoot, the public one by default)
+// and its transparency log. An attestation of the type that carries no
+// certificate (key-signed) cannot verify keyless: that fails without the
+// trust root, which is read only when a certificate is there to check (an
+// unreadable root is an error naming it, never a pass or a fail).
+func (v *Verifier) verifyUnattested(ctx context.Context, e *imageverify.Verification, ref name.Digest, ac *attestationCheck) error {
 	opts, err := v.remoteOptions(ctx, ref.Context())
 	if err != nil {
 		return err
 	}
-	payloads, err := cosign.FetchAttestationsForReference(ctx, ref, "", ociremote.WithRemoteOptions(opts...))
+	img, err := ociremote.SignedImage(ref, ociremote.WithRemoteOptions(opts...))
 	if err != nil {
 		return err
 	}
-	envelopes := make([]signatureLike, len(payloads))
-	for i := range payloads {
-		envelopes[i] = fetchedEnvelope{payloads[i]}
+	atts, err := img.Attestations()
+	if err != nil {
+		return err
 	}
-	return ac.check(envelopes)
+	sigs, err := atts.Get()
+	if err != nil {
+		return err
+	}
+	found, certified := false, false
+	for _, sig := range sigs {
+		payload, err := sig.Payload()
+		if err != nil {
+			continue
+		}
+		statement, err := decodeStatement(payload)
+		if err != nil {
+			continue
+		}
+		if t, _ := statement["predicateType"].(string); t != ac.predicateType {
+			continue
+		}
+		found = true
+		if cert, err := sig.Cert(); err == nil && cert != nil {
+			certified = true
+		}
+	}
+	switch {
+	case !found:
+		return fmt.Errorf("attestions not found for predicate type %s", ac.predicateType)
+	case !certified:
+		return fmt.Errorf("attestation checks failed for predicate %s: no attestation of that type carries a certificate: one signed by a key verifies only against attestors naming the key (an entry without attestors is verified keyless, against the Sigstore trust root)", ac.predicateType)
+	}
+	keyless := imageverify.Attestor{Keyless: &imageverify.Keyless{CTLog: &imageverify.CTLog{IgnoreSCT: true}}}
+	_, err = v.verifyEntry(ctx, e, keyless, ref, ac)
+	return err
 }
-
-// fetchedEnvelope is a fetched attestation as its DSSE envelope.
-type fetchedEnvelope struct{ p cosign.AttestationPayload }
-
-func (f fetchedEnvelope) Payload() ([]byte, error) { return json.Marshal(f.p) }
 
 // secretKey is the public key a Secret holds under cosign.pub (Kyverno's
 // keys.secret). A Secret that cannot be read is an error result, not a

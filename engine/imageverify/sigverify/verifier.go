@@ -24,6 +24,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/sigstore/cosign/v2/pkg/cosign"
+	"github.com/sigstore/sigstore-go/pkg/root"
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 	"k8s.io/utils/lru"
@@ -45,9 +47,16 @@ type Options struct {
 	// Entries bounds the outcome cache (default 10,000).
 	Entries int
 	// RequestsPerSecond and Burst limit the requests to one registry
-	// (defaults 20 and 40).
+	// (defaults 20 and 40; a negative RequestsPerSecond: no limit).
 	RequestsPerSecond float64
 	Burst             int
+	// TrustedRoot is the Sigstore trust root keyless signatures are
+	// verified against when the attestor names no roots (default: the
+	// public one, read from its TUF repository, as cosign and Kyverno read
+	// it; tally-scanner and tally --sigstore-trusted-root name a
+	// trusted_root.json instead). An error is the error result of the
+	// checks that need it.
+	TrustedRoot func() (root.TrustedMaterial, error)
 	// Timeout bounds one verification (default 30s).
 	Timeout time.Duration
 	// Keychain gives registry credentials (default: the docker config of
@@ -100,6 +109,21 @@ func (o *Options) defaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.TrustedRoot == nil {
+		o.TrustedRoot = func() (root.TrustedMaterial, error) { return cosign.TrustedRoot() }
+	}
+}
+
+// TrustedRootFile is a TrustedRoot read from a trusted_root.json (cosign's
+// --trusted-root): read once, its error returned to every check.
+func TrustedRootFile(path string) func() (root.TrustedMaterial, error) {
+	tr, err := root.NewTrustedRootFromPath(path)
+	return func() (root.TrustedMaterial, error) {
+		if err != nil {
+			return nil, fmt.Errorf("trusted root %s: %w", path, err)
+		}
+		return tr, nil
 	}
 }
 
@@ -163,7 +187,7 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 	useCache := imageverify.On(c.Entry.UseCache)
 	if useCache {
 		if o, ok := v.cachedOutcome(key); ok {
-			return o
+			return forResource(o, c.Image)
 		}
 	}
 	res, _, _ := v.flights.Do(key, func() (any, error) {
@@ -175,7 +199,12 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 		v.verifications.Add(1)
 		vctx, cancel := context.WithTimeout(ctx, v.opts.Timeout)
 		defer cancel()
-		o := v.verify(vctx, c, ref.Context().Digest(digest), registry)
+		// Verified for any reference to the digest: its messages name
+		// the image as a placeholder, which each check's own reference
+		// replaces (forResource).
+		generic := c
+		generic.Image = imagePlaceholder
+		o := v.verify(vctx, generic, ref.Context().Digest(digest), registry)
 		o.Digest = digest
 		if v.opts.Verified != nil {
 			v.opts.Verified(c.Policy, o.Result)
@@ -189,7 +218,47 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 		}
 		return o, nil
 	})
-	return res.(imageverify.Outcome)
+	return forResource(res.(imageverify.Outcome), c.Image)
+}
+
+// imagePlaceholder stands for the image in the messages of an outcome
+// verified for a digest; forResource writes the check's own reference in.
+const imagePlaceholder = "\x00image\x00"
+
+// imageDigestPlaceholder stands for the image as Kyverno names it once its
+// digest is known (registry/path@digest: an attestation verified after the
+// entry's signatures, as Kyverno's verifyImage sets the digest it got from
+// the signatures).
+const imageDigestPlaceholder = "\x00image@digest\x00"
+
+// forResource is an outcome as reported for a resource whose reference to
+// the image is image (Kyverno's ImageInfo string: the tag, or the digest
+// when the reference names one): two Pods running the same digest, one by
+// tag and one by digest, each get their own reference in their messages.
+func forResource(o imageverify.Outcome, image string) imageverify.Outcome {
+	if !strings.Contains(o.Message, "\x00") {
+		return o
+	}
+	withDigest := image
+	if o.Digest != "" {
+		withDigest = WithDigest(image, o.Digest)
+	}
+	o.Message = strings.NewReplacer(imageDigestPlaceholder, withDigest, imagePlaceholder, image).Replace(o.Message)
+	return o
+}
+
+// WithDigest is an image, as Kyverno names it (registry/path:tag or
+// registry/path@digest), with its tag replaced by digest:
+// registry/path@digest.
+func WithDigest(image, digest string) string {
+	if i := strings.LastIndex(image, "@"); i >= 0 {
+		return image // names its digest already
+	}
+	repo := image
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		repo = image[:i]
+	}
+	return repo + "@" + digest
 }
 
 // Resolve reads an image's digest from its registry (cached for
@@ -469,6 +538,10 @@ type limitedTransport struct {
 func (t *limitedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	t.mu.Lock()
 	l, ok := t.limiters[r.URL.Host]
+	if !ok && t.rps < 0 {
+		l, ok = rate.NewLimiter(rate.Inf, 0), true
+		t.limiters[r.URL.Host] = l
+	}
 	if !ok {
 		l = rate.NewLimiter(rate.Limit(t.rps), t.burst)
 		t.limiters[r.URL.Host] = l

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/sigstore/sigstore-go/pkg/root"
 
 	"github.com/tally-dev/tally/engine/imageverify"
 	"github.com/tally-dev/tally/engine/imageverify/sigverify"
@@ -20,6 +21,9 @@ type fixture struct {
 	key, other       *sigtest.Key
 	signed, unsigned name.Digest
 	attested         name.Digest
+	// keylessAttested is attested by a key certified by a CA of the
+	// tests' (a Fulcio that is not Sigstore's).
+	keylessAttested name.Digest
 }
 
 func setup(t *testing.T) *fixture {
@@ -49,6 +53,13 @@ func setup(t *testing.T) *fixture {
 	must(f.key.Sign(f.signed, map[string]any{"env": "prod"}))
 	must(f.key.Sign(f.attested, nil))
 	must(f.key.Attest(f.attested, "https://example.com/review/v1", map[string]any{"reviewed": true}))
+	ca, err := sigtest.NewCA()
+	must(err)
+	certified, err := ca.Issue("ci@example.com", "https://issuer.example.com")
+	must(err)
+	f.keylessAttested, err = reg.Push("team/app", "keyless-attested")
+	must(err)
+	must(certified.Attest(f.keylessAttested, "https://example.com/review/v1", map[string]any{"reviewed": true}))
 	return f
 }
 
@@ -105,12 +116,21 @@ func TestVerify(t *testing.T) {
 		{"attestation of another type", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
 			Type: "https://example.com/scan/v1", Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}},
 		}}}, "fail", "image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0].attestors[0].entries[0].keys: predicate type https://example.com/scan/v1 not found"},
-		{"attestation without attestors: fetched, not verified", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
+		// Issue 54: Kyverno verifies an attestation without attestors
+		// keyless against the Sigstore trust root; one signed by a key no
+		// policy names fails (it passed, its signature unverified).
+		{"attestation without attestors, signed by a key nobody trusts", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
 			Type: "https://example.com/review/v1",
-		}}}, "pass", "verified image attestations for " + tag(f.attested, "attested")},
+		}}}, "fail", "image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0].attestors[0].entries[0]: attestation checks failed for predicate https://example.com/review/v1: no attestation of that type carries a certificate"},
 		{"attestation without attestors, none of the type", tag(f.signed, "signed"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
 			Type: "https://example.com/review/v1",
-		}}}, "fail", "image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0]: predicate type https://example.com/review/v1 not found"},
+		}}}, "fail", "image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0].attestors[0].entries[0]: attestions not found for predicate type https://example.com/review/v1"},
+		{"attestation without attestors, unsigned image", tag(f.unsigned, "unsigned"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
+			Type: "https://example.com/review/v1",
+		}}}, "fail", "attestions not found for predicate type"},
+		{"attestation without attestors, certified by a CA that is not the trust root's", tag(f.keylessAttested, "keyless-attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
+			Type: "https://example.com/review/v1",
+		}}}, "error", "failed to load the Fulcio roots of the Sigstore trust root"},
 		{"attestation, wrong key", tag(f.attested, "attested"), &imageverify.Verification{ImageReferences: []string{"*"}, Attestations: []imageverify.Attestation{{
 			Type: "https://example.com/review/v1", Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.other.PublicPEM)}}},
 		}}}, "fail", "image attestations verification failed"},
@@ -121,7 +141,10 @@ func TestVerify(t *testing.T) {
 			PublicKeys: f.key.PublicPEM, Rekor: &imageverify.Rekor{URL: "http://127.0.0.1:1"}, CTLog: &imageverify.CTLog{IgnoreSCT: true},
 		}}}}), "error", "failed to verify image"},
 	}
-	v := sigverify.New(sigverify.Options{})
+	// The trust root cannot be read here (no network): an error naming it.
+	v := sigverify.New(sigverify.Options{TrustedRoot: func() (root.TrustedMaterial, error) {
+		return nil, errors.New("tuf-repo-cdn.sigstore.dev: no network")
+	}})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			o := v.Verify(context.Background(), imageverify.Check{Image: c.image, Identity: c.name, Entry: c.entry})
@@ -338,5 +361,48 @@ func TestKeyFromSecret(t *testing.T) {
 	}
 	if o := v.Verify(context.Background(), imageverify.Check{Image: f.signed.String(), Policy: "p", Identity: "b", Entry: fromSecret("keys", "other")}); o.Result != "error" || !strings.Contains(o.Message, "failed to read secret keys/other") {
 		t.Errorf("unreadable Secret: %s %q", o.Result, o.Message)
+	}
+}
+
+// Issue 54: a cached verification's message names the reference of the
+// resource it is reported for: a Pod naming the digest after one naming the
+// tag (and the reverse) gets its own reference, and an attestation verified
+// after the entry's signatures names the image by its digest, as Kyverno's.
+func TestCachedOutcomesNameEachResourcesReference(t *testing.T) {
+	f := setup(t)
+	v := sigverify.New(sigverify.Options{})
+	byTag := f.signed.Repository.Name() + ":signed"
+	byDigest := f.signed.Repository.Name() + "@" + f.signed.DigestStr()
+	e := entry(imageverify.AttestorSet{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}})
+	for _, order := range [][]string{{byTag, byDigest}, {byDigest, byTag}} {
+		v := sigverify.New(sigverify.Options{})
+		for _, image := range order {
+			o := v.Verify(context.Background(), imageverify.Check{Image: image, Identity: "p", Entry: e})
+			if want := "verified image signatures for " + image; o.Message != want {
+				t.Errorf("%v: %s: %q, want %q", order, image, o.Message, want)
+			}
+		}
+		if n := v.Verifications(); n != 1 {
+			t.Errorf("%v: %d verifications, want 1 (one digest)", order, n)
+		}
+	}
+	// An unsigned image's failure, cached, names each reference too.
+	unsignedTag := f.unsigned.Repository.Name() + ":unsigned"
+	unsignedDigest := f.unsigned.Repository.Name() + "@" + f.unsigned.DigestStr()
+	for _, image := range []string{unsignedTag, unsignedDigest} {
+		o := v.Verify(context.Background(), imageverify.Check{Image: image, Identity: "p", Entry: e})
+		if o.Result != "fail" || !strings.HasPrefix(o.Message, "failed to verify image "+image+": ") {
+			t.Errorf("%s: %s %q", image, o.Result, o.Message)
+		}
+	}
+	// Signatures, then an attestation: the attestation's pass names the
+	// image by the digest the signatures gave (Kyverno's verifyImage).
+	attested := &imageverify.Verification{ImageReferences: []string{"*"},
+		Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}},
+		Attestations: []imageverify.Attestation{{Type: "https://example.com/review/v1",
+			Attestors: []imageverify.AttestorSet{{Entries: []imageverify.Attestor{keys(f.key.PublicPEM)}}}}}}
+	o := v.Verify(context.Background(), imageverify.Check{Image: f.attested.Repository.Name() + ":attested", Identity: "a", Entry: attested})
+	if want := "verified image attestations for " + f.attested.Repository.Name() + "@" + f.attested.DigestStr(); o.Message != want {
+		t.Errorf("%q, want %q", o.Message, want)
 	}
 }

@@ -220,7 +220,11 @@ func (k *Key) Attest(img name.Digest, predicateType string, predicate map[string
 	if err != nil {
 		return err
 	}
-	att, err := static.NewAttestation(envelope)
+	var opts []static.Option
+	if k.CertPEM != nil {
+		opts = append(opts, static.WithCertChain(k.CertPEM, k.ChainPEM))
+	}
+	att, err := static.NewAttestation(envelope, opts...)
 	if err != nil {
 		return err
 	}
