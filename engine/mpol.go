@@ -211,6 +211,10 @@ func (m *mutatingPolicy) evaluate(e *evaluation) []RuleResult {
 func (m *mutatingPolicy) apply(e *evaluation, gvr schema.GroupVersionResource) RuleResult {
 	before, after, r, ok := m.mutate(e, gvr, nil)
 	if !ok {
+		// A MutatingPolicy whose match conditions do not hold is reported
+		// skip "skip", as Kyverno's background controller reports it
+		// (unlike a ValidatingPolicy's, which has no entry): issue 55.
+		r.ConditionsNotMet = false
 		return r
 	}
 	same, err := sameJSON(before, after)

@@ -139,6 +139,11 @@ func testOf(file string, d Document) (*Test, error) {
 	if t.APIVersion == "" || t.Kind == "" {
 		return nil, fmt.Errorf("%s: not a Test: apiVersion and kind are required", file)
 	}
+	for _, k := range notReadInputs {
+		if v, ok := d.Object[k]; ok && v != nil && v != "" {
+			t.NotRead = append(t.NotRead, k)
+		}
+	}
 	return &t, nil
 }
 
@@ -191,9 +196,22 @@ func runTest(ctx context.Context, file string, t *Test, env runEnv) ([]Outcome, 
 				names = append(names, r.name)
 			}
 		}
+		if len(names) == 0 {
+			// Nothing to evaluate the expectation on: never a pass (a test
+			// file that evaluated nothing does not exit 0).
+			o := Outcome{File: file, Test: t.Metadata.Name, Policy: tr.Policy, Rule: tr.Rule, Expected: expected, Status: Unsupported,
+				Reason: "the expectation names no resource, and the test has none: nothing was evaluated"}
+			if len(t.NotRead) > 0 {
+				o.Reason = fmt.Sprintf("the test's %s are not evaluated by tally", strings.Join(t.NotRead, ", "))
+			}
+			out = append(out, o)
+			continue
+		}
 		for _, name := range names {
 			o := Outcome{File: file, Test: t.Metadata.Name, Policy: tr.Policy, Rule: tr.Rule, Resource: name, Expected: expected}
 			switch {
+			case len(t.NotRead) > 0:
+				o.Status, o.Reason = Unsupported, fmt.Sprintf("the test's %s are not evaluated by tally", strings.Join(t.NotRead, ", "))
 			case (tr.PatchedResources != "" && !l.mutatingPolicy(tr)) || tr.GeneratedResource != "" || tr.CloneSource != "" || len(tr.GeneratedList) > 0:
 				o.Status, o.Reason = Unsupported, "mutate and generate results are not supported"
 			case loadErr != nil:

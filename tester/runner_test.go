@@ -137,3 +137,43 @@ func TestRunFilesFollowsTheReporter(t *testing.T) {
 		})
 	}
 }
+
+// Issue 56: an expectation whose input tally does not read (a test's
+// jsonPayloads, mocked apiCallResponses or globalContextEntries) or that
+// names nothing to evaluate is never counted as passed: the file's status
+// is unsupported (exit 1), not "0 passed, 0 failed" and exit 0.
+func TestNothingUnevaluatedPasses(t *testing.T) {
+	dir := t.TempDir()
+	policy := "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: p}\nspec:\n  evaluation: {mode: JSON}\n  validations: [{expression: 'true'}]\n"
+	for name, test := range map[string]string{
+		"json":    "jsonPayloads: [payload.json]\nresults: [{policy: p, result: pass, kind: ''}]",
+		"mocked":  "resources: [pod.yaml]\napiCallResponses: [{urlPath: /api/v1/x, response: {body: {}}}]\nresults: [{policy: p, result: pass, resources: [web], kind: Pod}]",
+		"gce":     "resources: [pod.yaml]\nglobalContextEntries: [{name: e, data: {}}]\nresults: [{policy: p, result: pass, resources: [web], kind: Pod}]",
+		"nothing": "results: [{policy: p, result: pass, kind: Pod}]",
+	} {
+		sub := filepath.Join(dir, name)
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		files := map[string]string{
+			"policy.yaml":       policy,
+			"payload.json":      `{"a": 1}`,
+			"pod.yaml":          "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec: {containers: [{name: c, image: nginx}]}\n",
+			"kyverno-test.yaml": "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: " + name + "}\npolicies: [policy.yaml]\n" + test + "\n",
+		}
+		for f, data := range files {
+			if err := os.WriteFile(filepath.Join(sub, f), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Run(name, func(t *testing.T) {
+			sum, err := RunFiles(context.Background(), []string{filepath.Join(sub, "kyverno-test.yaml")}, Options{}, Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.Counts.Passed != 0 || sum.Counts.Unsupported == 0 || sum.Status() < Unsupported {
+				t.Errorf("counts %+v, status %v: an expectation not evaluated passed, or the run passes", sum.Counts, sum.Status())
+			}
+		})
+	}
+}

@@ -26,7 +26,15 @@ type Test struct {
 	ClusterResources []string       `json:"clusterResources,omitempty"`
 	Results          []TestResult   `json:"results"`
 	Extra            map[string]any `json:"-"`
+	// NotRead are the inputs of the test file tally does not evaluate
+	// (jsonPayloads, mocked apiCallResponses, ...): its expectations are
+	// then unsupported, never passed on what was not read.
+	NotRead []string `json:"-"`
 }
+
+// notReadInputs are the keys of Kyverno's Test (v1alpha1) that tally does
+// not read yet.
+var notReadInputs = []string{"jsonPayload", "jsonPayloads", "httpPayloads", "envoyPayloads", "apiCallResponses", "globalContextEntries"}
 
 // TestResult is one expected result: a policy's rule on some resources.
 type TestResult struct {
