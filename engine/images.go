@@ -18,7 +18,8 @@ func imagesOf(obj map[string]any) (map[string]any, error) {
 		return nil, nil
 	}
 	out := map[string]any{}
-	for _, list := range [...]string{"containers", "initContainers", "ephemeralContainers"} {
+	// Kyverno's order (pkg/utils/api/image.go): the first error wins.
+	for _, list := range [...]string{"initContainers", "containers", "ephemeralContainers"} {
 		containers, _ := spec[list].([]any)
 		if len(containers) == 0 {
 			continue
@@ -26,7 +27,14 @@ func imagesOf(obj map[string]any) (map[string]any, error) {
 		byName := make(map[string]any, len(containers))
 		for _, c := range containers {
 			cm, _ := c.(map[string]any)
-			name, _ := cm["name"].(string)
+			name, ok := cm["name"].(string)
+			if !ok {
+				// Kyverno keys the images by container name, and reads the
+				// name first: a container without one fails the variable
+				// (whether it has an image or not), for the rules that read
+				// it (issue 56).
+				return nil, fmt.Errorf("invalid key")
+			}
 			// A container without an image has none to list; an empty one
 			// is an invalid reference, as in Kyverno (issue 40).
 			image, ok := cm["image"].(string)

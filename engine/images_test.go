@@ -70,3 +70,37 @@ func TestImagesOfAnInvalidReference(t *testing.T) {
 		})
 	}
 }
+
+// Issue 56: Kyverno keys the images variable by container name and reads
+// the name first: a container without one (an init container's included)
+// fails the variable ("invalid key") for the rules that read it; the
+// others are evaluated as usual.
+func TestImagesOfAContainerWithoutName(t *testing.T) {
+	const reads = `    preconditions: {all: [{key: "{{ images.containers.*.registry }}", operator: AnyNotIn, value: [ghcr.io]}]}
+    validate: {message: m, pattern: {spec: {containers: [{image: "*"}]}}}`
+	for name, tc := range map[string]struct {
+		spec, rule string
+		want       engine.RuleResult
+	}{
+		"a container without a name, where images is read": {
+			spec: "  containers:\n  - {image: nginx:1}\n", rule: reads,
+			want: engine.RuleResult{Result: engine.Error, Message: "failed to evaluate preconditions: failed to substitute variables in condition key: failed to resolve images.containers.*.registry at path : invalid key"},
+		},
+		"an init container without a name breaks images.containers too": {
+			spec: "  initContainers:\n  - {image: busybox:1}\n  containers:\n  - {name: c, image: nginx:1}\n", rule: reads,
+			want: engine.RuleResult{Result: engine.Error, Message: "failed to evaluate preconditions: failed to substitute variables in condition key: failed to resolve images.containers.*.registry at path : invalid key"},
+		},
+		"a rule that does not read images is evaluated as usual": {
+			spec: "  containers:\n  - {image: nginx:1}\n", rule: `    validate: {message: m, pattern: {spec: {containers: [{image: "?*"}]}}}`,
+			want: engine.RuleResult{Result: engine.Pass, Message: "validation rule 'r' passed."},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := compile(t, policy("", tc.rule))
+			got := p.Evaluate(context.Background(), &engine.Request{Object: resource(t, "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec:\n"+tc.spec)})
+			if len(got) != 1 || got[0].Result != tc.want.Result || got[0].Message != tc.want.Message {
+				t.Errorf("got %+v\nwant %s %q", got, tc.want.Result, tc.want.Message)
+			}
+		})
+	}
+}
