@@ -177,6 +177,7 @@ func CompileImageValidatingPolicy(ivp *policiesv1.ImageValidatingPolicy) (*Polic
 	}
 	v, err := compileVariants(kind, name, vspec, cel.Spec{
 		Mode:             cel.ModeImage,
+		Namespaced:       p.Namespace != "",
 		Variables:        spec.Variables,
 		MatchConditions:  spec.MatchConditions,
 		Validations:      spec.Validations,

@@ -61,6 +61,7 @@ func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
 	spec := vp.Spec
 	base := cel.Spec{
 		Mode:             cel.ModeKyverno,
+		Namespaced:       p.Namespace != "",
 		Variables:        spec.Variables,
 		MatchConditions:  spec.MatchConditions,
 		Validations:      spec.Validations,

@@ -77,6 +77,9 @@ type Local struct {
 	// registry serves the suite's image fixtures on a loopback port
 	// (conformance.CanImageRegistry).
 	registry *sigtest.Registry
+	// kyverno is the real Kyverno beside tally (LocalOptions.Kyverno), nil
+	// beside the stand-in or standalone.
+	kyverno *realKyverno
 }
 
 // process is one tally process.
@@ -135,6 +138,14 @@ func (l *Local) processes() []string {
 		}
 		return out
 	}
+	if l.kyverno != nil && l.kyverno.reports {
+		// The reference: Kyverno alone, its reports controller writing
+		// the reports.
+		return []string{"kyverno-admission", "kyverno-background", "kyverno-reports"}
+	}
+	if l.kyverno != nil {
+		return []string{"kyverno-admission", "kyverno-background", "scanner", "merger"}
+	}
 	if l.mode == BesideKyverno {
 		return []string{"kyverno", "scanner", "merger"}
 	}
@@ -155,6 +166,13 @@ type LocalOptions struct {
 	// ReportsServer stores the report kinds in reports-server, with an
 	// etcd of its own, beside the control plane (e2e/reportsserver).
 	ReportsServer bool
+	// Kyverno, beside Kyverno, runs the real Kyverno v1.19.0 (built from
+	// the Go module proxy, hack/kyverno/build.sh) instead of the stand-in:
+	// its admission and background controllers as processes (issue 55).
+	Kyverno bool
+	// KyvernoReports, with Kyverno, runs Kyverno's reports controller
+	// instead of tally: the reference the reports are compared with.
+	KyvernoReports bool
 }
 
 // StartLocal starts the cluster and tally. dir receives binaries and logs;
@@ -169,6 +187,9 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 	}
 	if o.Replicas > 0 && mode != Standalone {
 		return nil, fmt.Errorf("sharded scanner pairs run standalone only")
+	}
+	if o.Kyverno && mode != BesideKyverno {
+		return nil, fmt.Errorf("the real Kyverno runs beside-kyverno only")
 	}
 	l := &Local{mode: mode, dir: dir, reportAPI: api, webhookAuth: !o.NoWebhookAuth, procs: map[string]*process{}, ports: map[string]int{}, sharded: o.Replicas > 0}
 	defer func() {
@@ -199,7 +220,13 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 	if err := cluster.InstallCRDs(l.cluster.Config); err != nil {
 		return nil, err
 	}
-	if mode == BesideKyverno {
+	if o.Kyverno {
+		build, err := buildKyverno(ctx, root, "kyverno", "background-controller", "reports-controller")
+		if err != nil {
+			return nil, err
+		}
+		l.kyverno = &realKyverno{build: build, reports: o.KyvernoReports}
+	} else if mode == BesideKyverno {
 		// Kyverno's chart installs CRDs of kinds tally does not evaluate
 		// (R46): stand-ins of them.
 		if err := cluster.InstallCRDsFrom(l.cluster.Config, filepath.Join(root, "conformance", "harness", "kyverno-crds")); err != nil {
@@ -227,7 +254,12 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 	if err := l.installRBAC(ctx, root); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"scanner", "scanner-webhook", "handover", "merger", "kyverno", "kyverno-webhook"} {
+	if l.kyverno != nil {
+		if err := l.installKyverno(ctx, l.kyverno); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range []string{"scanner", "scanner-webhook", "handover", "merger", "kyverno", "kyverno-webhook", "kyverno-admission", "kyverno-background", "kyverno-reports"} {
 		if l.ports[name], err = freePort(); err != nil {
 			return nil, err
 		}
@@ -238,6 +270,22 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 		}
 		l.ports["webhook-proxy"] = l.proxy.Addr().(*net.TCPAddr).Port
 		go l.serveWebhookProxy(l.proxy)
+	}
+	if l.kyverno != nil {
+		// Kyverno registers its own webhooks; the policies go through its
+		// policy webhook, which must answer before any is created.
+		started := time.Now()
+		for _, name := range l.processes() {
+			if err := l.start(ctx, name); err != nil {
+				return nil, err
+			}
+			if name == "kyverno-admission" {
+				if err := l.waitKyvernoServing(ctx, started); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return l, nil
 	}
 	if err := l.createWebhookConfiguration(ctx); err != nil {
 		return nil, err
@@ -336,13 +384,25 @@ func (l *Local) args(name string) (binary string, args []string) {
 // start starts a process and waits until it answers /healthz.
 func (l *Local) start(ctx context.Context, name string) error {
 	binary, args := l.args(name)
+	var env []string
+	health := "/healthz"
+	if l.kyverno != nil && strings.HasPrefix(name, "kyverno-") {
+		binary, args, env = l.kyvernoArgs(name)
+		health = "/metrics" // Kyverno's processes serve their metrics once started
+	}
+	if !filepath.IsAbs(binary) {
+		binary = filepath.Join(l.bin, binary)
+	}
 	logPath := filepath.Join(l.dir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(logFile, "---- %s %s\n", time.Now().Format(time.RFC3339), name)
-	cmd := exec.Command(filepath.Join(l.bin, binary), args...)
+	cmd := exec.Command(binary, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test
 	if err := cmd.Start(); err != nil {
@@ -367,7 +427,7 @@ func (l *Local) start(ctx context.Context, name string) error {
 	l.mu.Lock()
 	l.procs[name] = p
 	l.mu.Unlock()
-	url := "http://127.0.0.1:" + strconv.Itoa(l.port(name)) + "/healthz"
+	url := "http://127.0.0.1:" + strconv.Itoa(l.port(name)) + health
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		select {
 		case <-p.done:
@@ -563,6 +623,10 @@ func (l *Local) Dir() string { return l.dir }
 func (l *Local) Name() string {
 	name := "local"
 	switch {
+	case l.kyverno != nil && l.kyverno.reports:
+		name = "local-kyverno-reference"
+	case l.kyverno != nil:
+		name = "local-kyverno"
 	case l.mode == BesideKyverno:
 		name = "local-beside-kyverno"
 	case l.sharded:
@@ -658,13 +722,21 @@ func (l *Local) Restart(ctx context.Context, component string) error {
 		l.kill("merger", syscall.SIGKILL)
 		return l.start(ctx, "merger")
 	case "apiserver":
+		restarted := time.Now()
 		if err := l.cluster.RestartAPIServer(); err != nil {
 			return err
 		}
-		return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 			_, err := l.kube.CoreV1().Namespaces().Get(ctx, localNamespace, metav1.GetOptions{})
 			return err == nil, nil
 		})
+		if err != nil || l.kyverno == nil {
+			return err
+		}
+		// Kyverno's admission controller may lose its Lease meanwhile, and
+		// exit to be started again: its webhooks (failurePolicy Fail)
+		// answer once it leads again.
+		return l.waitKyvernoServing(ctx, restarted)
 	}
 	return fmt.Errorf("restart %s: %w", component, conformance.ErrUnsupported)
 }

@@ -12,13 +12,13 @@ import (
 // provider named; it returns a function that stops what it started.
 func ProviderFromEnv(ctx context.Context, name string) (conformance.Provider, func() error, error) {
 	switch name {
-	case "", "local", "local-beside-kyverno", "local-sharded":
+	case "", "local", "local-beside-kyverno", "local-kyverno", "local-sharded":
 		dir, err := os.MkdirTemp("", "tally-conformance-")
 		if err != nil {
 			return nil, nil, err
 		}
 		mode := Standalone
-		if name == "local-beside-kyverno" {
+		if name == "local-beside-kyverno" || name == "local-kyverno" {
 			mode = BesideKyverno
 		}
 		api, err := conformance.ReportAPIFromEnv()
@@ -41,7 +41,8 @@ func ProviderFromEnv(ctx context.Context, name string) (conformance.Provider, fu
 		default:
 			return nil, nil, fmt.Errorf("TALLY_CONFORMANCE_REPORTS_SERVER=%q: want etcd (reports-server beside the local control plane) or nothing", v)
 		}
-		l, err := StartLocal(ctx, dir, LocalOptions{Mode: mode, ReportAPI: api, NoWebhookAuth: !auth, Replicas: replicas, ReportsServer: reportsServer})
+		l, err := StartLocal(ctx, dir, LocalOptions{Mode: mode, ReportAPI: api, NoWebhookAuth: !auth, Replicas: replicas, ReportsServer: reportsServer,
+			Kyverno: name == "local-kyverno"})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -56,7 +57,7 @@ func ProviderFromEnv(ctx context.Context, name string) (conformance.Provider, fu
 	case "kind":
 		return startKind(ctx)
 	}
-	return nil, nil, fmt.Errorf("%w %q: use local, local-beside-kyverno, local-sharded, kind or kubeconfig", errNoProvider, name)
+	return nil, nil, fmt.Errorf("%w %q: use local, local-beside-kyverno, local-kyverno, local-sharded, kind or kubeconfig", errNoProvider, name)
 }
 
 // webhookAuthFromEnv reads TALLY_CONFORMANCE_WEBHOOK_AUTH: on (the

@@ -87,10 +87,17 @@ var AllowedWrites = []WriteGrant{
 	{Group: "", Resource: "secrets", Verbs: []string{"create", "update", "patch"}, RoleOnly: true, Names: []string{"tally-webhook-tls"}},
 	{Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Verbs: []string{"update", "patch"},
 		Names: []string{WebhookConfig}},
+	// A namespaced policy's cluster reads take the identity of its
+	// namespace's ServiceAccount tally-tenant (issue 53): tally may
+	// impersonate that one name, which has only what each namespace grants
+	// it.
+	{Group: "", Resource: "serviceaccounts", Verbs: []string{"impersonate"}, Names: []string{"tally-tenant"}},
 }
 
-// SecretReadNames are the only Secrets tally may read, in its namespace.
-var SecretReadNames = []string{"tally-webhook-tls"}
+// SecretReadNames are the only Secrets tally may read, in its namespace:
+// the webhook's serving certificate, and the key the merger signs its
+// reports with (R48).
+var SecretReadNames = []string{"tally-webhook-tls", "tally-report-key"}
 
 var readVerbs = []string{"get", "list", "watch"}
 

@@ -19,6 +19,12 @@ import (
 // validations and audit annotations, in the mode of its kind.
 type Spec struct {
 	Mode Mode
+	// Namespaced declares the resource library of a namespaced policy, as
+	// Kyverno's (its sdk's namespacedEnv): resource.Get(apiVersion,
+	// resource, name) and resource.List(apiVersion, resource), the
+	// namespace being the policy's own; a cluster-wide policy's take a
+	// namespace argument.
+	Namespaced bool
 	// HasParams declares `params` (ModeKubernetes only).
 	HasParams        bool
 	Variables        []admissionregistrationv1.Variable
@@ -86,7 +92,7 @@ func (e *CompileError) Error() string { return e.Path + ": " + e.Message }
 // CompileError; the Program is returned all the same (nil only when the
 // environment itself could not be built).
 func Compile(spec Spec) (*Program, error) {
-	base, err := envSet(envKey{mode: spec.Mode, hasParams: spec.HasParams})
+	base, err := envSet(envKey{mode: spec.Mode, hasParams: spec.HasParams, namespaced: spec.Namespaced && spec.Mode.kyverno()})
 	if err != nil {
 		return nil, err
 	}

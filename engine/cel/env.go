@@ -55,6 +55,8 @@ const (
 type envKey struct {
 	mode      Mode
 	hasParams bool
+	// namespaced declares the resource library of a namespaced policy.
+	namespaced bool
 }
 
 var (
@@ -84,7 +86,7 @@ func envSet(key envKey) (*environment.EnvSet, error) {
 	}
 	if key.mode.kyverno() {
 		opts = append(opts, celgo.Variable(varExceptions, celgo.MapType(celgo.StringType, celgo.ListType(celgo.StringType))))
-		opts = append(opts, kyvernoLibraries()...)
+		opts = append(opts, kyvernoLibraries(key.namespaced)...)
 	}
 	if key.mode == ModeImage {
 		opts = append(opts, imageVerifyLibrary()...)

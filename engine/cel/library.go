@@ -24,9 +24,9 @@ import (
 // of variables served by the evaluation's data (Input.Data); without it
 // they fail with an error naming the call, which the policy's result
 // reports.
-func kyvernoLibraries() []celgo.EnvOption {
+func kyvernoLibraries(namespaced bool) []celgo.EnvOption {
 	opts := pureLibraries()
-	opts = append(opts, resourceLibrary()...)
+	opts = append(opts, resourceLibrary(namespaced)...)
 	opts = append(opts, httpLibrary()...)
 	opts = append(opts, imageDataLibrary()...)
 	opts = append(opts, globalContextLibrary()...)

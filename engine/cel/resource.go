@@ -49,12 +49,23 @@ func (r resourceLib) Type() ref.Type              { return resourceLibType }
 func (r resourceLib) Value() any                  { return r }
 
 // resourceLibrary declares `resource` and its Get and List members (each
-// spelled both ways, as Kyverno's).
-func resourceLibrary() []celgo.EnvOption {
+// spelled both ways, as Kyverno's): for a cluster-wide policy
+// Get(apiVersion, resource, namespace, name) and List(apiVersion, resource,
+// namespace); for a namespaced one (namespaced) Get(apiVersion, resource,
+// name) and List(apiVersion, resource), the namespace being the policy's
+// own, as Kyverno's sdk declares them (a call with a namespace does not
+// compile there).
+func resourceLibrary(namespaced bool) []celgo.EnvOption {
 	opts := []celgo.EnvOption{celgo.Variable(varResource, resourceLibType)}
 	str := celgo.StringType
+	get := []*celgo.Type{resourceLibType, str, str, str, str}
+	list := []*celgo.Type{resourceLibType, str, str, str}
+	suffix := ""
+	if namespaced {
+		get, list, suffix = get[:4], list[:3], "_namespaced"
+	}
 	for _, name := range []string{"get", "Get"} {
-		opts = append(opts, celgo.Function(name, celgo.MemberOverload("resource_"+name+"_4", []*celgo.Type{resourceLibType, str, str, str, str}, celgo.DynType,
+		opts = append(opts, celgo.Function(name, celgo.MemberOverload("resource_"+name+suffix, get, celgo.DynType,
 			celgo.FunctionBinding(func(args ...ref.Val) ref.Val {
 				return resourceCall("resource."+name, args, func(r resourceLib, s []string) (map[string]any, error) {
 					return r.data.GetResource(r.ctx, s[0], s[1], s[2], s[3])
@@ -62,7 +73,7 @@ func resourceLibrary() []celgo.EnvOption {
 			}))))
 	}
 	for _, name := range []string{"list", "List"} {
-		opts = append(opts, celgo.Function(name, celgo.MemberOverload("resource_"+name+"_3", []*celgo.Type{resourceLibType, str, str, str}, celgo.DynType,
+		opts = append(opts, celgo.Function(name, celgo.MemberOverload("resource_"+name+suffix, list, celgo.DynType,
 			celgo.FunctionBinding(func(args ...ref.Val) ref.Val {
 				return resourceCall("resource."+name, args, func(r resourceLib, s []string) (map[string]any, error) {
 					return r.data.ListResources(r.ctx, s[0], s[1], s[2])
@@ -79,13 +90,20 @@ func resourceCall(name string, args []ref.Val, call func(resourceLib, []string) 
 	if !ok {
 		return types.MaybeNoSuchOverloadErr(args[0])
 	}
-	s := make([]string, len(args)-1)
-	for i, a := range args[1:] {
+	s := make([]string, 0, 4)
+	for _, a := range args[1:] {
 		v, ok := a.Value().(string)
 		if !ok {
 			return types.MaybeNoSuchOverloadErr(a)
 		}
-		s[i] = v
+		s = append(s, v)
+	}
+	if namespacedCall(name, len(s)) {
+		// A namespaced policy's call: its namespace is the third argument.
+		if r.ownNamespace == "" {
+			return types.NewErr("%s(%s): the policy's namespace is not known (no call made)", name, strings.Join(s, ", "))
+		}
+		s = append(s[:2], append([]string{r.ownNamespace}, s[2:]...)...)
 	}
 	if err := resourceArgs(s); err != nil {
 		// Each argument becomes a segment of the request's path: one that
@@ -105,6 +123,15 @@ func resourceCall(name string, args []ref.Val, call func(resourceLib, []string) 
 		return types.NewErr("%s(%s): %v", name, strings.Join(s, ", "), err)
 	}
 	return types.DefaultTypeAdapter.NativeToValue(Normalize(obj))
+}
+
+// namespacedCall says whether a call of n arguments is the namespaced
+// form (Get with 3, List with 2).
+func namespacedCall(name string, n int) bool {
+	if strings.HasSuffix(strings.ToLower(name), ".get") {
+		return n == 3
+	}
+	return n == 2
 }
 
 // resourceArgs checks the arguments of resource.Get (apiVersion,

@@ -124,3 +124,34 @@ func TestResourceLibraryOfANamespacedPolicy(t *testing.T) {
 		}
 	}
 }
+
+// Issue 55, read in Kyverno's sdk (resource.Lib's namespacedEnv): a
+// namespaced policy's resource library takes no namespace, the policy's
+// own being the one read: Get(apiVersion, resource, name) and
+// List(apiVersion, resource); the cluster-wide forms do not compile.
+func TestResourceLibraryOfANamespacedPolicyTakesNoNamespace(t *testing.T) {
+	data := &countingData{fakeData: fakeData{
+		"v1/configmaps/team-a/settings": {"data": map[string]any{"team": "a"}},
+	}}
+	for _, expr := range []string{
+		"resource.Get('v1', 'configmaps', 'settings').data.team == 'a'",
+		"resource.get('v1', 'configmaps', 'settings').data.team == 'a'",
+		"size(resource.List('v1', 'configmaps').items) == 1",
+	} {
+		p, err := Compile(Spec{Mode: ModeKyverno, Namespaced: true, Validations: []admissionregistrationv1.Validation{{Expression: expr}}})
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		if out := p.Evaluate(context.Background(), &Input{Object: map[string]any{}, Data: data, OwnNamespace: "team-a"}); out.Failed != -1 {
+			t.Errorf("%s: does not hold (error %v)", expr, out.Err)
+		}
+	}
+	for _, expr := range []string{
+		"resource.Get('v1', 'configmaps', 'team-b', 'settings') != null",
+		"size(resource.List('v1', 'configmaps', 'team-b').items) > 0",
+	} {
+		if _, err := Compile(Spec{Mode: ModeKyverno, Namespaced: true, Validations: []admissionregistrationv1.Validation{{Expression: expr}}}); err == nil || !strings.Contains(err.Error(), "found no matching overload") {
+			t.Errorf("%s compiled for a namespaced policy (err %v), as Kyverno's does not", expr, err)
+		}
+	}
+}
