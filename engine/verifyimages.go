@@ -225,6 +225,7 @@ func (e *evaluation) checkImages(rule *Rule, data map[string]any) RuleResult {
 				Image:       image,
 				Policy:      e.policy.Name,
 				Tenant:      e.policy.Namespace != "",
+				NameDigest:  entry.VerifyDigest != nil && *entry.VerifyDigest,
 				Identity:    e.policy.Name + ir.identities[i],
 				Entry:       entry,
 				Namespace:   e.res.Namespace,

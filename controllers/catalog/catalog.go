@@ -6,6 +6,7 @@
 package catalog
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -85,6 +86,7 @@ func Read(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*Polic
 			return nil, err
 		}
 		pol.APIVersion, pol.Kind = kyvernov1.GroupVersion.String(), "Policy"
+		verifyDigestByDefault(&pol.Spec)
 		p.Object, p.Spec = &pol, &pol.Spec
 		p.Compiled, err = engine.CompilePolicy(&pol)
 	case apiresources.ClusterPolicy:
@@ -93,12 +95,43 @@ func Read(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*Polic
 			return nil, err
 		}
 		pol.APIVersion, pol.Kind = kyvernov1.GroupVersion.String(), "ClusterPolicy"
+		verifyDigestByDefault(&pol.Spec)
 		p.Object, p.Spec = &pol, &pol.Spec
 		p.Compiled, err = engine.CompileClusterPolicy(&pol)
 	default:
 		return nil, fmt.Errorf("%s is not a policy kind", gvr.String())
 	}
 	return p, err
+}
+
+// verifyDigestByDefault sets verifyDigest on the verifyImages entries of
+// a policy read from the cluster that leave it out: Kyverno's CRD defaults
+// it to true, so that a policy stored with Kyverno's CRDs has it, and
+// Kyverno's messages then name the image by its resolved digest (seen
+// beside the real Kyverno 1.19, issue 55); tally's CRD keeps verifyImages
+// as written. A policy read from a file (the CLI) is not defaulted, as
+// Kyverno's CLI does not default it.
+func verifyDigestByDefault(spec *kyvernov1.Spec) {
+	for i := range spec.Rules {
+		vi := spec.Rules[i].VerifyImages
+		if vi == nil {
+			continue
+		}
+		var entries []map[string]any
+		if json.Unmarshal(vi.Raw, &entries) != nil {
+			continue // the engine reports it
+		}
+		changed := false
+		for _, e := range entries {
+			if _, ok := e["verifyDigest"]; !ok {
+				e["verifyDigest"] = true
+				changed = true
+			}
+		}
+		if raw, err := json.Marshal(entries); err == nil && changed {
+			vi.Raw = raw
+		}
+	}
 }
 
 // Catalog remembers the newest version of each policy it read, so that the

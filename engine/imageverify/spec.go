@@ -215,6 +215,10 @@ type Check struct {
 	Image string
 	// Policy names the policy (for metrics).
 	Policy string
+	// NameDigest: the outcome's messages name the image by its resolved
+	// digest (registry/path@digest), as Kyverno's do for an entry with
+	// verifyDigest on (its CRD's default in a cluster).
+	NameDigest bool
 	// Tenant is set for a namespaced Policy's check: no credentials of
 	// tally's (--image-pull-secrets, Secrets of its namespace) are used.
 	Tenant bool

@@ -185,9 +185,13 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 	}
 	key := c.Identity + "\x00" + ref.Context().Name() + "@" + digest
 	useCache := imageverify.On(c.Entry.UseCache)
+	image := c.Image
+	if c.NameDigest && digest != "" {
+		image = WithDigest(image, digest)
+	}
 	if useCache {
 		if o, ok := v.cachedOutcome(key); ok {
-			return forResource(o, c.Image)
+			return forResource(o, image)
 		}
 	}
 	res, _, _ := v.flights.Do(key, func() (any, error) {
@@ -218,7 +222,7 @@ func (v *Verifier) Verify(ctx context.Context, c imageverify.Check) imageverify.
 		}
 		return o, nil
 	})
-	return forResource(res.(imageverify.Outcome), c.Image)
+	return forResource(res.(imageverify.Outcome), image)
 }
 
 // imagePlaceholder stands for the image in the messages of an outcome
