@@ -73,13 +73,13 @@ lint:
 controlplane:
 	@bash hack/controlplane/build.sh
 
-## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside a Kyverno stand-in, with three scanner pairs sharding the namespaces (and the shard fault cases), its matrix and lifecycle cases with OpenReports, its report cases beside the stand-in with reports-server storing the reports (and Kyverno's EphemeralReports), its forged-review cases with the webhook's client authentication off, and the whole suite on kind with reports-server and policy-reporter, the report cases again on reports-server's PostgreSQL in OpenReports (e2e-kind)
+## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server, then the conformance suite again with tally beside the real Kyverno 1.19 (its admission and background controllers built from the Go module proxy by hack/kyverno/build.sh, cached, run as processes), with three scanner pairs sharding the namespaces (and the shard fault cases), its matrix and lifecycle cases with OpenReports, its report cases beside the real Kyverno with reports-server storing the reports (and Kyverno's EphemeralReports), its forged-review cases with the webhook's client authentication off, and the whole suite on kind with reports-server and policy-reporter, the report cases again on reports-server's PostgreSQL in OpenReports (e2e-kind)
 test: verify-generate lint lint-chart fuzz-short
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 -timeout 60m ./...
-	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-beside-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
+	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-sharded $(GO) test -count=1 -timeout 40m ./conformance/
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -count=1 -timeout 20m ./conformance/ -ginkgo.focus '$(OPENREPORTS_CASES)'
-	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-beside-kyverno TALLY_CONFORMANCE_REPORTS_SERVER=etcd $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)|$(BESIDE_REPORTS_SERVER_CASES)'
+	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-kyverno TALLY_CONFORMANCE_REPORTS_SERVER=etcd $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)|$(BESIDE_REPORTS_SERVER_CASES)'
 	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_WEBHOOK_AUTH=off $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(FORGED_CASES)'
 	$(MAKE) e2e-kind
 
@@ -155,7 +155,7 @@ e2e-kind:
 	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) TALLY_KIND_REPORTS_SERVER=etcd $(GO) test -v -count=1 -timeout 60m ./conformance/ -run TestConformance && \
 	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) TALLY_KIND_REPORTS_SERVER=postgres TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -v -count=1 -timeout 30m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)'
 
-# Beside the Kyverno stand-in with reports-server storing the reports and
+# Beside the real Kyverno with reports-server storing the reports and
 # Kyverno's EphemeralReports (local control plane), the report cases and
 # these: EphemeralReports folded and deleted, Kyverno's results kept.
 BESIDE_REPORTS_SERVER_CASES := R20-intermediate|R45-

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,8 +35,8 @@ import (
 )
 
 // The real Kyverno (issue 55): v1.19.0 built from the Go module proxy by
-// hack/kyverno/build.sh, its admission and background controllers (and, for
-// the reference comparison, its reports controller) run as processes on the
+// hack/kyverno/build.sh, its admission and background controllers run as
+// processes on the
 // local control plane, under their own ServiceAccounts with the RBAC of
 // Kyverno's own install (config/install-latest-testing.yaml of the module:
 // its chart rendered), and the arguments and environment of its
@@ -68,8 +69,6 @@ type realKyverno struct {
 	containers map[string]container
 	// kubeconfigs are the ServiceAccounts' kubeconfigs, by process.
 	kubeconfigs map[string]string
-	// reports: Kyverno's reports controller runs (tally's merger does not).
-	reports bool
 }
 
 type container struct {
@@ -239,9 +238,11 @@ func (l *Local) kyvernoArgs(name string) (binary string, args, env []string) {
 	}
 	args = append(args, "--kubeconfig="+k.kubeconfigs[name],
 		"--disableMetrics=false", "--otelConfig=prometheus", "--metricsPort="+strconv.Itoa(l.port(name)),
-		"--controllerRuntimeMetricsAddress=0",
 		// PolicyExceptions, as the suite's installs of tally take them.
 		"--enablePolicyException=true")
+	if slices.ContainsFunc(c.args, func(a string) bool { return strings.HasPrefix(a, "--controllerRuntimeMetricsAddress") }) {
+		args = append(args, "--controllerRuntimeMetricsAddress=0")
+	}
 	if name == "kyverno-admission" {
 		port := strconv.Itoa(l.port("kyverno-webhook"))
 		args = append(args, "--serverIP=127.0.0.1:"+port, "--servicePort="+port, "--webhookServerPort="+port, "--webhookServerHost=127.0.0.1")

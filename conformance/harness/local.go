@@ -138,11 +138,6 @@ func (l *Local) processes() []string {
 		}
 		return out
 	}
-	if l.kyverno != nil && l.kyverno.reports {
-		// The reference: Kyverno alone, its reports controller writing
-		// the reports.
-		return []string{"kyverno-admission", "kyverno-background", "kyverno-reports"}
-	}
 	if l.kyverno != nil {
 		return []string{"kyverno-admission", "kyverno-background", "scanner", "merger"}
 	}
@@ -170,9 +165,6 @@ type LocalOptions struct {
 	// the Go module proxy, hack/kyverno/build.sh) instead of the stand-in:
 	// its admission and background controllers as processes (issue 55).
 	Kyverno bool
-	// KyvernoReports, with Kyverno, runs Kyverno's reports controller
-	// instead of tally: the reference the reports are compared with.
-	KyvernoReports bool
 }
 
 // StartLocal starts the cluster and tally. dir receives binaries and logs;
@@ -194,6 +186,7 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 	l := &Local{mode: mode, dir: dir, reportAPI: api, webhookAuth: !o.NoWebhookAuth, procs: map[string]*process{}, ports: map[string]int{}, sharded: o.Replicas > 0}
 	defer func() {
 		if err != nil {
+			l.KeepLogs() // the error names a log of dir
 			_ = l.Stop() // best effort: the start error is the one to report
 		}
 	}()
@@ -221,11 +214,11 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 		return nil, err
 	}
 	if o.Kyverno {
-		build, err := buildKyverno(ctx, root, "kyverno", "background-controller", "reports-controller")
+		build, err := buildKyverno(ctx, root, "kyverno", "background-controller")
 		if err != nil {
 			return nil, err
 		}
-		l.kyverno = &realKyverno{build: build, reports: o.KyvernoReports}
+		l.kyverno = &realKyverno{build: build}
 	} else if mode == BesideKyverno {
 		// Kyverno's chart installs CRDs of kinds tally does not evaluate
 		// (R46): stand-ins of them.
@@ -623,8 +616,6 @@ func (l *Local) Dir() string { return l.dir }
 func (l *Local) Name() string {
 	name := "local"
 	switch {
-	case l.kyverno != nil && l.kyverno.reports:
-		name = "local-kyverno-reference"
 	case l.kyverno != nil:
 		name = "local-kyverno"
 	case l.mode == BesideKyverno:
@@ -647,7 +638,10 @@ func (l *Local) StoredBy() (string, string) {
 	return reportsserver.Annotation, reportsserver.AnnotationValue
 }
 func (l *Local) Config() *rest.Config { return l.cluster.Config }
-func (l *Local) Kubeconfig() string   { return l.cluster.Kubeconfig }
+
+// Kube is a client of the cluster with the admin's rights.
+func (l *Local) Kube() kubernetes.Interface { return l.kube }
+func (l *Local) Kubeconfig() string         { return l.cluster.Kubeconfig }
 func (l *Local) Can(what string) bool {
 	switch what {
 	case conformance.CanRescan, conformance.CanRestartScanner, conformance.CanRestartMerger, conformance.CanFailoverMerger, conformance.CanMetrics, conformance.CanRestartAPIServer, conformance.CanTally, conformance.CanFaultInject:
