@@ -55,6 +55,9 @@ type Policy struct {
 	vpol *validatingPolicy
 	vap  *vap
 	mpol *mutatingPolicy
+	// mutateRules are the classic mutate rules (autogen included), applied
+	// by the CLI only (MutateClassic).
+	mutateRules []*Rule
 }
 
 // Rule is a compiled validate rule. A rule that could not be compiled keeps
@@ -79,6 +82,7 @@ type Rule struct {
 	podSecurity *podsecurity.Compiled
 	cel         *celRule
 	images      *imagesRule
+	mutate      *mutation
 	// propertyVars says whether reportProperties values hold variables.
 	propertyVars bool
 }
@@ -123,8 +127,12 @@ func compile(kind, name, namespace string, annotations map[string]string, spec k
 		return nil, fmt.Errorf("policy %s: autogen: %w", name, err)
 	}
 	for i := range rules {
+		if rules[i].Mutate != nil && rules[i].Validate == nil && rules[i].VerifyImages == nil {
+			p.mutateRules = append(p.mutateRules, compileMutateRule(rules[i]))
+			continue
+		}
 		if rules[i].Validate == nil && rules[i].VerifyImages == nil {
-			continue // mutate and generate rules are not evaluated
+			continue // generate rules are not evaluated
 		}
 		p.Rules = append(p.Rules, compileRule(rules[i]))
 	}

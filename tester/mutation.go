@@ -64,15 +64,28 @@ func (l *loaded) checkMutation(ctx context.Context, o *Outcome, tr TestResult, l
 	o.settle(found, responded)
 }
 
-// documentFor finds the document of an object's kind and name.
+// documentFor finds the document of an object's kind and name, in the
+// object's namespace when documents of that name are in several.
 func documentFor(docs []Document, obj map[string]any) (map[string]any, bool) {
-	name, kind := nameOf(obj), obj["kind"]
+	name, kind, ns := nameOf(obj), obj["kind"], namespaceOf(obj)
+	var found map[string]any
 	for _, d := range docs {
-		if d.Object["kind"] == kind && nameOf(d.Object) == name {
+		if d.Object["kind"] != kind || nameOf(d.Object) != name {
+			continue
+		}
+		if dns := namespaceOf(d.Object); dns == ns {
 			return d.Object, true
+		} else if found == nil && (dns == "" || ns == "") {
+			found = d.Object
 		}
 	}
-	return nil, false
+	return found, found != nil
+}
+
+func namespaceOf(obj map[string]any) string {
+	md, _ := obj["metadata"].(map[string]any)
+	ns, _ := md["namespace"].(string)
+	return ns
 }
 
 func nameOf(obj map[string]any) string {

@@ -51,6 +51,10 @@ type loaded struct {
 	images engine.ImageVerifier
 	// registry reads image data from the registries (nil: none).
 	registry cel.ImageData
+	// targets are the test's targetResources (mutateExisting).
+	targets []map[string]any
+	// mutations caches what classic mutate rules did (mutatedBy).
+	mutations map[mutationKey]mutated
 }
 
 type resource struct {
@@ -212,7 +216,7 @@ func runTest(ctx context.Context, file string, t *Test, env runEnv) ([]Outcome, 
 			switch {
 			case len(t.NotRead) > 0:
 				o.Status, o.Reason = Unsupported, fmt.Sprintf("the test's %s are not evaluated by tally", strings.Join(t.NotRead, ", "))
-			case (tr.PatchedResources != "" && !l.mutatingPolicy(tr)) || tr.GeneratedResource != "" || tr.CloneSource != "" || len(tr.GeneratedList) > 0:
+			case (tr.PatchedResources != "" && !l.mutatingPolicy(tr) && !l.classicMutation(tr)) || tr.GeneratedResource != "" || tr.CloneSource != "" || len(tr.GeneratedList) > 0:
 				o.Status, o.Reason = Unsupported, "mutate and generate results are not supported"
 			case loadErr != nil:
 				o.Status, o.Reason = Failed, loadErr.Error()
@@ -239,6 +243,10 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 		return
 	case lp.Invalid != nil:
 		o.Status, o.Reason = Skipped, "invalid policy: "+lp.Invalid.Error()
+		return
+	}
+	if lp.Policy.MutateRule(tr.Rule) || (tr.Rule == "" && lp.Policy.MutatesClassic() && len(lp.Policy.Rules) == 0) {
+		l.checkClassicMutation(ctx, o, tr, pi)
 		return
 	}
 	// R46: an expectation of a rule tally does not evaluate is never a pass.
@@ -473,6 +481,15 @@ func load(file string, t *Test) (*loaded, error) {
 			name, _ := md["name"].(string)
 			ns, _ := md["namespace"].(string)
 			l.resources = append(l.resources, resource{obj: defaultNamespace(d.Object), name: name, namespace: ns})
+		}
+	}
+	for _, p := range rel(t.TargetResources) {
+		docs, err := ReadManifests(p)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, d := range docs {
+			l.targets = append(l.targets, defaultNamespace(d.Object))
 		}
 	}
 	if l.exceptions, err = LoadExceptions(rel(t.Exceptions)); err != nil {

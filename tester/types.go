@@ -22,10 +22,13 @@ type Test struct {
 	ParamResources []string `json:"paramResources,omitempty"`
 	// Context is a context file (cli.kyverno.io Context) and
 	// ClusterResources are manifests: what policies read of the cluster.
-	Context          string         `json:"context,omitempty"`
-	ClusterResources []string       `json:"clusterResources,omitempty"`
-	Results          []TestResult   `json:"results"`
-	Extra            map[string]any `json:"-"`
+	Context          string   `json:"context,omitempty"`
+	ClusterResources []string `json:"clusterResources,omitempty"`
+	// TargetResources are the existing resources mutateExisting rules
+	// select their targets among.
+	TargetResources []string       `json:"targetResources,omitempty"`
+	Results         []TestResult   `json:"results"`
+	Extra           map[string]any `json:"-"`
 	// NotRead are the inputs of the test file tally does not evaluate
 	// (jsonPayloads, mocked apiCallResponses, ...): its expectations are
 	// then unsupported, never passed on what was not read.
@@ -59,6 +62,10 @@ type TestResult struct {
 	IsMutatingPol     bool     `json:"isMutatingPolicy,omitempty"`
 	IsImageValPol     bool     `json:"isImageValidatingPolicy,omitempty"`
 	IsMAP             bool     `json:"isMutatingAdmissionPolicy,omitempty"`
+	// FailOnMissingResources fails an expectation whose resource, or
+	// patched resource, is missing; without it Kyverno's CLI leaves such an
+	// expectation out (tally reports it skipped, never passed).
+	FailOnMissingResources bool `json:"failOnMissingResources,omitempty"`
 }
 
 // ResourceSpec selects a resource by its coordinates.

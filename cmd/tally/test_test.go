@@ -25,7 +25,7 @@ results:
 - {policy: require-team, rule: team, resources: [web], kind: Pod, result: pass, patchedResources: patched.yaml}
 `
 
-// mutatePolicy has only a mutate rule, which tally does not evaluate.
+// mutatePolicy has only a mutate rule.
 const mutatePolicy = `apiVersion: kyverno.io/v1
 kind: ClusterPolicy
 metadata: {name: add-labels}
@@ -38,13 +38,38 @@ spec:
       patchStrategicMerge: {metadata: {labels: {team: web}}}
 `
 
-const leftOutTest = `apiVersion: cli.kyverno.io/v1alpha1
+// generatePolicy has only a generate rule, which tally does not evaluate.
+const generatePolicy = `apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: add-quota}
+spec:
+  rules:
+  - name: quota
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    generate:
+      apiVersion: v1
+      kind: ResourceQuota
+      name: q
+      namespace: default
+      data: {spec: {hard: {pods: "10"}}}
+`
+
+const mutatedTest = `apiVersion: cli.kyverno.io/v1alpha1
 kind: Test
-metadata: {name: left-out}
+metadata: {name: mutated}
 policies: [../mutating.yaml]
 resources: [../pods.yaml]
 results:
-- {policy: add-labels, rule: add-team, resources: [web], kind: Pod, result: pass}
+- {policy: add-labels, rule: add-team, resources: [web], kind: Pod, result: pass, patchedResources: patched.yaml}
+`
+
+const leftOutTest = `apiVersion: cli.kyverno.io/v1alpha1
+kind: Test
+metadata: {name: left-out}
+policies: [../generating.yaml]
+resources: [../pods.yaml]
+results:
+- {policy: add-quota, rule: quota, resources: [web], kind: Pod, result: pass}
 `
 
 // tally test takes kyverno test's flags: a table per test file named
@@ -59,6 +84,11 @@ func TestTestFlagsAndExitCodes(t *testing.T) {
 		"two/kyverno-test.yaml": twoResultsTest, "mutate/kyverno-test.yaml": mutateTest,
 		"other/my-test.yaml": strings.Replace(twoResultsTest, "name: two", "name: renamed", 1),
 		"mutating.yaml":      mutatePolicy, "left-out/kyverno-test.yaml": leftOutTest,
+		"generating.yaml":                 generatePolicy,
+		"mutated/kyverno-test.yaml":       mutatedTest,
+		"mutated/patched.yaml":            strings.Replace(pod, "team: a", "team: web", 1),
+		"mutated-wrong/kyverno-test.yaml": mutatedTest,
+		"mutated-wrong/patched.yaml":      pod,
 	}
 	writeTree(t, dir, files)
 	two := filepath.Join(dir, "two")
@@ -104,11 +134,19 @@ func TestTestFlagsAndExitCodes(t *testing.T) {
 		},
 		"an expectation of a rule tally does not evaluate is never a pass (R46)": {
 			args: []string{"test", filepath.Join(dir, "left-out")}, code: 1,
-			stdout: []string{"Unsupported", "rule add-team is a mutate rule: reported by Kyverno's controllers beside Kyverno; not evaluated by tally", "0 passed, 0 failed, 0 skipped, 1 unsupported"},
+			stdout: []string{"Unsupported", "rule quota is a generate rule: reported by Kyverno's controllers beside Kyverno; not evaluated by tally", "0 passed, 0 failed, 0 skipped, 1 unsupported"},
+		},
+		"a classic mutate expectation is evaluated, the patched resource compared whole": {
+			args: []string{"test", filepath.Join(dir, "mutated")}, code: 0,
+			stdout: []string{"add-labels", "1 passed, 0 failed, 0 skipped"},
+		},
+		"a patched resource that differs fails": {
+			args: []string{"test", filepath.Join(dir, "mutated-wrong")}, code: 1,
+			stdout: []string{"the mutated resource differs from patchedResources patched.yaml at .metadata.labels.team", "0 passed, 1 failed, 0 skipped"},
 		},
 		"tally apply names the rules it leaves out (R46)": {
-			args: []string{"apply", filepath.Join(dir, "mutating.yaml"), "--resource", filepath.Join(dir, "pods.yaml")}, code: 0,
-			stderr: []string{"skipped: policy add-labels: rule add-team (mutate): reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
+			args: []string{"apply", filepath.Join(dir, "generating.yaml"), "--resource", filepath.Join(dir, "pods.yaml")}, code: 0,
+			stderr: []string{"skipped: policy add-quota: rule quota (generate): reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
 		},
 		"-o junit": {
 			args: []string{"test", two, "-o", "junit"}, code: 1,

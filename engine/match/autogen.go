@@ -244,7 +244,7 @@ func usesJSONPatch(mutate *apiextv1.JSON) bool {
 // pattern, anyPattern, deny, foreach, podSecurity or cel, whose match names
 // Pod and whose exclude, if it names kinds, names Pod too.
 func generatesFor(r *kyvernov1.Rule) bool {
-	if strings.HasPrefix(r.Name, autogenPrefix) || (r.Validate == nil && r.VerifyImages == nil) {
+	if strings.HasPrefix(r.Name, autogenPrefix) || (r.Validate == nil && r.VerifyImages == nil && !mutatesPods(r.Mutate)) {
 		return false
 	}
 	if v := r.Validate; v != nil && v.Pattern == nil && v.AnyPattern == nil && v.Deny == nil && len(v.ForEach) == 0 && v.PodSecurity == nil && v.CEL == nil {
@@ -288,6 +288,13 @@ func generateRule(src *kyvernov1.Rule, kinds []string, t target) (kyvernov1.Rule
 		// the controller, so its restrictedField paths stay Pod-relative.
 		podSecurity = v.PodSecurity
 		v.PodSecurity = nil
+	}
+	if r.Mutate != nil && r.Validate == nil {
+		m, err := wrapMutation(r.Mutate, t)
+		if err != nil {
+			return kyvernov1.Rule{}, fmt.Errorf("autogen: %w", err)
+		}
+		r.Mutate = m
 	}
 	// Shift the references to the object's spec and metadata in every
 	// expression of the rule (context, preconditions, messages, deny
@@ -432,4 +439,60 @@ func fieldAt(s []byte, i int, name string) bool {
 
 func isIdent(c byte) bool {
 	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// mutatesPods says whether a mutate rule gets autogen rules: one with a
+// patchStrategicMerge, or a foreach (JSON patches stop autogen for the
+// whole policy: canAutogen).
+func mutatesPods(mutate *apiextv1.JSON) bool {
+	if mutate == nil || len(mutate.Raw) == 0 {
+		return false
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(mutate.Raw, &m); err != nil {
+		return false
+	}
+	_, smp := m["patchStrategicMerge"]
+	_, foreach := m["foreach"]
+	return smp || foreach
+}
+
+// wrapMutation nests a mutate rule's overlays where the controller keeps
+// its Pod template, as Kyverno's autogen does: the patchStrategicMerge, or
+// that of each foreach (which keeps its list, context and preconditions
+// only).
+func wrapMutation(mutate *apiextv1.JSON, t target) (*apiextv1.JSON, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(mutate.Raw, &m); err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	if smp, ok := m["patchStrategicMerge"]; ok {
+		out["patchStrategicMerge"] = json.RawMessage(wrapPattern(&apiextv1.JSON{Raw: smp}, t).Raw)
+	} else {
+		var list []map[string]json.RawMessage
+		if err := json.Unmarshal(m["foreach"], &list); err != nil {
+			return nil, err
+		}
+		kept := make([]map[string]json.RawMessage, len(list))
+		for i, fe := range list {
+			kept[i] = map[string]json.RawMessage{}
+			for _, k := range []string{"list", "context", "preconditions"} {
+				if v, ok := fe[k]; ok {
+					kept[i][k] = v
+				}
+			}
+			if smp, ok := fe["patchStrategicMerge"]; ok {
+				kept[i]["patchStrategicMerge"] = wrapPattern(&apiextv1.JSON{Raw: smp}, t).Raw
+			}
+		}
+		out["foreach"] = kept
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
+		return nil, err
+	}
+	return &apiextv1.JSON{Raw: bytes.TrimSpace(buf.Bytes())}, nil
 }

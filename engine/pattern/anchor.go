@@ -87,3 +87,17 @@ func CheckKey(k string) error {
 	}
 	return nil
 }
+
+// Anchor is the kind of anchor of an overlay key, for the mutate engine.
+type Anchor = anchor
+
+// The anchors of a mutate overlay's keys.
+const (
+	AnchorNone        = anchorNone
+	AnchorCondition   = anchorCondition
+	AnchorGlobal      = anchorGlobal
+	AnchorAddIfAbsent = anchorAddIfAbsent
+)
+
+// ParseKey splits a key into its anchor and the plain key.
+func ParseKey(k string) (Anchor, string) { return parseKey(k) }

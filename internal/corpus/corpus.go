@@ -51,3 +51,26 @@ func root() string {
 		}
 	}
 }
+
+// BeyondEnv names the corpus beyond validate explicitly.
+const BeyondEnv = "TALLY_CORPUS_BEYOND"
+
+// BeyondDir returns the corpus beyond validate (Kyverno's CLI test folders
+// for mutate, generate, MutatingPolicy, mocks, JSON...; KYVERNO.tsv gives
+// Kyverno's own verdict per folder): $TALLY_CORPUS_BEYOND, else
+// ../shared/corpus-beyond beside the repository's root. Absent, the test is
+// skipped, saying where it looked, except in CI, where it fails.
+func BeyondDir(tb testing.TB) string {
+	tb.Helper()
+	dir := os.Getenv(BeyondEnv)
+	if dir == "" {
+		dir = filepath.Join(root(), "..", "shared", "corpus-beyond")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "KYVERNO.tsv")); err != nil {
+		if os.Getenv("CI") != "" {
+			tb.Fatalf("corpus-beyond not found at %s (set %s): %v", dir, BeyondEnv, err)
+		}
+		tb.Skipf("corpus-beyond not found at %s (set %s, or clone tally beside the shared folder): %v", dir, BeyondEnv, err)
+	}
+	return dir
+}
