@@ -188,11 +188,7 @@ func (e *evaluation) mutateRule(rule *Rule, obj map[string]any) (RuleResult, map
 	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
 		return e.exceptionSkip(rule, xs, ""), nil
 	}
-	if e.req.Values != nil {
-		for k, v := range e.req.Values.RuleValues(e.policy.Name, rule.Name) {
-			setPath(data, k, v)
-		}
-	}
+	e.ruleValues(rule, data)
 	if err := e.loadContext(rule.Raw.Context, data); err != nil {
 		return e.result(rule, Error, "failed to load context: "+err.Error()), nil
 	}
@@ -542,6 +538,7 @@ func (e *evaluation) mutateTargets(rule *Rule, existing []map[string]any) []Targ
 	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
 		return one(e.exceptionSkip(rule, xs, ""))
 	}
+	e.ruleValues(rule, data)
 	if err := e.loadContext(rule.Raw.Context, data); err != nil {
 		return one(e.result(rule, Error, "failed to load context: "+err.Error()))
 	}
@@ -668,4 +665,13 @@ func (p *Policy) MutateExistingRule(name string) bool {
 		}
 	}
 	return false
+}
+
+// ruleValues writes the values a test gives a rule into its data.
+func (e *evaluation) ruleValues(rule *Rule, data map[string]any) {
+	if e.req.Values != nil {
+		for k, v := range e.req.Values.RuleValues(e.policy.Name, rule.Name) {
+			setPath(data, k, v)
+		}
+	}
 }

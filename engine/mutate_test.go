@@ -189,3 +189,49 @@ spec:
 		t.Fatal("the target was changed in place")
 	}
 }
+
+func TestGenerateClassic(t *testing.T) {
+	p := compile(t, `
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: namespace-defaults}
+spec:
+  rules:
+  - name: quota
+    match: {any: [{resources: {kinds: [Namespace]}}]}
+    preconditions: {all: [{key: '{{ request.object.metadata.labels.tier || '''' }}', operator: NotEquals, value: system}]}
+    generate:
+      apiVersion: v1
+      kind: ResourceQuota
+      name: default
+      namespace: '{{ request.object.metadata.name }}'
+      data: {metadata: {labels: {team: '{{ request.object.metadata.labels.team }}'}}, spec: {hard: {pods: "10"}}}
+  - name: pull-secret
+    match: {any: [{resources: {kinds: [Namespace]}}]}
+    generate:
+      apiVersion: v1
+      kind: Secret
+      name: regcred
+      namespace: '{{ request.object.metadata.name }}'
+      clone: {namespace: default, name: regcred}
+`)
+	source := resource(t, `{apiVersion: v1, kind: Secret, metadata: {name: regcred, namespace: default, uid: u1, resourceVersion: "7"}, data: {k: dg==}}`)
+	ns := resource(t, `{apiVersion: v1, kind: Namespace, metadata: {name: shop, labels: {team: a}}}`)
+	got := p.GenerateClassic(context.Background(), &engine.Request{Object: ns}, []map[string]any{source})
+	if len(got) != 2 || got[0].Result != engine.Pass || got[1].Result != engine.Pass {
+		t.Fatalf("got %+v", got)
+	}
+	quota, _ := json.Marshal(got[0].Generated)
+	if string(quota) != `[{"apiVersion":"v1","kind":"ResourceQuota","metadata":{"labels":{"team":"a"},"name":"default","namespace":"shop"},"spec":{"hard":{"pods":"10"}}}]` {
+		t.Fatalf("quota: %s", quota)
+	}
+	secret, _ := json.Marshal(got[1].Generated)
+	if string(secret) != `[{"apiVersion":"v1","data":{"k":"dg=="},"kind":"Secret","metadata":{"name":"regcred","namespace":"shop"}}]` {
+		t.Fatalf("secret: %s", secret)
+	}
+	system := resource(t, `{apiVersion: v1, kind: Namespace, metadata: {name: kube-x, labels: {tier: system}}}`)
+	got = p.GenerateClassic(context.Background(), &engine.Request{Object: system}, nil)
+	if len(got) != 2 || got[0].Result != engine.Skip || got[1].Result != engine.Error {
+		t.Fatalf("system namespace, no clone source: %+v", got)
+	}
+}

@@ -58,6 +58,9 @@ type Policy struct {
 	// mutateRules are the classic mutate rules (autogen included), applied
 	// by the CLI only (MutateClassic).
 	mutateRules []*Rule
+	// generateRules are the classic generate rules, applied by the CLI
+	// only (GenerateClassic).
+	generateRules []*Rule
 }
 
 // Rule is a compiled validate rule. A rule that could not be compiled keeps
@@ -83,6 +86,7 @@ type Rule struct {
 	cel         *celRule
 	images      *imagesRule
 	mutate      *mutation
+	generate    *generation
 	// propertyVars says whether reportProperties values hold variables.
 	propertyVars bool
 }
@@ -131,8 +135,12 @@ func compile(kind, name, namespace string, annotations map[string]string, spec k
 			p.mutateRules = append(p.mutateRules, compileMutateRule(rules[i]))
 			continue
 		}
+		if rules[i].Generate != nil && rules[i].Validate == nil && rules[i].VerifyImages == nil {
+			p.generateRules = append(p.generateRules, compileGenerateRule(rules[i]))
+			continue
+		}
 		if rules[i].Validate == nil && rules[i].VerifyImages == nil {
-			continue // generate rules are not evaluated
+			continue
 		}
 		p.Rules = append(p.Rules, compileRule(rules[i]))
 	}

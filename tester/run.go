@@ -53,6 +53,8 @@ type loaded struct {
 	registry cel.ImageData
 	// targets are the test's targetResources (mutateExisting).
 	targets []map[string]any
+	// sources are the clone sources the test names (cloneSources).
+	sources []map[string]any
 	// mutations caches what classic mutate rules did (mutatedBy).
 	mutations map[mutationKey]mutated
 }
@@ -216,7 +218,7 @@ func runTest(ctx context.Context, file string, t *Test, env runEnv) ([]Outcome, 
 			switch {
 			case len(t.NotRead) > 0:
 				o.Status, o.Reason = Unsupported, fmt.Sprintf("the test's %s are not evaluated by tally", strings.Join(t.NotRead, ", "))
-			case (tr.PatchedResources != "" && !l.mutatingPolicy(tr) && !l.classicMutation(tr)) || tr.GeneratedResource != "" || tr.CloneSource != "" || len(tr.GeneratedList) > 0:
+			case (tr.PatchedResources != "" && !l.mutatingPolicy(tr) && !l.classicMutation(tr)) || ((tr.GeneratedResource != "" || tr.CloneSource != "" || len(tr.GeneratedList) > 0) && !l.classicGeneration(tr)):
 				o.Status, o.Reason = Unsupported, "mutate and generate results are not supported"
 			case loadErr != nil:
 				o.Status, o.Reason = Failed, loadErr.Error()
@@ -243,6 +245,10 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 		return
 	case lp.Invalid != nil:
 		o.Status, o.Reason = Skipped, "invalid policy: "+lp.Invalid.Error()
+		return
+	}
+	if lp.Policy.GenerateRule(tr.Rule) {
+		l.checkGeneration(ctx, o, tr, pi)
 		return
 	}
 	if lp.Policy.MutateRule(tr.Rule) || (tr.Rule == "" && lp.Policy.MutatesClassic() && len(lp.Policy.Rules) == 0) {
