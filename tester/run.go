@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/runtime"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +54,9 @@ type loaded struct {
 	registry cel.ImageData
 	// targets are the test's targetResources (mutateExisting).
 	targets []map[string]any
+	// mocks serve the test's apiCallResponses and globalContextEntries
+	// (nil: it has none).
+	mocks *mocks
 	// sources are the clone sources the test names (cloneSources).
 	sources []map[string]any
 	// mutations caches what classic mutate rules did (mutatedBy).
@@ -423,8 +427,12 @@ func (l *loaded) request(lp *LoadedPolicy, r resource, op string) *engine.Reques
 		Registry:        l.registry,
 	}
 	req.Subresource, req.Parent = l.test.Values.SubresourceOf(r.obj)
+	req.Namespace = l.namespaceObject(r)
 	if l.cluster != nil {
 		req.Loader, req.Data = l.cluster, l.cluster
+	}
+	if l.mocks != nil {
+		req.Loader, req.Data = l.mocks, l.mocks
 	}
 	if l.live != nil {
 		req.Loader, req.Data = l.live.Loader, l.live.Data
@@ -451,6 +459,41 @@ func (l *loaded) namespaceLabels(r resource) map[string]string {
 		return nil
 	}
 	return l.nsLabels[ns]
+}
+
+// namespaceObject is the resource's namespace as the test's values give it
+// (values.namespaces: annotations included), for CEL's namespaceObject;
+// nil when they do not.
+func (l *loaded) namespaceObject(r resource) map[string]any {
+	if l.test.Values == nil || len(l.test.Values.Namespaces) == 0 {
+		return nil
+	}
+	ns := r.namespace
+	if kind, _ := r.obj["kind"].(string); ns == "" && !clusterScoped[kind] {
+		ns = "default"
+	}
+	for i := range l.test.Values.Namespaces {
+		n := &l.test.Values.Namespaces[i]
+		if n.Name != ns || ns == "" {
+			continue
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(n)
+		if err != nil {
+			return nil
+		}
+		obj["apiVersion"], obj["kind"] = "v1", "Namespace"
+		md, _ := obj["metadata"].(map[string]any)
+		if md != nil {
+			labels, _ := md["labels"].(map[string]any)
+			if labels == nil {
+				labels = map[string]any{}
+				md["labels"] = labels
+			}
+			labels["kubernetes.io/metadata.name"] = ns
+		}
+		return obj
+	}
+	return nil
 }
 
 // load reads everything a test names. Unreadable parts make the whole test
@@ -516,6 +559,13 @@ func load(file string, t *Test) (*loaded, error) {
 	}
 	if l.cluster, err = ReadContext(append(clusterFiles, rel(t.ClusterResources)...)...); err != nil {
 		errs = append(errs, err)
+	}
+	if len(t.APICallResponses) > 0 || len(t.GlobalContextEntries) > 0 {
+		if l.mocks, err = newMocks(dir, t.APICallResponses, t.GlobalContextEntries); err != nil {
+			errs = append(errs, err)
+		} else if l.cluster != nil {
+			l.mocks.cluster = l.cluster
+		}
 	}
 	if t.Variables != "" {
 		var v ValuesSpec

@@ -139,7 +139,7 @@ func TestRunFilesFollowsTheReporter(t *testing.T) {
 }
 
 // Issue 56: an expectation whose input tally does not read (a test's
-// jsonPayloads, mocked apiCallResponses or globalContextEntries) or that
+// jsonPayloads, envoyPayloads) or that
 // names nothing to evaluate is never counted as passed: the file's status
 // is unsupported (exit 1), not "0 passed, 0 failed" and exit 0.
 func TestNothingUnevaluatedPasses(t *testing.T) {
@@ -147,8 +147,7 @@ func TestNothingUnevaluatedPasses(t *testing.T) {
 	policy := "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: p}\nspec:\n  evaluation: {mode: JSON}\n  validations: [{expression: 'true'}]\n"
 	for name, test := range map[string]string{
 		"json":    "jsonPayloads: [payload.json]\nresults: [{policy: p, result: pass, kind: ''}]",
-		"mocked":  "resources: [pod.yaml]\napiCallResponses: [{urlPath: /api/v1/x, response: {body: {}}}]\nresults: [{policy: p, result: pass, resources: [web], kind: Pod}]",
-		"gce":     "resources: [pod.yaml]\nglobalContextEntries: [{name: e, data: {}}]\nresults: [{policy: p, result: pass, resources: [web], kind: Pod}]",
+		"envoy":   "envoyPayloads: [payload.json]\nresults: [{policy: p, result: pass, kind: ''}]",
 		"nothing": "results: [{policy: p, result: pass, kind: Pod}]",
 	} {
 		sub := filepath.Join(dir, name)

@@ -26,9 +26,13 @@ type Test struct {
 	ClusterResources []string `json:"clusterResources,omitempty"`
 	// TargetResources are the existing resources mutateExisting rules
 	// select their targets among.
-	TargetResources []string       `json:"targetResources,omitempty"`
-	Results         []TestResult   `json:"results"`
-	Extra           map[string]any `json:"-"`
+	TargetResources []string `json:"targetResources,omitempty"`
+	// APICallResponses and GlobalContextEntries mock what policies read
+	// over HTTP, through apiCalls and from GlobalContextEntries.
+	APICallResponses     []APICallResponse        `json:"apiCallResponses,omitempty"`
+	GlobalContextEntries []GlobalContextEntryMock `json:"globalContextEntries,omitempty"`
+	Results              []TestResult             `json:"results"`
+	Extra                map[string]any           `json:"-"`
 	// NotRead are the inputs of the test file tally does not evaluate
 	// (jsonPayloads, mocked apiCallResponses, ...): its expectations are
 	// then unsupported, never passed on what was not read.
@@ -37,7 +41,7 @@ type Test struct {
 
 // notReadInputs are the keys of Kyverno's Test (v1alpha1) that tally does
 // not read yet.
-var notReadInputs = []string{"jsonPayload", "jsonPayloads", "httpPayloads", "envoyPayloads", "apiCallResponses", "globalContextEntries"}
+var notReadInputs = []string{"jsonPayload", "jsonPayloads", "httpPayloads", "envoyPayloads"}
 
 // TestResult is one expected result: a policy's rule on some resources.
 type TestResult struct {

@@ -57,9 +57,23 @@ func nonOptionalOrValueTargets(a *celast.AST) map[int64]bool {
 			continue
 		}
 		t := c.Target()
+		if makesOptional(t) {
+			continue // an optional however it is typed (`m[?k]` on dyn is typed dyn)
+		}
 		if typ := a.GetType(t.ID()); typ != nil && typ.TypeName() != "optional_type" {
 			out[t.ID()] = true
 		}
 	}
 	return out
+}
+
+// optionalMakers are the functions whose result is an optional.
+var optionalMakers = map[string]bool{
+	"_[?_]": true, "_?._": true, "optional.of": true, "optional.ofNonZeroValue": true,
+	"optional.none": true, "or": true, "optMap": true, "optFlatMap": true,
+}
+
+// makesOptional says whether an expression is written to give an optional.
+func makesOptional(e celast.Expr) bool {
+	return e.Kind() == celast.CallKind && optionalMakers[e.AsCall().FunctionName()]
 }
