@@ -53,6 +53,10 @@ type Request struct {
 	Resource schema.GroupVersionResource
 	// Background is true in background scans: exceptions with background: false do not apply.
 	Background bool
+	// JSON says that Object is a JSON payload (the CLI's jsonPayloads), not
+	// a Kubernetes resource: only policies in JSON evaluation mode
+	// evaluate it.
+	JSON       bool
 	Exceptions []*Exception
 	// CELExceptions are the policies.kyverno.io PolicyExceptions (for ValidatingPolicies).
 	CELExceptions []*CELException
@@ -151,7 +155,13 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
 		return nil
 	}
+	if req.JSON && p.vpol == nil {
+		return nil // only JSON-mode policies evaluate JSON payloads
+	}
 	if p.vpol != nil {
+		if p.deleting {
+			return deletionResults(p.vpol.evaluate(e))
+		}
 		return p.vpol.evaluate(e)
 	}
 	if p.vap != nil {

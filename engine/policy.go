@@ -55,6 +55,8 @@ type Policy struct {
 	vpol *validatingPolicy
 	vap  *vap
 	mpol *mutatingPolicy
+	// deleting marks a DeletingPolicy (evaluated through vpol).
+	deleting bool
 	// mutateRules are the classic mutate rules (autogen included), applied
 	// by the CLI only (MutateClassic).
 	mutateRules []*Rule

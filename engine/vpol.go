@@ -43,6 +43,9 @@ type validatingPolicy struct {
 	ignore bool
 	// image is set for an ImageValidatingPolicy (R42).
 	image *imagePolicy
+	// json is set for a policy in JSON evaluation mode: it evaluates JSON
+	// payloads (Request.JSON), never Kubernetes resources.
+	json bool
 }
 
 type vpolVariant struct {
@@ -71,9 +74,16 @@ func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
 		return nil, fmt.Errorf("%s %s: spec.validations: at least one validation is required", kind, name)
 	}
 	if spec.Evaluation != nil && strings.EqualFold(spec.Evaluation.Mode, "JSON") {
-		// JSON payload policies never match a resource.
-		v := &validatingPolicy{kind: kind, spec: spec}
+		// JSON payload policies never match a resource: they evaluate JSON
+		// payloads (the CLI's jsonPayloads), whatever their constraints.
+		v := &validatingPolicy{kind: kind, spec: spec, json: true}
 		v.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
+		base.Namespaced = false
+		prog, err := cel.Compile(base)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+		}
+		v.variants = []*vpolVariant{{spec: base, prog: prog}}
 		p.vpol = v
 		return p, nil
 	}
@@ -142,8 +152,11 @@ func (v *validatingPolicy) evaluate(e *evaluation) []RuleResult {
 	res := e.res
 	gvr := e.req.resource()
 	var out []RuleResult
+	if v.json != e.req.JSON {
+		return nil // a JSON policy on a resource, or a payload under a Kubernetes policy
+	}
 	for _, variant := range v.variants {
-		if !variant.match.matches(&res, gvr, e.req.operation(), e.req.NamespaceLabels) {
+		if !v.json && !variant.match.matches(&res, gvr, e.req.operation(), e.req.NamespaceLabels) {
 			continue
 		}
 		if err := e.ctx.Err(); err != nil {

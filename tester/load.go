@@ -3,6 +3,7 @@ package tester
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -323,6 +324,18 @@ func loadPolicy(d Document, bindings admissionBindings) *LoadedPolicy {
 	}
 	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindImageValidatingPolicy || kind == policiesv1.KindNamespacedImageValidatingPolicy) {
 		return loadCELPolicy(d, lp, policiesv1.KindNamespacedImageValidatingPolicy, engine.CompileImageValidatingPolicy)
+	}
+	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == engine.KindDeletingPolicy || kind == engine.KindNamespacedDeletingPolicy) {
+		raw, err := json.Marshal(d.Object)
+		if err == nil {
+			lp.Policy, err = engine.CompileDeletingPolicy(raw)
+		}
+		if err != nil {
+			lp.Invalid = &InvalidPolicyError{File: d.File, Kind: kind, Name: lp.Name, Err: err}
+		} else if kind == engine.KindNamespacedDeletingPolicy {
+			lp.Name = lp.Policy.Name
+		}
+		return lp
 	}
 	if isVAPKind(d, kindVAP) {
 		return loadValidatingAdmissionPolicy(d, lp, bindings.validating)

@@ -2,6 +2,7 @@ package tester
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -66,6 +67,9 @@ type loaded struct {
 type resource struct {
 	obj             map[string]any
 	name, namespace string
+	// json marks a JSON payload (jsonPayloads): name is its file as the
+	// test names it.
+	json bool
 }
 
 // RunFile runs every test document of a kyverno-test.yaml file. An error
@@ -359,7 +363,7 @@ func resourceNamed(r resource, name string) bool {
 // expectation says it is a ValidatingPolicy or ValidatingAdmissionPolicy
 // (a ClusterPolicy may have the same name).
 func (l *loaded) policyIndexFor(tr TestResult) int {
-	if tr.IsValidatingPol || tr.IsVAP || tr.IsMutatingPol || tr.IsMAP || tr.IsImageValPol {
+	if tr.IsValidatingPol || tr.IsVAP || tr.IsMutatingPol || tr.IsMAP || tr.IsImageValPol || tr.IsDeletingPol {
 		for i, p := range l.policies {
 			cel := p.Kind == policiesv1.KindValidatingPolicy || p.Kind == policiesv1.KindNamespacedValidatingPolicy
 			switch {
@@ -369,6 +373,8 @@ func (l *loaded) policyIndexFor(tr TestResult) int {
 				cel = p.Kind == kindMAP
 			case tr.IsMutatingPol:
 				cel = p.Kind == policiesv1.KindMutatingPolicy || p.Kind == policiesv1.KindNamespacedMutatingPolicy
+			case tr.IsDeletingPol:
+				cel = p.Kind == engine.KindDeletingPolicy || p.Kind == engine.KindNamespacedDeletingPolicy
 			case tr.IsImageValPol:
 				cel = p.Kind == policiesv1.KindImageValidatingPolicy || p.Kind == policiesv1.KindNamespacedImageValidatingPolicy
 			}
@@ -428,6 +434,7 @@ func (l *loaded) request(lp *LoadedPolicy, r resource, op string) *engine.Reques
 	}
 	req.Subresource, req.Parent = l.test.Values.SubresourceOf(r.obj)
 	req.Namespace = l.namespaceObject(r)
+	req.JSON = r.json
 	if l.cluster != nil {
 		req.Loader, req.Data = l.cluster, l.cluster
 	}
@@ -532,6 +539,14 @@ func load(file string, t *Test) (*loaded, error) {
 			l.resources = append(l.resources, resource{obj: defaultNamespace(d.Object), name: name, namespace: ns})
 		}
 	}
+	for i, p := range rel(t.JSONPayloads) {
+		obj, err := readPayload(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("JSON payload %s: %w", t.JSONPayloads[i], err))
+			continue
+		}
+		l.resources = append(l.resources, resource{obj: obj, name: t.JSONPayloads[i], json: true})
+	}
 	for _, p := range rel(t.TargetResources) {
 		docs, err := ReadManifests(p)
 		if err != nil {
@@ -625,4 +640,26 @@ func mergeValues(inline, file *ValuesSpec) *ValuesSpec {
 		merged.GlobalValues[k] = v
 	}
 	return &merged
+}
+
+// readPayload reads a JSON payload: a JSON (or YAML) document whose top
+// level is an object.
+func readPayload(path string) (map[string]any, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := sigsyaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, err
+	}
+	obj, ok := v.(map[string]any)
+	if !ok || obj == nil {
+		return nil, fmt.Errorf("a JSON payload must be a top-level object")
+	}
+	return obj, nil
 }

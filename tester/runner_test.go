@@ -139,14 +139,14 @@ func TestRunFilesFollowsTheReporter(t *testing.T) {
 }
 
 // Issue 56: an expectation whose input tally does not read (a test's
-// jsonPayloads, envoyPayloads) or that
+// httpPayloads, envoyPayloads) or that
 // names nothing to evaluate is never counted as passed: the file's status
 // is unsupported (exit 1), not "0 passed, 0 failed" and exit 0.
 func TestNothingUnevaluatedPasses(t *testing.T) {
 	dir := t.TempDir()
 	policy := "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: p}\nspec:\n  evaluation: {mode: JSON}\n  validations: [{expression: 'true'}]\n"
 	for name, test := range map[string]string{
-		"json":    "jsonPayloads: [payload.json]\nresults: [{policy: p, result: pass, kind: ''}]",
+		"http":    "httpPayloads: [payload.json]\nresults: [{policy: p, result: pass, kind: ''}]",
 		"envoy":   "envoyPayloads: [payload.json]\nresults: [{policy: p, result: pass, kind: ''}]",
 		"nothing": "results: [{policy: p, result: pass, kind: Pod}]",
 	} {

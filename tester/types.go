@@ -27,6 +27,9 @@ type Test struct {
 	// TargetResources are the existing resources mutateExisting rules
 	// select their targets among.
 	TargetResources []string `json:"targetResources,omitempty"`
+	// JSONPayloads are JSON documents (files) that policies in JSON
+	// evaluation mode evaluate; expectations name them as written here.
+	JSONPayloads []string `json:"jsonPayloads,omitempty"`
 	// APICallResponses and GlobalContextEntries mock what policies read
 	// over HTTP, through apiCalls and from GlobalContextEntries.
 	APICallResponses     []APICallResponse        `json:"apiCallResponses,omitempty"`
@@ -41,7 +44,7 @@ type Test struct {
 
 // notReadInputs are the keys of Kyverno's Test (v1alpha1) that tally does
 // not read yet.
-var notReadInputs = []string{"jsonPayload", "jsonPayloads", "httpPayloads", "envoyPayloads"}
+var notReadInputs = []string{"jsonPayload", "httpPayloads", "envoyPayloads"}
 
 // TestResult is one expected result: a policy's rule on some resources.
 type TestResult struct {
@@ -66,6 +69,8 @@ type TestResult struct {
 	IsMutatingPol     bool     `json:"isMutatingPolicy,omitempty"`
 	IsImageValPol     bool     `json:"isImageValidatingPolicy,omitempty"`
 	IsMAP             bool     `json:"isMutatingAdmissionPolicy,omitempty"`
+	IsDeletingPol     bool     `json:"isDeletingPolicy,omitempty"`
+	IsGeneratingPol   bool     `json:"isGeneratingPolicy,omitempty"`
 	// FailOnMissingResources fails an expectation whose resource, or
 	// patched resource, is missing; without it Kyverno's CLI leaves such an
 	// expectation out (tally reports it skipped, never passed).
