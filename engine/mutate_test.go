@@ -235,3 +235,29 @@ spec:
 		t.Fatalf("system namespace, no clone source: %+v", got)
 	}
 }
+
+func TestGenerateCEL(t *testing.T) {
+	p, err := engine.CompileGeneratingPolicy([]byte(`{"apiVersion":"policies.kyverno.io/v1","kind":"GeneratingPolicy","metadata":{"name":"cm"},
+"spec":{"matchConstraints":{"resourceRules":[{"apiGroups":[""],"apiVersions":["v1"],"operations":["CREATE"],"resources":["namespaces"]}]},
+"matchConditions":[{"name":"not-system","expression":"!object.metadata.name.startsWith('kube-')"}],
+"variables":[{"name":"cm","expression":"[{'apiVersion': dyn('v1'), 'kind': dyn('ConfigMap'), 'metadata': dyn({'name': 'team'}), 'data': dyn({'ns': object.metadata.name})}]"}],
+"generate":[{"expression":"generator.Apply(object.metadata.name, variables.cm)"},
+ {"template":{"value":"apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: fixed}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c2, namespace: fixed}\n"}}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := p.GenerateCEL(context.Background(), &engine.Request{Object: resource(t, `{apiVersion: v1, kind: Namespace, metadata: {name: shop}}`)})
+	if !ok || g.Result != engine.Pass || g.Message != engine.MessageGenerated {
+		t.Fatalf("got %v %+v", ok, g)
+	}
+	out, _ := json.Marshal(g.Generated)
+	if string(out) != `[{"apiVersion":"v1","data":{"ns":"shop"},"kind":"ConfigMap","metadata":{"name":"team","namespace":"shop"}},{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"fixed"}},{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c2","namespace":"fixed"}}]` {
+		t.Fatalf("generated %s", out)
+	}
+	if _, ok := p.GenerateCEL(context.Background(), &engine.Request{Object: resource(t, `{apiVersion: v1, kind: Namespace, metadata: {name: kube-x}}`)}); ok {
+		t.Fatal("a trigger whose match conditions do not hold generated")
+	}
+	if _, err := engine.CompileGeneratingPolicy([]byte(`{"kind":"GeneratingPolicy","metadata":{"name":"bad"},"spec":{"matchConstraints":{},"generate":[{"expression":"generator.Apply('x', 1)"}]}}`)); err == nil {
+		t.Fatal("an expression that does not type-check was accepted")
+	}
+}

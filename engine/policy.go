@@ -55,6 +55,7 @@ type Policy struct {
 	vpol *validatingPolicy
 	vap  *vap
 	mpol *mutatingPolicy
+	gpol *celGenerator
 	// deleting marks a DeletingPolicy (evaluated through vpol).
 	deleting bool
 	// mutateRules are the classic mutate rules (autogen included), applied

@@ -2,7 +2,9 @@ package tester
 
 import (
 	"context"
+
 	"fmt"
+	"github.com/tally-dev/tally/engine"
 	"path/filepath"
 	"strings"
 )
@@ -11,7 +13,7 @@ import (
 // rule tally applies.
 func (l *loaded) classicGeneration(tr TestResult) bool {
 	pi := l.policyIndexFor(tr)
-	return pi >= 0 && l.policies[pi].Policy != nil && l.policies[pi].Policy.GenerateRule(tr.Rule)
+	return pi >= 0 && l.policies[pi].Policy != nil && (l.policies[pi].Policy.GenerateRule(tr.Rule) || l.policies[pi].Policy.GeneratesCEL())
 }
 
 // cloneSources reads the clone sources every expectation of the test names
@@ -45,10 +47,23 @@ func (l *loaded) cloneSources() ([]map[string]any, error) {
 // (or in one of generatedResources), generate labels aside.
 func (l *loaded) checkGeneration(ctx context.Context, o *Outcome, tr TestResult, pi int) {
 	lp := l.policies[pi]
-	sources, err := l.cloneSources()
-	if err != nil {
-		o.Status, o.Reason = Failed, err.Error()
-		return
+	var generate func(r resource) []engine.GenerateResult
+	if lp.Policy.GeneratesCEL() {
+		generate = func(r resource) []engine.GenerateResult {
+			if g, ok := lp.Policy.GenerateCEL(ctx, l.request(lp, r, tr.Operation())); ok {
+				return []engine.GenerateResult{g}
+			}
+			return nil
+		}
+	} else {
+		sources, err := l.cloneSources()
+		if err != nil {
+			o.Status, o.Reason = Failed, err.Error()
+			return
+		}
+		generate = func(r resource) []engine.GenerateResult {
+			return lp.Policy.GenerateClassic(ctx, l.request(lp, r, tr.Operation()), sources)
+		}
 	}
 	var files []string
 	if tr.GeneratedResource != "" && len(tr.GeneratedList) == 0 {
@@ -70,8 +85,8 @@ func (l *loaded) checkGeneration(ctx context.Context, o *Outcome, tr TestResult,
 			continue
 		}
 		found = true
-		for _, gr := range lp.Policy.GenerateClassic(ctx, l.request(lp, r, tr.Operation()), sources) {
-			if tr.Rule != "" && gr.Rule != tr.Rule {
+		for _, gr := range generate(r) {
+			if tr.Rule != "" && gr.Rule != tr.Rule && !lp.Policy.GeneratesCEL() {
 				continue
 			}
 			responded = true

@@ -325,14 +325,18 @@ func loadPolicy(d Document, bindings admissionBindings) *LoadedPolicy {
 	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == policiesv1.KindImageValidatingPolicy || kind == policiesv1.KindNamespacedImageValidatingPolicy) {
 		return loadCELPolicy(d, lp, policiesv1.KindNamespacedImageValidatingPolicy, engine.CompileImageValidatingPolicy)
 	}
-	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == engine.KindDeletingPolicy || kind == engine.KindNamespacedDeletingPolicy) {
+	if strings.HasPrefix(apiVersion, policiesv1.Group+"/") && (kind == engine.KindDeletingPolicy || kind == engine.KindNamespacedDeletingPolicy || kind == engine.KindGeneratingPolicy || kind == engine.KindNamespacedGeneratingPolicy) {
+		compile := engine.CompileDeletingPolicy
+		if kind == engine.KindGeneratingPolicy || kind == engine.KindNamespacedGeneratingPolicy {
+			compile = engine.CompileGeneratingPolicy
+		}
 		raw, err := json.Marshal(d.Object)
 		if err == nil {
-			lp.Policy, err = engine.CompileDeletingPolicy(raw)
+			lp.Policy, err = compile(raw)
 		}
 		if err != nil {
 			lp.Invalid = &InvalidPolicyError{File: d.File, Kind: kind, Name: lp.Name, Err: err}
-		} else if kind == engine.KindNamespacedDeletingPolicy {
+		} else if kind == engine.KindNamespacedDeletingPolicy || kind == engine.KindNamespacedGeneratingPolicy {
 			lp.Name = lp.Policy.Name
 		}
 		return lp

@@ -255,7 +255,7 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 		o.Status, o.Reason = Skipped, "invalid policy: "+lp.Invalid.Error()
 		return
 	}
-	if lp.Policy.GenerateRule(tr.Rule) {
+	if lp.Policy.GenerateRule(tr.Rule) || lp.Policy.GeneratesCEL() {
 		l.checkGeneration(ctx, o, tr, pi)
 		return
 	}
@@ -363,7 +363,7 @@ func resourceNamed(r resource, name string) bool {
 // expectation says it is a ValidatingPolicy or ValidatingAdmissionPolicy
 // (a ClusterPolicy may have the same name).
 func (l *loaded) policyIndexFor(tr TestResult) int {
-	if tr.IsValidatingPol || tr.IsVAP || tr.IsMutatingPol || tr.IsMAP || tr.IsImageValPol || tr.IsDeletingPol {
+	if tr.IsValidatingPol || tr.IsVAP || tr.IsMutatingPol || tr.IsMAP || tr.IsImageValPol || tr.IsDeletingPol || tr.IsGeneratingPol {
 		for i, p := range l.policies {
 			cel := p.Kind == policiesv1.KindValidatingPolicy || p.Kind == policiesv1.KindNamespacedValidatingPolicy
 			switch {
@@ -373,6 +373,8 @@ func (l *loaded) policyIndexFor(tr TestResult) int {
 				cel = p.Kind == kindMAP
 			case tr.IsMutatingPol:
 				cel = p.Kind == policiesv1.KindMutatingPolicy || p.Kind == policiesv1.KindNamespacedMutatingPolicy
+			case tr.IsGeneratingPol:
+				cel = p.Kind == engine.KindGeneratingPolicy || p.Kind == engine.KindNamespacedGeneratingPolicy
 			case tr.IsDeletingPol:
 				cel = p.Kind == engine.KindDeletingPolicy || p.Kind == engine.KindNamespacedDeletingPolicy
 			case tr.IsImageValPol:

@@ -26,6 +26,9 @@ const (
 	// plus `images`, `attestors`, `attestations` and the image verification
 	// functions (R42).
 	ModeImage
+	// ModeGenerate is the environment of GeneratingPolicies: ModeKyverno's,
+	// plus `generator`.
+	ModeGenerate
 )
 
 func (m Mode) String() string {
@@ -34,12 +37,14 @@ func (m Mode) String() string {
 		return "kyverno"
 	case ModeImage:
 		return "image"
+	case ModeGenerate:
+		return "generate"
 	}
 	return "kubernetes"
 }
 
 // kyverno reports whether the mode has Kyverno's variables and libraries.
-func (m Mode) kyverno() bool { return m == ModeKyverno || m == ModeImage }
+func (m Mode) kyverno() bool { return m == ModeKyverno || m == ModeImage || m == ModeGenerate }
 
 // Names of the variables an expression may read.
 const (
@@ -90,6 +95,9 @@ func envSet(key envKey) (*environment.EnvSet, error) {
 	}
 	if key.mode == ModeImage {
 		opts = append(opts, imageVerifyLibrary()...)
+	}
+	if key.mode == ModeGenerate {
+		opts = append(opts, generatorLibrary(key.namespaced)...)
 	}
 	e, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Extend(
 		environment.VersionedOptions{

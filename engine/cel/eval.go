@@ -40,6 +40,8 @@ type Input struct {
 	Attestors    map[string]any
 	Attestations map[string]string
 	Verify       ImageVerification
+	// Generator receives what generator.Apply generates (ModeGenerate).
+	Generator Generator
 	// ConditionsMet says the match conditions were evaluated already
 	// (Program.Conditions) and held: Evaluate does not evaluate them again.
 	ConditionsMet bool
@@ -181,6 +183,7 @@ type activation struct {
 	variables                                     *varMap
 	vars                                          varMap // variables points here: one allocation
 	data                                          ClusterData
+	generator                                     Generator
 	ownNamespace                                  string
 	mode                                          Mode
 	budget                                        int64
@@ -194,6 +197,7 @@ func (p *Program) activation(ctx context.Context, in *Input) *activation {
 		request:   in.Request,
 		params:    in.Params,
 		data:      in.Data,
+		generator: in.Generator,
 		mode:      p.mode,
 		// the namespace a namespaced policy's resource calls may read
 		ownNamespace: in.OwnNamespace,
@@ -293,6 +297,8 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	case varHTTP:
 		h, _ := a.data.(HTTPData)
 		return httpLib{typ: httpLibType, ctx: a.ctx, data: h}, a.mode.kyverno()
+	case varGenerator:
+		return generatorLib{typ: generatorLibType, ctx: a.ctx, data: a.generator}, a.mode == ModeGenerate
 	}
 	return nil, false
 }
