@@ -210,7 +210,8 @@ func (m *mutatingPolicy) mapResult(e *evaluation, r RuleResult, binding string) 
 
 // mutateAdmissionPolicy applies a MutatingAdmissionPolicy as Kyverno's CLI
 // does: through the first binding that selects the resource (with its
-// first params object), or on its own when it has no binding.
+// params object, or the list of those its selector matches), or on its own
+// when it has no binding.
 func (m *mutatingPolicy) mutateAdmissionPolicy(e *evaluation, gvr schema.GroupVersionResource) (map[string]any, RuleResult, bool) {
 	a := m.admissionPolicy
 	res := e.res
@@ -231,6 +232,14 @@ func (m *mutatingPolicy) mutateAdmissionPolicy(e *evaluation, gvr schema.GroupVe
 		if a.paramKind != nil && chosen.paramRef != nil {
 			found, r, msg, ok := e.bindingParams(*a.paramKind, chosen.paramRef)
 			switch {
+			case ok && chosen.paramRef.Selector != nil:
+				// Kyverno's CLI hands the params a selector matches over as
+				// one list (params.items), not once each.
+				list := &unstructured.UnstructuredList{}
+				for _, f := range found {
+					list.Items = append(list.Items, unstructured.Unstructured{Object: f})
+				}
+				params = list
 			case ok:
 				params = &unstructured.Unstructured{Object: found[0]}
 			case r != Pass:

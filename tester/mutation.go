@@ -56,7 +56,7 @@ func (l *loaded) checkMutation(ctx context.Context, o *Outcome, tr TestResult, l
 			o.Status, o.Reason = Failed, fmt.Sprintf("patchedResources %s holds no %s %s", tr.PatchedResources, patched["kind"], r.name)
 			return
 		}
-		if path, differs := firstDifference(normalized(patched, want), normalized(want, nil), ""); differs {
+		if path, differs := firstDifference(tidy(normalized(patched, want)), tidy(normalized(want, nil)), ""); differs {
 			o.Status, o.Reason = Failed, fmt.Sprintf("the mutated resource differs from patchedResources %s at %s", tr.PatchedResources, path)
 			return
 		}

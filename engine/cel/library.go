@@ -15,6 +15,7 @@ import (
 	celgo "github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -38,7 +39,9 @@ func kyvernoLibraries(namespaced bool) []celgo.EnvOption {
 // Kyverno's library version 1.18 spells every member both ways
 // (json.unmarshal and json.Unmarshal), and so does tally.
 func pureLibraries() []celgo.EnvOption {
-	var opts []celgo.EnvOption
+	// regex.replace, regex.extract and regex.extractAll: cel-go's regex
+	// extension, which Kyverno's base environment declares (version 1).
+	opts := []celgo.EnvOption{ext.Regex(ext.RegexVersion(1))}
 	// both declares ns.name and ns.Name, each with its own overload ids.
 	both := func(ns, name string, overloads func(id string) []celgo.FunctionOpt) {
 		for _, n := range []string{name, strings.ToUpper(name[:1]) + name[1:]} {
