@@ -428,7 +428,20 @@ func (e *evaluation) checkPattern(rule *Rule, msg string, data map[string]any, o
 	case pattern.Skip:
 		return e.result(rule, Skip, res.Message)
 	}
+	if pattern.AnchorKeysMissing(obj, pat) {
+		return e.result(rule, Error, executionErrorMessage(e.message(msg, data), msg, rule.Name, res.Message))
+	}
 	return e.result(rule, Fail, failMessage(e.message(msg, data), msg, rule.Name, res.Path))
+}
+
+// executionErrorMessage is Kyverno's message of a pattern that failed where
+// an anchor key of it was found in no resource object (AnchorKeysMissing):
+// an error, quoting the failure.
+func executionErrorMessage(msg, raw, rule, cause string) string {
+	if raw == "" {
+		return "validation error: rule " + rule + " execution error: " + cause
+	}
+	return "validation error: " + withPeriod(msg) + " rule " + rule + " execution error: " + cause
 }
 
 func (e *evaluation) checkAnyPattern(rule *Rule, msg string, data map[string]any, obj any, pats []any, hasVars bool) RuleResult {

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
+	"strconv"
+	"strings"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/engine/pattern"
+	"github.com/tally-dev/tally/engine/variables"
 )
 
 // admissionOnlyVariable matches references to request data that exists only
@@ -76,6 +80,11 @@ func Malformed(p *Policy) error {
 	if err := checkSpec(kindOf(p), &p.Spec); err != nil {
 		errs = append(errs, err)
 	}
+	for i := range p.Spec.Rules {
+		if err := checkElementVariables(&p.Spec.Rules[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, r := range p.Rules {
 		if err := checkPatterns(r.Raw.Validate); err != nil {
 			errs = append(errs, fmt.Errorf("rule %s: %w", r.Name, err))
@@ -119,4 +128,59 @@ func checkPatterns(v *kyvernov1.Validation) error {
 		}
 	}
 	return nil
+}
+
+// checkElementVariables refuses a rule that reads a foreach element
+// ({{element...}}, {{elementIndex}}) outside of a foreach declaration, as
+// Kyverno's policy validation does: such a variable can never resolve.
+func checkElementVariables(r *kyvernov1.Rule) error {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	var doc any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return err
+	}
+	var walk func(v any, path string) error
+	check := func(s, path string) error {
+		if strings.Contains(path, "/foreach/") {
+			return nil
+		}
+		for _, ref := range variables.References(s) {
+			name := strings.TrimSpace(ref)
+			if strings.HasPrefix(name, "element") {
+				return fmt.Errorf("variable '%s' present outside of foreach at path %s", name, path)
+			}
+		}
+		return nil
+	}
+	walk = func(v any, path string) error {
+		switch t := v.(type) {
+		case string:
+			return check(t, path)
+		case map[string]any:
+			keys := make([]string, 0, len(t))
+			for k := range t {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				if err := check(k, path+"/"+k); err != nil {
+					return err
+				}
+				if err := walk(t[k], path+"/"+k); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for i, e := range t {
+				if err := walk(e, path+"/"+strconv.Itoa(i)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(doc, "")
 }
