@@ -30,6 +30,8 @@ type applyOptions struct {
 	policyReport, auditWarn         bool
 	detailed, table, removeColor    bool
 	output, reportAPI               string
+	// resourcesOut is -o/--output: where mutated and generated resources go.
+	resourcesOut string
 	warnExitCode                    int
 	data                            dataOptions
 	cluster                         clusterOptions
@@ -164,9 +166,8 @@ policy; -o yaml (default) or json. The exit codes are the same with -p.`,
 	f.StringSliceVarP(&o.exceptions, "exception", "e", nil, "PolicyException files (repeatable)")
 	f.BoolVarP(&o.policyReport, "policy-report", "p", false, "print PolicyReports instead of results")
 	f.StringVar(&o.reportAPI, "report-api", string(report.APIOpenReports), "API of the reports -p prints: openreports (openreports.io ClusterReport, Report: what Kyverno 1.19's CLI prints) or wgpolicyk8s (ClusterPolicyReport, PolicyReport)")
-	f.StringVarP(&o.output, "output-format", "o", "table", "output format: table, yaml or json")
-	f.StringVar(&o.output, "output", "table", "alias of --output-format")
-	_ = f.MarkHidden("output") // errs only for a flag not defined just above
+	f.StringVar(&o.output, "output-format", "table", "output format of the results or the reports: table, yaml or json")
+	f.StringVarP(&o.resourcesOut, "output", "o", "", "write the mutated and generated resources to this file (.yaml, .yml) or folder, as kyverno apply -o does; without it they are printed")
 	o.data.addFlags(f)
 	f.BoolVar(&o.auditWarn, "audit-warn", false, "report failures of Audit rules as warnings")
 	f.IntVar(&o.warnExitCode, "warn-exit-code", 0, "exit code when there are warnings and no failure or error")
@@ -207,9 +208,6 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 			fmt.Fprintln(stderr, "invalid policy:", lp.Invalid)
 		default:
 			policies = append(policies, lp.Policy)
-			if len(lp.Policy.LeftOut) > 0 { // R46: named, never silently passed
-				fmt.Fprintf(stderr, "skipped: policy %s: %s: %s\n", lp.Policy.Name, engine.DescribeLeftOut(lp.Policy.LeftOut), engine.NotEvaluatedNote)
-			}
 		}
 	}
 	exceptions, err := tester.LoadExceptions(o.exceptions)
@@ -259,14 +257,49 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 	}
 	inputs, err := o.data.read()
 	unreadable += printErrors(stderr, err)
+	resourcesOut, err := newResourceOutput(cmd.OutOrStdout(), o.resourcesOut)
+	if err != nil {
+		return exitError{code: exitCouldNotRun, msg: err.Error()}
+	}
+	requestFor := func(obj map[string]any) *engine.Request {
+		req := exceptions.Request(obj)
+		req.Background = true
+		inputs.request(req, obj)
+		if live != nil {
+			live.request(req, report.SubjectOf(obj).Namespace)
+		}
+		return req
+	}
 	var out []applied
 	var summary wgv1alpha2.PolicyReportSummary
-	for _, res := range resources {
-		req := exceptions.Request(res)
-		req.Background = true
-		inputs.request(req, res)
-		if live != nil {
-			live.request(req, report.SubjectOf(res).Namespace)
+	for _, trigger := range resources {
+		// As Kyverno's CLI: the mutate rules first, each policy on what the
+		// one before produced, then every other rule on the mutated resource.
+		res := trigger
+		for _, p := range policies {
+			if !p.MutatesClassic() {
+				continue
+			}
+			patched, _ := p.MutateClassic(cmd.Context(), requestFor(res))
+			if err := resourcesOut.mutated(p.Name, trigger, patched); err != nil {
+				return exitError{code: exitCouldNotRun, msg: "-o: " + err.Error()}
+			}
+			res = patched
+		}
+		req := requestFor(res)
+		for _, p := range policies {
+			var generated []map[string]any
+			for _, g := range p.GenerateClassic(cmd.Context(), req, nil) {
+				generated = append(generated, g.Generated...)
+			}
+			if g, ok := p.GenerateCEL(cmd.Context(), req); ok {
+				generated = append(generated, g.Generated...)
+			}
+			for _, obj := range generated {
+				if err := resourcesOut.generated(p.Name, res, obj); err != nil {
+					return exitError{code: exitCouldNotRun, msg: "-o: " + err.Error()}
+				}
+			}
 		}
 		ns := report.SubjectOf(res).Namespace
 		for _, p := range policies {

@@ -208,7 +208,7 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 			stderr: []string{"Pod web (v1) is not a policy", "nothing to apply: 0 valid policies, 1 resource"},
 		},
 		"-o json has the report's field names": {
-			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "-o", "json"}, code: 0,
+			args: []string{"apply", in("good.yaml"), "-r", in("pod.yaml"), "--output-format", "json"}, code: 0,
 			stdout: []string{`"policy": "require-team"`, `"rule": "team"`, `"result": "pass"`, `"resource": "Pod/shop/web"`},
 		},
 		"-p --report-api openreports prints an openreports.io ClusterReport": {
@@ -286,5 +286,41 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 				t.Errorf("Go field names in the output:\n%s", out)
 			}
 		})
+	}
+}
+
+// -o names where mutated and generated resources go, as kyverno apply -o:
+// a .yaml file (emptied first), or a folder with one file per resource
+// (NAME-mutated.yaml) and per generating policy (POLICY-generated.yaml).
+func TestApplyWritesMutatedAndGeneratedResources(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"mutating.yaml": mutatePolicy, "generating.yaml": generatePolicy, "pods.yaml": pod})
+	file := filepath.Join(dir, "out", "all.yaml")
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("stale: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{file, filepath.Join(dir, "folder")} {
+		_, stderr, code := runCLI(t, "apply", filepath.Join(dir, "mutating.yaml"), filepath.Join(dir, "generating.yaml"), "-r", filepath.Join(dir, "pods.yaml"), "-o", target)
+		if code != exitOK {
+			t.Fatalf("-o %s: exit %d: %s", target, code, stderr)
+		}
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(data); strings.Contains(s, "stale") || !strings.Contains(s, "team: web") || !strings.Contains(s, "kind: ResourceQuota") {
+		t.Fatalf("%s:\n%s", file, s)
+	}
+	mutated, err := os.ReadFile(filepath.Join(dir, "folder", "web-mutated.yaml"))
+	if err != nil || !strings.Contains(string(mutated), "team: web") {
+		t.Fatalf("web-mutated.yaml: %v\n%s", err, mutated)
+	}
+	generated, err := os.ReadFile(filepath.Join(dir, "folder", "add-quota-generated.yaml"))
+	if err != nil || !strings.Contains(string(generated), "kind: ResourceQuota") || !strings.Contains(string(generated), "namespace: default") {
+		t.Fatalf("add-quota-generated.yaml: %v\n%s", err, generated)
 	}
 }

@@ -65,7 +65,7 @@ func TestKyvernoCLIOracle(t *testing.T) {
 				t.Fatalf("kyverno apply: %v\n%s", err, kerr.String())
 			}
 			var tout, terr bytes.Buffer
-			runIO(context.Background(), append(args, "-o", "json"), strings.NewReader(""), &tout, &terr)
+			runIO(context.Background(), append(args, "--output-format", "json"), strings.NewReader(""), &tout, &terr)
 			got, err := reportResults(tout.Bytes())
 			if err != nil {
 				t.Fatalf("tally apply: %v\n%s", err, terr.String())

@@ -145,9 +145,13 @@ func TestTestFlagsAndExitCodes(t *testing.T) {
 			args: []string{"test", filepath.Join(dir, "mutated-wrong")}, code: 1,
 			stdout: []string{"the mutated resource differs from patchedResources patched.yaml at .metadata.labels.team", "0 passed, 1 failed, 0 skipped"},
 		},
-		"tally apply names the rules it leaves out (R46)": {
+		"tally apply prints the resources generate rules would create, as kyverno apply": {
 			args: []string{"apply", filepath.Join(dir, "generating.yaml"), "--resource", filepath.Join(dir, "pods.yaml")}, code: 0,
-			stderr: []string{"skipped: policy add-quota: rule quota (generate): reported by Kyverno's controllers beside Kyverno; not evaluated by tally"},
+			stdout: []string{"policy add-quota applied to shop/Pod/web:", "kind: ResourceQuota", "Generate:\nGeneration completed successfully."},
+		},
+		"tally apply prints mutated resources, as kyverno apply": {
+			args: []string{"apply", filepath.Join(dir, "mutating.yaml"), "--resource", filepath.Join(dir, "pods.yaml")}, code: 0,
+			stdout: []string{"policy add-labels applied to shop/Pod/web:", "team: web", "Mutation:\nMutation has been applied successfully."},
 		},
 		"-o junit": {
 			args: []string{"test", two, "-o", "junit"}, code: 1,
