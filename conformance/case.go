@@ -27,7 +27,7 @@ type Case struct {
 	// Name is the file name without extension; it starts with the first
 	// rule's ID (R07-matrix-enforce-existing).
 	Name string `json:"-"`
-	// Rules are the R-IDs of REPORTING-RULES.md the case checks.
+	// Rules are the R-IDs of docs/reporting-rules.md the case checks.
 	Rules []string `json:"rules"`
 	// Description says what is checked, in one or two sentences.
 	Description string `json:"description"`

@@ -96,3 +96,32 @@ func TestVerdict(t *testing.T) {
 		}
 	}
 }
+
+// Every rule of Rules is written out in docs/reporting-rules.md, and
+// every rule written there is in Rules: an Rnn anywhere in the repository
+// points at a rule the repository holds (issue 57).
+func TestRulesAreWrittenInTheRepository(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "reporting-rules.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^- \*\*(R\d\d)\*\* `).FindAllSubmatch(doc, -1) {
+		written[string(m[1])] = true
+	}
+	known := map[string]bool{}
+	for _, r := range Rules {
+		known[r.ID] = true
+		if !written[r.ID] {
+			t.Errorf("%s (%s) is not written in docs/reporting-rules.md", r.ID, r.Title)
+		}
+	}
+	for id := range written {
+		if !known[id] {
+			t.Errorf("docs/reporting-rules.md writes %s, which Rules does not list", id)
+		}
+	}
+	if len(written) != 48 {
+		t.Errorf("docs/reporting-rules.md writes %d rules, want R01-R48", len(written))
+	}
+}

@@ -1,10 +1,10 @@
 package conformance
 
-// Rules are the IDs of ../shared/REPORTING-RULES.md with a short title each,
+// Rules are the IDs of docs/reporting-rules.md with a short title each,
 // in order: the suite reports pass or fail per rule.
 var Rules = []struct{ ID, Title string }{
 	{"R01", "background scanning is on by default; background: false turns it off"},
-	{"R02", "only validate rules are evaluated in the background"},
+	{"R02", "validate, verifyImages and the CEL kinds are evaluated in the background; mutate and generate never"},
 	{"R03", "a background scan never blocks, changes or deletes a resource"},
 	{"R04", "scans run on a schedule; changes rescan exactly the affected pairs"},
 	{"R05", "only resources matched by match/exclude are scanned; Policy is namespaced"},

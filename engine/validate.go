@@ -15,7 +15,7 @@ import (
 )
 
 // admissionOnlyVariable matches references to request data that exists only
-// at admission (REPORTING-RULES R06): request.userInfo, request.roles,
+// at admission (docs/reporting-rules.md, R06): request.userInfo, request.roles,
 // request.clusterRoles and the top-level serviceAccountName and
 // serviceAccountNamespace (not a field of that name, such as
 // request.object.spec.serviceAccountName).

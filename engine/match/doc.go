@@ -45,7 +45,7 @@
 // count, and a filter left with none selects nothing), while an exclude
 // filter that sets user criteria does not hold, so nothing is excluded for an
 // unknown user. Policies with background: true and user criteria are invalid
-// anyway (REPORTING-RULES R06); this only fixes what matching does if asked.
+// anyway (docs/reporting-rules.md, R06); this only fixes what matching does if asked.
 // Subjects: a User matches the username, a Group one of the groups, a
 // ServiceAccount the "system:serviceaccount:<ns>:<name>" username; names
 // accept wildcards. Roles ("ns:name") and clusterRoles match exactly.

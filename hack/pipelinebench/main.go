@@ -92,7 +92,7 @@ func main() {
 	})
 	flag.StringVar(&o.heapProfiles, "heap-profiles", "", "a directory to save each scanner's and merger's heap profile in, taken with the live heaps after the full scan (scanner-N.pb.gz, merger-N.pb.gz; go tool pprof reads them)")
 	flag.BoolVar(&o.reportsServer, "reports-server", false, "store the report kinds in reports-server (built from ../shared/third_party, with an etcd of its own: e2e/reportsserver) instead of the cluster's etcd; its CPU and memory are reported beside the API server's")
-	gomemlimit := flag.String("gomemlimit", "", "GOMEMLIMIT of tally's processes (the chart sets 460MiB for the scanner, 230MiB for the merger); empty: none")
+	gomemlimit := flag.String("gomemlimit", "", "GOMEMLIMIT of tally's processes (the chart sets 900MiB for the scanner, 230MiB for the merger); empty: none")
 	flag.Parse()
 	if *gomemlimit != "" {
 		processEnv = []string{"GOMEMLIMIT=" + *gomemlimit}
