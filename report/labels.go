@@ -140,3 +140,16 @@ func ReportOwner(meta metav1.Object, owner metav1.OwnerReference) (ref metav1.Ow
 	ok = ref.UID != "" && ref.Kind != "" && ref.APIVersion != "" && ref.Name != ""
 	return ref, namespace, ok
 }
+
+// LabelReportsDisabled on a policy keeps its results out of the reports
+// (R27).
+const LabelReportsDisabled = "reports.kyverno.io/disabled"
+
+// ReportingDisabled says whether a policy's labels keep its results out of
+// the reports: the label is present, whatever its value, as Kyverno reads
+// it (its reports controller selects policies where the label does not
+// exist).
+func ReportingDisabled(labels map[string]string) bool {
+	_, ok := labels[LabelReportsDisabled]
+	return ok
+}

@@ -80,6 +80,8 @@ type Local struct {
 	// kyverno is the real Kyverno beside tally (LocalOptions.Kyverno), nil
 	// beside the stand-in or standalone.
 	kyverno *realKyverno
+	// kyvernoReports runs Kyverno's reports controller instead of tally.
+	kyvernoReports bool
 }
 
 // process is one tally process.
@@ -138,6 +140,9 @@ func (l *Local) processes() []string {
 		}
 		return out
 	}
+	if l.kyverno != nil && l.kyvernoReports {
+		return []string{"kyverno-admission", "kyverno-background", "kyverno-reports"}
+	}
 	if l.kyverno != nil {
 		return []string{"kyverno-admission", "kyverno-background", "scanner", "merger"}
 	}
@@ -165,6 +170,9 @@ type LocalOptions struct {
 	// the Go module proxy, hack/kyverno/build.sh) instead of the stand-in:
 	// its admission and background controllers as processes (issue 55).
 	Kyverno bool
+	// KyvernoReports, with Kyverno, runs Kyverno's own reports controller
+	// in tally's place: the reference the final reports are compared with.
+	KyvernoReports bool
 }
 
 // StartLocal starts the cluster and tally. dir receives binaries and logs;
@@ -214,11 +222,16 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 		return nil, err
 	}
 	if o.Kyverno {
-		build, err := buildKyverno(ctx, root, "kyverno", "background-controller")
+		commands := []string{"kyverno", "background-controller"}
+		if o.KyvernoReports {
+			commands = append(commands, "reports-controller")
+		}
+		build, err := buildKyverno(ctx, root, commands...)
 		if err != nil {
 			return nil, err
 		}
 		l.kyverno = &realKyverno{build: build}
+		l.kyvernoReports = o.KyvernoReports
 	} else if mode == BesideKyverno {
 		// Kyverno's chart installs CRDs of kinds tally does not evaluate
 		// (R46): stand-ins of them.

@@ -32,9 +32,8 @@ import (
 
 // Labels the merger reads.
 const (
-	labelReportsDisable = "reports.kyverno.io/disabled"
-	labelVAPReports     = "reports.kyverno.io/enabled"
-	fieldManager        = "tally-merger"
+	labelVAPReports = "reports.kyverno.io/enabled"
+	fieldManager    = "tally-merger"
 )
 
 // Options configure a Merger.
@@ -582,7 +581,7 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 			AnyRule:    true,
 			// An unlabelled ValidatingAdmissionPolicy is not reported (its
 			// results, from before the label went, are dropped).
-			ReportsDisabled: (gvr == apiresources.ValidatingAdmissionPolicy && u.GetLabels()[labelVAPReports] != "true") || u.GetLabels()[labelReportsDisable] == "true",
+			ReportsDisabled: (gvr == apiresources.ValidatingAdmissionPolicy && u.GetLabels()[labelVAPReports] != "true") || report.ReportingDisabled(u.GetLabels()),
 			Scored:          u.GetAnnotations()[engine.AnnotationScored] != "false",
 			Category:        u.GetAnnotations()[engine.AnnotationCategory],
 			Severity:        u.GetAnnotations()[engine.AnnotationSeverity],
@@ -598,7 +597,7 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 		Background:      spec.BackgroundEnabled(),
 		Admission:       spec.AdmissionEnabled(),
 		Rules:           map[string]bool{},
-		ReportsDisabled: u.GetLabels()[labelReportsDisable] == "true",
+		ReportsDisabled: report.ReportingDisabled(u.GetLabels()),
 		Scored:          compiled.Scored,
 		Category:        compiled.Category,
 		Severity:        compiled.Severity,
@@ -629,7 +628,7 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 func celPolicyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
 	info := PolicyInfo{
 		AnyRule:         true,
-		ReportsDisabled: u.GetLabels()[labelReportsDisable] == "true",
+		ReportsDisabled: report.ReportingDisabled(u.GetLabels()),
 		Scored:          u.GetAnnotations()[engine.AnnotationScored] != "false",
 		Category:        u.GetAnnotations()[engine.AnnotationCategory],
 		Severity:        u.GetAnnotations()[engine.AnnotationSeverity],

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/report"
 )
 
 // Policy kinds only Kyverno evaluates (R45, apiresources.KyvernoOnlyPolicies).
@@ -43,7 +44,7 @@ func kyvernoOnlyInfo(k apiresources.KyvernoOnlyPolicy, u *unstructured.Unstructu
 	return PolicyKey(k.Source, name), PolicyInfo{
 		Admission:       true,
 		AnyRule:         true,
-		ReportsDisabled: u.GetLabels()[labelReportsDisable] == "true",
+		ReportsDisabled: report.ReportingDisabled(u.GetLabels()),
 		Scored:          u.GetAnnotations()[engine.AnnotationScored] != "false",
 		Category:        u.GetAnnotations()[engine.AnnotationCategory],
 		Severity:        u.GetAnnotations()[engine.AnnotationSeverity],

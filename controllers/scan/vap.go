@@ -14,6 +14,7 @@ import (
 
 	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/report"
 )
 
 // vapGVRs are the kinds watched for ValidatingAdmissionPolicies, mapGVRs
@@ -25,13 +26,10 @@ var (
 
 // Labels that select what is reported: a ValidatingAdmissionPolicy is
 // scanned only with LabelVAPReports "true"; a binding (or any policy) with
-// LabelReportsDisabled is left out. MutatingAdmissionPolicies are scanned
+// report.LabelReportsDisabled is left out (report.ReportingDisabled). MutatingAdmissionPolicies are scanned
 // when Options.MutatingAdmissionPolicyReports is set (Kyverno's
 // --mutatingAdmissionPolicyReports), all of them.
-const (
-	LabelVAPReports      = "reports.kyverno.io/enabled"
-	LabelReportsDisabled = "reports.kyverno.io/disabled"
-)
+const LabelVAPReports = "reports.kyverno.io/enabled"
 
 // admissionPolicyKind is a kind of Kubernetes admission policy the scanner
 // reports through its bindings: ValidatingAdmissionPolicy (labelled
@@ -50,7 +48,7 @@ var validatingAdmissionPolicies = admissionPolicyKind{
 	policy: apiresources.ValidatingAdmissionPolicy, binding: apiresources.ValidatingAdmissionPolicyBinding,
 	reported: func(u *unstructured.Unstructured) bool {
 		l := u.GetLabels()
-		return l[LabelVAPReports] == "true" && l[LabelReportsDisabled] == ""
+		return l[LabelVAPReports] == "true" && !report.ReportingDisabled(l)
 	},
 	compile: func(ctx context.Context, u *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
 		var p admissionregistrationv1.ValidatingAdmissionPolicy
@@ -65,7 +63,7 @@ var validatingAdmissionPolicies = admissionPolicyKind{
 
 var mutatingAdmissionPolicies = admissionPolicyKind{
 	policy: apiresources.MutatingAdmissionPolicy, binding: apiresources.MutatingAdmissionPolicyBinding,
-	reported: func(u *unstructured.Unstructured) bool { return u.GetLabels()[LabelReportsDisabled] == "" },
+	reported: func(u *unstructured.Unstructured) bool { return !report.ReportingDisabled(u.GetLabels()) },
 	compile: func(ctx context.Context, u *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
 		var p admissionregistrationv1beta1.MutatingAdmissionPolicy
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
@@ -137,7 +135,7 @@ func policyNameOf(binding *unstructured.Unstructured) string {
 func (as *admissionPolicySet) bindingsOf(policy string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, b := range as.bindings {
-		if policyNameOf(b) == policy && b.GetLabels()[LabelReportsDisabled] == "" {
+		if policyNameOf(b) == policy && !report.ReportingDisabled(b.GetLabels()) {
 			out = append(out, b)
 		}
 	}
