@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -184,9 +185,26 @@ func RunScanner(ctx context.Context, o ScannerOptions) error {
 	r.readEvents = func() record.EventRecorder {
 		return broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "tally-scanner"})
 	}
+	// The Event writers are this run's: they write on a context that ends
+	// with it, and it waits for the Events they are writing before it
+	// returns.
+	writersCtx, stopWriters := context.WithCancel(ctx)
+	var writersMu sync.Mutex
+	var writers []*policyevents.Writer
+	defer func() {
+		stopWriters()
+		writersMu.Lock()
+		defer writersMu.Unlock()
+		for _, w := range writers {
+			w.Wait()
+		}
+	}()
 	r.emitter = func(controller string) *policyevents.Emitter {
-		return &policyevents.Emitter{Recorder: eventQueue.Recorder(policyevents.NewWriter(ctx, events.EventsV1(), scheme, controller)),
-			Success: o.SuccessEvents, Omit: o.OmitEvents}
+		w := policyevents.NewWriter(writersCtx, events.EventsV1(), scheme, controller)
+		writersMu.Lock()
+		writers = append(writers, w)
+		writersMu.Unlock()
+		return &policyevents.Emitter{Recorder: eventQueue.Recorder(w), Success: o.SuccessEvents, Omit: o.OmitEvents}
 	}
 	// The data policies read: a change rescans the policies that read it.
 	// Every registry connection (image checks, image data) is guarded.

@@ -188,6 +188,10 @@ type member struct {
 	pods    map[string]podVerdict
 	self    map[string]string
 	ignored map[string]bool
+	// ctx is Run's: the Pod reads (readPod) run on it, counted by reads,
+	// which Run waits for.
+	ctx   context.Context
+	reads sync.WaitGroup
 }
 
 // Run holds this replica's membership Lease and runs work with each
@@ -200,7 +204,7 @@ func Run(ctx context.Context, o Options, work Work) error {
 		return err
 	}
 	m := &member{o: o, log: logr.FromContextOrDiscard(ctx).WithName("shard"),
-		seen: map[string]observed{}, changed: make(chan struct{}, 1), pods: map[string]podVerdict{}, ignored: map[string]bool{}}
+		seen: map[string]observed{}, changed: make(chan struct{}, 1), pods: map[string]podVerdict{}, ignored: map[string]bool{}, ctx: ctx}
 	m.metrics = newMetrics(o.Registry)
 	informer := m.watchLeases(ctx)
 	m.leases = informer.GetStore()
@@ -210,6 +214,7 @@ func Run(ctx context.Context, o Options, work Work) error {
 	go func() { defer bg.Done(); m.renewLoop(ctx) }()
 	err := m.loop(ctx, informer.HasSynced, work)
 	bg.Wait()
+	m.reads.Wait()
 	m.leave()
 	return err
 }

@@ -57,7 +57,11 @@ func (m *member) vet(l *coordinationv1.Lease, id string) (ok bool, reason string
 	v, seen := m.pods[id]
 	if !seen || v.uid != owner.UID {
 		m.pods[id] = podVerdict{uid: owner.UID, pending: true}
-		go m.readPod(id, owner.UID)
+		m.reads.Add(1)
+		go func() {
+			defer m.reads.Done()
+			m.readPod(id, owner.UID)
+		}()
 		return false, ""
 	}
 	if v.pending {
@@ -68,7 +72,11 @@ func (m *member) vet(l *coordinationv1.Lease, id string) (ok bool, reason string
 
 // readPod reads a member's Pod and records the verdict.
 func (m *member) readPod(name string, uid types.UID) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	parent := m.ctx
+	if parent == nil { // a member made by a test without Run
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, 10*time.Second)
 	defer cancel()
 	reason := m.podReason(ctx, name, uid)
 	m.mu.Lock()
