@@ -288,7 +288,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	for wait := 0; len(watched) < len(classic) && wait < classicKindsWait && ctx.Err() == nil; wait++ {
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-b.clock.After(time.Second):
 		}
 		if c, ok := b.disc.(discovery.CachedDiscoveryInterface); ok {
 			c.Invalidate()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"k8s.io/utils/clock"
 	"strconv"
 	"sync"
 	"time"
@@ -109,6 +110,7 @@ type Hub struct {
 	// watchers are the open watches and the version each has sent.
 	watchers map[*uint64]struct{}
 	ready    chan struct{} // closed by SetReady
+	clock    clock.WithTicker
 	readyAt  time.Time
 }
 
@@ -119,8 +121,10 @@ type Options struct {
 	MaxEvents, MaxEventBytes int
 	// Registry receives the hand-over metrics (nil: none).
 	Registry prometheus.Registerer
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Now is the clock (default time.Now); Clock times the watches it
+	// serves (default the real clock).
+	Now   func() time.Time
+	Clock clock.WithTicker
 	// Shard is the shard the scanner scans in this run (served at /shard
 	// for the merger beside it): none when unsharded.
 	Shard Shard
@@ -143,6 +147,9 @@ func New(o Options) *Hub {
 	if o.MaxEventBytes <= 0 {
 		o.MaxEventBytes = DefaultMaxEventBytes
 	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -150,7 +157,7 @@ func New(o Options) *Hub {
 	// of an earlier incarnation (a restarted scanner) is below every
 	// version this one holds, and a watch from it is answered Gone.
 	base := uint64(o.Now().UnixMicro())
-	h := &Hub{shard: o.Shard, incarnation: strconv.FormatUint(base, 10), now: o.Now, maxEvents: o.MaxEvents, maxBytes: o.MaxEventBytes, objects: map[key]*object{}, watchers: map[*uint64]struct{}{}, rv: base, first: base + 1,
+	h := &Hub{clock: o.Clock, shard: o.Shard, incarnation: strconv.FormatUint(base, 10), now: o.Now, maxEvents: o.MaxEvents, maxBytes: o.MaxEventBytes, objects: map[key]*object{}, watchers: map[*uint64]struct{}{}, rv: base, first: base + 1,
 		changed: make(chan struct{}), ready: make(chan struct{})}
 	h.metrics = newMetrics(o.Registry, h)
 	return h

@@ -292,13 +292,13 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request, f filter) {
 	}
 	h.trackWatch(&cursor, true)
 	defer h.trackWatch(&cursor, false)
-	end := time.NewTimer(timeout)
+	end := h.clock.NewTimer(timeout)
 	defer end.Stop()
 	var bookmarks <-chan time.Time
 	if q.Get("allowWatchBookmarks") == "true" {
-		t := time.NewTicker(bookmarkInterval)
+		t := h.clock.NewTicker(bookmarkInterval)
 		defer t.Stop()
-		bookmarks = t.C
+		bookmarks = t.C()
 	}
 	for {
 		evs, changed, expired := h.since(h.cursor(&cursor))
@@ -334,7 +334,7 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request, f filter) {
 		case <-changed:
 		case <-r.Context().Done():
 			return
-		case <-end.C:
+		case <-end.C():
 			return
 		case <-bookmarks:
 			writeBookmark(bw, f.kind(), h.cursor(&cursor), false)

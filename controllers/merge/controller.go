@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/utils/clock"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -60,8 +61,10 @@ type Options struct {
 	// nothing is signed and every report is read back as with LegacySeeds.
 	Key         []byte
 	LegacySeeds bool
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Now is the clock (default time.Now); Clock its tickers (default the
+	// real clock; set with Now when a test fakes the time).
+	Now   func() time.Time
+	Clock clock.WithTicker
 	// ManagedBy is the value of the app.kubernetes.io/managed-by label of
 	// the final reports written, and the one the merger selects its own by
 	// at start-up (default report.ManagedBy, "tally"). Beside Kyverno it is
@@ -177,6 +180,9 @@ func New(client dynamic.Interface, opts Options) *Merger {
 	}
 	if opts.OrphanTick <= 0 {
 		opts.OrphanTick = min(opts.OrphanGrace, 30*time.Second)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -95,13 +95,13 @@ func (m *Merger) collectOrphans(ctx context.Context) {
 	log := logr.FromContextOrDiscard(ctx).WithName("orphans")
 	limiter := flowcontrol.NewTokenBucketRateLimiter(float32(m.opts.OrphanQPS), max(1, int(m.opts.OrphanQPS)))
 	defer limiter.Stop()
-	ticker := time.NewTicker(m.opts.OrphanTick)
+	ticker := m.opts.Clock.NewTicker(m.opts.OrphanTick)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 		for _, c := range m.orphanCandidates(m.opts.Now()) {
 			if err := limiter.Wait(ctx); err != nil {

@@ -304,7 +304,7 @@ func (r *scannerRun) daemon(kube kubernetes.Interface, reg *prometheus.Registry)
 		r.o.Gatherers = append(r.o.Gatherers, sd.metrics)
 		return sd, sd.ownsClusterShard, nil
 	}
-	s, err := r.newScanner(handover.New(handover.Options{Registry: reg, Now: r.o.Clock.Now}), reg, nil)
+	s, err := r.newScanner(handover.New(handover.Options{Registry: reg, Now: r.o.Clock.Now, Clock: r.o.Clock}), reg, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -440,7 +440,7 @@ func (d *shardedDaemon) setOnStart(f func()) { d.onStart = f }
 func (d *shardedDaemon) Run(ctx context.Context) error {
 	return shard.Run(ctx, d.opts, func(ctx context.Context, a shard.Assignment) error {
 		reg := prometheus.NewRegistry()
-		hub := handover.New(handover.Options{Registry: reg, Now: d.run.o.Clock.Now, Shard: handover.Shard{Self: a.Self, Members: a.Members}})
+		hub := handover.New(handover.Options{Registry: reg, Now: d.run.o.Clock.Now, Clock: d.run.o.Clock, Shard: handover.Shard{Self: a.Self, Members: a.Members}})
 		s, err := d.run.newScanner(hub, reg, a.Owns)
 		if err != nil {
 			return err
@@ -450,7 +450,7 @@ func (d *shardedDaemon) Run(ctx context.Context) error {
 		defer func() {
 			d.assignment.Store(nil)
 			// A hand-over never ready: the merger beside stops at once.
-			d.run.hubs.Set(handover.New(handover.Options{Now: d.run.o.Clock.Now}))
+			d.run.hubs.Set(handover.New(handover.Options{Now: d.run.o.Clock.Now, Clock: d.run.o.Clock}))
 		}()
 		if d.onStart != nil {
 			d.onStart()
