@@ -127,6 +127,20 @@ func TestReferenceComparison(t *testing.T) {
 	if len(ref) == 0 {
 		t.Error("Kyverno's reports controller wrote no result: nothing was compared")
 	}
+	// Every kind of the scenario was compared: each policy (and the
+	// autogen rule on the Deployment) has results in the reference.
+	for _, want := range []string{"ref-audit", "ref-admission-only", "ref-pods", "ref-pods/autogen-no-privileged", "ref-enforce", "ref-mutate", "ref-generate", "ref-vpol", "ref-mpol", "ref-gpol"} {
+		found := false
+		for k := range ref {
+			if k.Policy == want || k.Policy+"/"+k.Rule == want {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("the reference has no result of %s: the scenario did not exercise it", want)
+		}
+	}
 }
 
 func sourceOf(r, g *entry) string {
