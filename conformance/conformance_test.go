@@ -81,13 +81,13 @@ func TestMain(m *testing.M) {
 				fmt.Printf("  %s: %s\n", kind, strings.Join(list, ", "))
 			}
 			if src, ok := provider.(conformance.MetricsSource); ok {
-				for _, component := range []string{"kyverno", "merger"} {
+				for _, component := range []string{"merger"} {
 					text, err := src.Metrics(ctx, component)
 					if err != nil {
 						continue
 					}
 					for _, line := range strings.Split(string(text), "\n") {
-						for _, name := range []string{"kyverno_standin_reports_created_total{", "tally_merge_admission_reports_deleted_total{", "tally_merge_unusable_reports_total"} {
+						for _, name := range []string{"tally_merge_admission_reports_deleted_total{", "tally_merge_unusable_reports_total"} {
 							if strings.HasPrefix(line, name) {
 								fmt.Printf("%s (since its last restart): %s\n", component, line)
 							}

@@ -180,24 +180,6 @@ func (p *Policy) ControllerRules() []LeftOutRule {
 	return append(slices.Clone(p.LeftOut), p.imageRules...)
 }
 
-// ControllerRulesApplying are the ControllerRules whose match/exclude
-// select a resource (no admission data): what Kyverno's own controllers
-// would act on (the conformance suite's Kyverno stand-in reports them as
-// Kyverno does).
-func (p *Policy) ControllerRulesApplying(obj map[string]any, nsLabels map[string]string) []LeftOutRule {
-	var out []LeftOutRule
-	res := resourceOf(obj, "")
-	for _, r := range p.ControllerRules() {
-		if r.matcher == nil {
-			continue
-		}
-		if r.matcher.Matches(&res, nsLabels, nil) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // NotEvaluatedNote is what tally says of the rules it leaves out (R46).
 const NotEvaluatedNote = "reported by Kyverno's controllers beside Kyverno; not evaluated by tally"
 

@@ -78,7 +78,7 @@ type Local struct {
 	// (conformance.CanImageRegistry).
 	registry *sigtest.Registry
 	// kyverno is the real Kyverno beside tally (LocalOptions.Kyverno), nil
-	// beside the stand-in or standalone.
+	// standalone.
 	kyverno *realKyverno
 	// kyvernoReports runs Kyverno's reports controller instead of tally.
 	kyvernoReports bool
@@ -97,8 +97,7 @@ const (
 	localNamespace = "tally-system"
 	// webhookName is the name config/webhook's RBAC lets the scanner patch.
 	webhookName = "tally"
-	// kyvernoWebhookName is the webhook configuration of the Kyverno
-	// stand-in, named as Kyverno names its own.
+	// kyvernoWebhookName is Kyverno's resource webhook configuration.
 	kyvernoWebhookName = "kyverno-resource-validating-webhook-cfg"
 )
 
@@ -111,10 +110,8 @@ const (
 	Standalone LocalMode = "standalone"
 	// BesideKyverno: tally as config/overlays/beside-kyverno runs it
 	// (scanner without a webhook, leaving policy status to Kyverno; the
-	// merger reading Kyverno's EphemeralReports), beside a stand-in for Kyverno
-	// v1.19's admission controller (conformance/kyverno-standin): a webhook
-	// evaluating the policies with tally's engine that writes
-	// EphemeralReports in Kyverno's exact shape and keeps policy status.
+	// merger reading Kyverno's EphemeralReports), beside the real Kyverno
+	// v1.19 (kyverno.go).
 	BesideKyverno LocalMode = "beside-kyverno"
 )
 
@@ -145,9 +142,6 @@ func (l *Local) processes() []string {
 	}
 	if l.kyverno != nil {
 		return []string{"kyverno-admission", "kyverno-background", "scanner", "merger"}
-	}
-	if l.mode == BesideKyverno {
-		return []string{"kyverno", "scanner", "merger"}
 	}
 	return []string{"scanner", "merger"}
 }
@@ -206,7 +200,7 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 		return nil, err
 	}
 	l.bin = filepath.Join(dir, "bin")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", "faultinject", "-o", l.bin+string(os.PathSeparator), "./cmd/tally-scanner", "./cmd/tally-merger", "./conformance/kyverno-standin")
+	build := exec.CommandContext(ctx, "go", "build", "-tags", "faultinject", "-o", l.bin+string(os.PathSeparator), "./cmd/tally-scanner", "./cmd/tally-merger")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build tally: %w\n%s", err, out)
@@ -221,6 +215,11 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 	if err := cluster.InstallCRDs(l.cluster.Config); err != nil {
 		return nil, err
 	}
+	if mode == BesideKyverno {
+		// Beside Kyverno is beside the real one (issue 55: the stand-in that
+		// imitated it is gone).
+		o.Kyverno = true
+	}
 	if o.Kyverno {
 		commands := []string{"kyverno", "background-controller"}
 		if o.KyvernoReports {
@@ -232,12 +231,6 @@ func StartLocal(ctx context.Context, dir string, o LocalOptions) (_ *Local, err 
 		}
 		l.kyverno = &realKyverno{build: build}
 		l.kyvernoReports = o.KyvernoReports
-	} else if mode == BesideKyverno {
-		// Kyverno's chart installs CRDs of kinds tally does not evaluate
-		// (R46): stand-ins of them.
-		if err := cluster.InstallCRDsFrom(l.cluster.Config, filepath.Join(root, "conformance", "harness", "kyverno-crds")); err != nil {
-			return nil, err
-		}
 	}
 	if o.ReportsServer {
 		if l.reports, err = reportsserver.Start(ctx, l.cluster, filepath.Join(dir, "reports-server")); err != nil {
@@ -322,12 +315,6 @@ func freePort() (int, error) {
 }
 
 func (l *Local) args(name string) (binary string, args []string) {
-	if name == "kyverno" { // Kyverno's rights: the cluster admin's
-		return "kyverno-standin", []string{"--kubeconfig", l.cluster.Kubeconfig, "--namespace", "kyverno",
-			"--listen", "127.0.0.1:" + strconv.Itoa(l.ports["kyverno"]),
-			"--webhook-listen", "127.0.0.1:" + strconv.Itoa(l.ports["kyverno-webhook"]),
-			"--webhook-configuration", kyvernoWebhookName}
-	}
 	// The scanner and its merger run as one Pod does: one ServiceAccount.
 	common := []string{"--kubeconfig", filepath.Join(l.dir, "tally-scanner.kubeconfig"), "--namespace", localNamespace, "--listen", "127.0.0.1:" + strconv.Itoa(l.port(name))}
 	name, pair := pairOf(name)
@@ -631,8 +618,6 @@ func (l *Local) Name() string {
 	switch {
 	case l.kyverno != nil:
 		name = "local-kyverno"
-	case l.mode == BesideKyverno:
-		name = "local-beside-kyverno"
 	case l.sharded:
 		name = "local-sharded"
 	}

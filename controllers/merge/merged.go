@@ -116,8 +116,7 @@ func carryRetained(prev *reportPart, next []section, ownHandler func(source, pol
 // policies the newer sections of the same content hash (or, for results
 // without one, the newer unhashed section) do not name. Kyverno 1.19
 // writes a report per webhook handler for one request (classic Enforce,
-// classic Audit, ValidatingPolicy, its mutating webhook: kyverno-standin's
-// doc), at other times: a report merged and deleted before the next one of
+// classic Audit, ValidatingPolicy, its mutating webhook), at other times: a report merged and deleted before the next one of
 // the same request arrived must not take the other handlers' results with
 // it. A newer report stands for the policies it names (a rule of theirs it
 // no longer has is dropped), as Kyverno's reports controller replaces a
