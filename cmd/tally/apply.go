@@ -32,9 +32,9 @@ type applyOptions struct {
 	output, reportAPI               string
 	// resourcesOut is -o/--output: where mutated and generated resources go.
 	resourcesOut string
-	warnExitCode                    int
-	data                            dataOptions
-	cluster                         clusterOptions
+	warnExitCode int
+	data         dataOptions
+	cluster      clusterOptions
 }
 
 // dataOptions are what the cluster would give policies, offline: values,
