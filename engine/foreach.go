@@ -100,13 +100,23 @@ func (e *evaluation) forEach(rule *Rule, list []*forEach, data map[string]any, d
 
 // elements evaluates a foreach list expression.
 func (e *evaluation) elements(fe *forEach, data map[string]any) ([]any, error) {
-	expr, err := variables.SubstituteString(fe.list, data)
+	v, err := listOf(fe.list, data)
 	if err != nil {
 		return nil, fmt.Errorf("foreach list %q: %w", fe.list, err)
 	}
+	return v, nil
+}
+
+// listOf evaluates a foreach list expression (its variables substituted
+// first): a list, or a single value as a list of one, or nothing.
+func listOf(list string, data map[string]any) ([]any, error) {
+	expr, err := variables.SubstituteString(list, data)
+	if err != nil {
+		return nil, err
+	}
 	v, err := variables.Query(expr, data)
 	if err != nil {
-		return nil, fmt.Errorf("foreach list %q: %w", fe.list, err)
+		return nil, err
 	}
 	switch v := v.(type) {
 	case nil:

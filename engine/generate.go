@@ -83,22 +83,11 @@ func compileGeneration(raw []byte) (*generation, error) {
 }
 
 func compileGenerateRule(raw kyvernov1.Rule) *Rule {
-	r := &Rule{Name: raw.Name, Raw: raw}
-	err := func() error {
+	return compileCLIRule(raw, func(r *Rule) error {
 		var err error
-		if r.matcher, err = match.Compile(raw.Match, raw.Exclude); err != nil {
-			return err
-		}
-		if r.preconditions, err = decode(raw.Preconditions, "preconditions"); err != nil {
-			return err
-		}
 		r.generate, err = compileGeneration(raw.Generate.Raw)
 		return err
-	}()
-	if err != nil {
-		r.Err = fmt.Errorf("rule %s: %w", raw.Name, err)
-	}
-	return r
+	})
 }
 
 // GenerateResult is a generate rule's outcome for a trigger, and the
@@ -184,17 +173,9 @@ func (e *evaluation) generateRule(rule *Rule, sources []map[string]any) Generate
 		generated = objs
 	}
 	for i, fe := range g.foreach {
-		expr, err := variables.SubstituteString(fe.list, data)
+		elements, err := listOf(fe.list, data)
 		if err != nil {
 			return fail(fmt.Sprintf("failed to evaluate %d foreach list: %v", i, err))
-		}
-		list, err := variables.Query(expr, data)
-		if err != nil {
-			return fail(fmt.Sprintf("failed to evaluate %d foreach list: %v", i, err))
-		}
-		elements, ok := list.([]any)
-		if !ok && list != nil {
-			elements = []any{list}
 		}
 		for j, el := range elements {
 			if el == nil {

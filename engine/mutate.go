@@ -251,22 +251,7 @@ func (e *evaluation) mutateForEach(list []*mutateForEach, obj, data map[string]a
 type wgResult = wgv1alpha2.Result
 
 func (e *evaluation) mutateElementsOf(fe *mutateForEach, data map[string]any) ([]any, error) {
-	expr, err := variables.SubstituteString(fe.list, data)
-	if err != nil {
-		return nil, err
-	}
-	v, err := variables.Query(expr, data)
-	if err != nil {
-		return nil, err
-	}
-	switch v := v.(type) {
-	case nil:
-		return nil, nil
-	case []any:
-		return v, nil
-	default:
-		return []any{v}, nil
-	}
+	return listOf(fe.list, data)
 }
 
 // mutateElements applies one foreach declaration to each of its elements,
@@ -449,6 +434,23 @@ func StrategicMerge(obj map[string]any, overlay any) (map[string]any, error) {
 }
 
 func compileMutateRule(raw kyvernov1.Rule) *Rule {
+	r := compileCLIRule(raw, func(r *Rule) error {
+		var err error
+		if r.mutate, err = compileMutation(raw.Mutate.Raw); err != nil {
+			return err
+		}
+		return r.checkVariables()
+	})
+	if r.mutate == nil {
+		r.mutate = &mutation{} // a rule that did not compile: its error is its result
+	}
+	return r
+}
+
+// compileCLIRule compiles a rule the CLI applies (mutate, generate): its
+// match, its preconditions, then its own body. A rule that does not
+// compile keeps the error, and gives error results where it matches.
+func compileCLIRule(raw kyvernov1.Rule, body func(*Rule) error) *Rule {
 	r := &Rule{Name: raw.Name, Raw: raw}
 	err := func() error {
 		var err error
@@ -458,16 +460,10 @@ func compileMutateRule(raw kyvernov1.Rule) *Rule {
 		if r.preconditions, err = decode(raw.Preconditions, "preconditions"); err != nil {
 			return err
 		}
-		if r.mutate, err = compileMutation(raw.Mutate.Raw); err != nil {
-			return err
-		}
-		return r.checkVariables()
+		return body(r)
 	}()
 	if err != nil {
 		r.Err = fmt.Errorf("rule %s: %w", raw.Name, err)
-		if r.mutate == nil {
-			r.mutate = &mutation{}
-		}
 	}
 	return r
 }

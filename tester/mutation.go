@@ -51,13 +51,7 @@ func (l *loaded) checkMutation(ctx context.Context, o *Outcome, tr TestResult, l
 		if tr.PatchedResources == "" || rr.Result != engine.Pass {
 			continue
 		}
-		want, ok := documentFor(expectedDocs, patched)
-		if !ok {
-			o.Status, o.Reason = Failed, fmt.Sprintf("patchedResources %s holds no %s %s", tr.PatchedResources, patched["kind"], r.name)
-			return
-		}
-		if path, differs := firstDifference(tidy(normalized(patched, want)), tidy(normalized(want, nil)), ""); differs {
-			o.Status, o.Reason = Failed, fmt.Sprintf("the mutated resource differs from patchedResources %s at %s", tr.PatchedResources, path)
+		if !comparePatched(o, tr, expectedDocs, patched, r.name) {
 			return
 		}
 	}
