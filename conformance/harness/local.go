@@ -27,8 +27,10 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -749,8 +751,77 @@ func (l *Local) Failover(ctx context.Context, component string) error {
 	return l.start(ctx, "merger")
 }
 
-func (l *Local) PolicyLoaded(_ context.Context, policy *unstructured.Unstructured) (bool, error) {
-	return conformance.StatusReady(policy), nil
+func (l *Local) PolicyLoaded(ctx context.Context, policy *unstructured.Unstructured) (bool, error) {
+	if !conformance.StatusReady(policy) {
+		return false, nil
+	}
+	if l.kyverno != nil {
+		// The real Kyverno writes a policy's Ready status before its
+		// resource webhook sends it the policy's kinds: a request that comes
+		// between is not reviewed.
+		return l.kyvernoWebhookCovers(ctx, policy), nil
+	}
+	return true, nil
+}
+
+// kyvernoWebhookCovers says whether Kyverno's resource webhook sends the
+// requests of every kind the validate rules of a classic policy with
+// admission on match by name (a policy matching otherwise, or of another
+// kind, is taken as covered).
+func (l *Local) kyvernoWebhookCovers(ctx context.Context, policy *unstructured.Unstructured) bool {
+	if !strings.HasPrefix(policy.GetAPIVersion(), "kyverno.io/") {
+		return true
+	}
+	if admission, found, _ := unstructured.NestedBool(policy.Object, "spec", "admission"); found && !admission {
+		return true
+	}
+	var plurals []string
+	rules, _, _ := unstructured.NestedSlice(policy.Object, "spec", "rules")
+	for _, r := range rules {
+		rm, _ := r.(map[string]any)
+		if _, validates := rm["validate"]; !validates {
+			continue // other rules go through other webhooks
+		}
+		var filters []any
+		if any, ok, _ := unstructured.NestedSlice(rm, "match", "any"); ok {
+			filters = append(filters, any...)
+		}
+		if all, ok, _ := unstructured.NestedSlice(rm, "match", "all"); ok {
+			filters = append(filters, all...)
+		}
+		for _, f := range filters {
+			fm, _ := f.(map[string]any)
+			kinds, _, _ := unstructured.NestedStringSlice(fm, "resources", "kinds")
+			for _, k := range kinds {
+				if strings.ContainsAny(k, "*/?.") || k == "" {
+					return true // a wildcard or a group: not checked
+				}
+				gvr, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Kind: k})
+				plurals = append(plurals, gvr.Resource)
+			}
+		}
+	}
+	if len(plurals) == 0 {
+		return true
+	}
+	vwc, err := l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, kyvernoWebhookName, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	served := map[string]bool{}
+	for _, w := range vwc.Webhooks {
+		for _, r := range w.Rules {
+			for _, res := range r.Resources {
+				served[res] = true
+			}
+		}
+	}
+	for _, p := range plurals {
+		if !served[p] && !served["*"] && !served["*/*"] {
+			return false
+		}
+	}
+	return true
 }
 
 var _ conformance.Provider = (*Local)(nil)
