@@ -145,14 +145,8 @@ type evaluation struct {
 // returns one result per rule that matched. A rule that does not match (kind,
 // names, selectors, exclude, the Policy's namespace) yields nothing.
 func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
-	if req.subject() == nil {
-		return nil
-	}
-	// A namespaced policy reads the cluster with its namespace's identity
-	// (R47): whatever it reads, it reads through tenant.Of.
-	ctx = tenant.With(ctx, p.Namespace)
-	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
-	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
+	e, ok := p.begin(ctx, req)
+	if !ok {
 		return nil
 	}
 	if req.JSON && p.vpol == nil {
@@ -170,26 +164,17 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 	if p.mpol != nil {
 		return p.mpol.evaluate(e)
 	}
-	if req.UserInfo != nil {
-		e.adm = &match.Admission{
-			Operation: req.operation(), Username: req.UserInfo.Username, Groups: req.UserInfo.Groups,
-			Roles: req.UserInfo.Roles, ClusterRoles: req.UserInfo.ClusterRoles,
-		}
-	} else if req.Operation != "" && req.Operation != OpCreate {
-		e.adm = &match.Admission{Operation: req.Operation}
-	}
+	e.admission()
 	var results []RuleResult
 	for _, rule := range p.Rules {
+		if !e.ruleMatches(rule) {
+			continue
+		}
 		if rule.matcher == nil { // the rule did not compile: report it where its kinds allow
-			if ok, _ := match.Matches(rule.Raw.Match, rule.Raw.Exclude, e.res, req.NamespaceLabels, e.adm); ok {
-				results = append(results, e.result(rule, Error, rule.Err.Error()))
-			}
+			results = append(results, e.result(rule, Error, rule.Err.Error()))
 			continue
 		}
-		if !rule.matcher.Matches(&e.res, req.NamespaceLabels, e.adm) {
-			continue
-		}
-		if err := ctx.Err(); err != nil {
+		if err := e.ctx.Err(); err != nil {
 			// Past the deadline: the rules left are not evaluated, and say so.
 			results = append(results, e.result(rule, Error, stoppedMessage(err)))
 			continue
@@ -202,6 +187,69 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 		}
 	}
 	return results
+}
+
+// begin starts the evaluation of a policy on a request: nothing (false)
+// without an object, or for a namespaced policy on a resource of another
+// namespace. A namespaced policy reads the cluster with its namespace's
+// identity (R47): whatever it reads, it reads through tenant.Of.
+func (p *Policy) begin(ctx context.Context, req *Request) (*evaluation, bool) {
+	if req.subject() == nil {
+		return nil, false
+	}
+	ctx = tenant.With(ctx, p.Namespace)
+	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
+	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
+		return nil, false
+	}
+	return e, true
+}
+
+// admission sets what classic rules match of the admission request: the
+// user and the operation (none for a background CREATE).
+func (e *evaluation) admission() {
+	req := e.req
+	if req.UserInfo != nil {
+		e.adm = &match.Admission{
+			Operation: req.operation(), Username: req.UserInfo.Username, Groups: req.UserInfo.Groups,
+			Roles: req.UserInfo.Roles, ClusterRoles: req.UserInfo.ClusterRoles,
+		}
+	} else if req.Operation != "" && req.Operation != OpCreate {
+		e.adm = &match.Admission{Operation: req.Operation}
+	}
+}
+
+// ruleMatches says whether a classic rule applies to the request; a rule
+// that did not compile applies where its match and exclude, read as
+// written, select the resource (its result is then its error).
+func (e *evaluation) ruleMatches(rule *Rule) bool {
+	if rule.matcher == nil {
+		ok, _ := match.Matches(rule.Raw.Match, rule.Raw.Exclude, e.res, e.req.NamespaceLabels, e.adm)
+		return ok
+	}
+	return rule.matcher.Matches(&e.res, e.req.NamespaceLabels, e.adm)
+}
+
+// ruleInputs readies a rule's data (the test's values, its context) and
+// decides what comes before the rule's own body: a skip when an exception
+// applies or the preconditions do not hold, an error when the context
+// cannot be loaded (done); else the data the body reads.
+func (e *evaluation) ruleInputs(rule *Rule, data map[string]any) (RuleResult, bool) {
+	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
+		return e.exceptionSkip(rule, xs, ""), true
+	}
+	if e.req.Values != nil {
+		for k, v := range e.req.Values.RuleValues(e.policy.Name, rule.Name) {
+			setPath(data, k, v)
+		}
+	}
+	if err := e.loadContext(rule.Raw.Context, data); err != nil {
+		return e.result(rule, Error, "failed to load context: "+err.Error()), true
+	}
+	if rule.preconditions != nil {
+		return e.preconditions(rule, rule.preconditions, data)
+	}
+	return RuleResult{}, false
 }
 
 // stoppedMessage is the message of a rule whose evaluation the context

@@ -11,9 +11,7 @@ import (
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	"github.com/tally-dev/tally/engine/conditions"
-	"github.com/tally-dev/tally/engine/match"
 	"github.com/tally-dev/tally/engine/variables"
-	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // Classic generate rules (data, clone, cloneList, foreach) are applied by
@@ -103,7 +101,7 @@ func (p *Policy) Generates() bool { return p != nil && len(p.generateRules) > 0 
 // GenerateRule says whether a rule name is a generate rule of the policy.
 func (p *Policy) GenerateRule(name string) bool {
 	for _, r := range p.generateRules {
-		if r.Name == name {
+		if r.Name == name { // generate rules get no autogen rules
 			return true
 		}
 	}
@@ -117,30 +115,19 @@ func (p *Policy) GenerateRule(name string) bool {
 // sources (a test's cloneSourceResource documents); a missing one is an
 // error.
 func (p *Policy) GenerateClassic(ctx context.Context, req *Request, sources []map[string]any) []GenerateResult {
-	obj := req.subject()
-	if obj == nil || len(p.generateRules) == 0 {
+	if len(p.generateRules) == 0 {
 		return nil
 	}
-	ctx = tenant.With(ctx, p.Namespace)
-	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
-	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
+	e, ok := p.begin(ctx, req)
+	if !ok {
 		return nil
 	}
-	if req.Operation != "" && req.Operation != OpCreate {
-		e.adm = &match.Admission{Operation: req.Operation}
-	}
+	e.admission()
 	var out []GenerateResult
 	for _, rule := range p.generateRules {
-		if rule.matcher == nil {
-			if ok, _ := match.Matches(rule.Raw.Match, rule.Raw.Exclude, e.res, req.NamespaceLabels, e.adm); ok {
-				out = append(out, GenerateResult{RuleResult: e.result(rule, Error, rule.Err.Error())})
-			}
-			continue
+		if e.ruleMatches(rule) {
+			out = append(out, e.generateRule(rule, sources))
 		}
-		if !rule.matcher.Matches(&e.res, req.NamespaceLabels, e.adm) {
-			continue
-		}
-		out = append(out, e.generateRule(rule, sources))
 	}
 	return out
 }
@@ -151,17 +138,8 @@ func (e *evaluation) generateRule(rule *Rule, sources []map[string]any) Generate
 		return fail(rule.Err.Error())
 	}
 	data := cloneTop(e.baseData())
-	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
-		return GenerateResult{RuleResult: e.exceptionSkip(rule, xs, "")}
-	}
-	e.ruleValues(rule, data)
-	if err := e.loadContext(rule.Raw.Context, data); err != nil {
-		return fail("failed to load context: " + err.Error())
-	}
-	if rule.preconditions != nil {
-		if r, done := e.preconditions(rule, rule.preconditions, data); done {
-			return GenerateResult{RuleResult: r}
-		}
+	if r, done := e.ruleInputs(rule, data); done {
+		return GenerateResult{RuleResult: r}
 	}
 	g := rule.generate
 	var generated []map[string]any

@@ -16,8 +16,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/tally-dev/tally/engine/cel"
-	"github.com/tally-dev/tally/engine/match"
-	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // The kinds of Kyverno's GeneratingPolicies.
@@ -157,14 +155,14 @@ func (c *collected) Generate(_ context.Context, namespace string, objs []map[str
 // it; an error when an expression fails; else a pass ("policy evaluated
 // successfully") with the resources its generate expressions generated.
 func (p *Policy) GenerateCEL(ctx context.Context, req *Request) (GenerateResult, bool) {
-	if p.gpol == nil || req.subject() == nil {
+	if p.gpol == nil {
 		return GenerateResult{}, false
 	}
-	ctx = tenant.With(ctx, p.Namespace)
-	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
-	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
+	e, ok := p.begin(ctx, req)
+	if !ok {
 		return GenerateResult{}, false
 	}
+	ctx = e.ctx
 	if !p.gpol.match.matches(&e.res, req.resource(), req.operation(), req.NamespaceLabels) {
 		return GenerateResult{}, false
 	}

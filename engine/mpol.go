@@ -32,8 +32,6 @@ import (
 
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine/cel"
-	"github.com/tally-dev/tally/engine/match"
-	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // Messages of MutatingPolicy results in a background scan (R44).
@@ -292,12 +290,11 @@ func (m *mutatingPolicy) mutate(e *evaluation, gvr schema.GroupVersionResource, 
 // applied; nothing when the policy does not match the resource (or is not
 // a MutatingPolicy).
 func (p *Policy) Mutate(ctx context.Context, req *Request) (patched map[string]any, result RuleResult, matched bool) {
-	if p.mpol == nil || req.subject() == nil {
+	if p.mpol == nil {
 		return nil, RuleResult{}, false
 	}
-	ctx = tenant.With(ctx, p.Namespace) // R47, as Evaluate
-	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
-	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
+	e, ok := p.begin(ctx, req) // R47, as Evaluate
+	if !ok {
 		return nil, RuleResult{}, false
 	}
 	gvr := req.resource()

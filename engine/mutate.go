@@ -22,7 +22,6 @@ import (
 	"github.com/tally-dev/tally/engine/match"
 	"github.com/tally-dev/tally/engine/variables"
 	"github.com/tally-dev/tally/engine/wildcard"
-	"github.com/tally-dev/tally/internal/tenant"
 )
 
 // Classic mutate rules (patchStrategicMerge, patchesJson6902, foreach) are
@@ -37,6 +36,16 @@ type mutation struct {
 	// existing is set for mutateExisting rules (targets): they mutate other
 	// resources than the one admitted, and are not applied to it.
 	existing bool
+	targets  []mutateTarget
+}
+
+// mutateTarget is one entry of a mutateExisting rule's targets: the
+// selector (its variables substituted per trigger), and the context and
+// preconditions evaluated per target.
+type mutateTarget struct {
+	selector      map[string]any
+	context       []kyvernov1.ContextEntry
+	preconditions any
 }
 
 type mutateForEach struct {
@@ -71,6 +80,13 @@ func compileMutation(raw []byte) (*mutation, error) {
 
 func (b *mutateBody) compile(where string) (*mutation, error) {
 	m := &mutation{overlay: b.PatchStrategicMerge, json6902: b.PatchesJSON6902, existing: len(b.Targets) > 0}
+	for i, raw := range b.Targets {
+		t, err := compileTarget(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s.targets[%d]: %w", where, i, err)
+		}
+		m.targets = append(m.targets, t)
+	}
 	set := 0
 	if m.overlay != nil {
 		set++
@@ -119,7 +135,7 @@ func (p *Policy) MutatesClassic() bool { return p != nil && len(p.mutateRules) >
 // (autogen names included).
 func (p *Policy) MutateRule(name string) bool {
 	for _, r := range p.mutateRules {
-		if r.Name == name || r.Name == "autogen-"+name || r.Name == "autogen-cronjob-"+name {
+		if RuleNamed(r.Name, name) {
 			return true
 		}
 	}
@@ -135,34 +151,24 @@ func (p *Policy) MutateRule(name string) bool {
 // patched is the object after every rule.
 func (p *Policy) MutateClassic(ctx context.Context, req *Request) (patched map[string]any, results []RuleResult) {
 	obj := req.subject()
-	if obj == nil || len(p.mutateRules) == 0 {
+	if len(p.mutateRules) == 0 {
 		return obj, nil
 	}
-	ctx = tenant.With(ctx, p.Namespace)
-	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
-	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
+	e, ok := p.begin(ctx, req)
+	if !ok {
 		return obj, nil
 	}
-	if req.UserInfo != nil {
-		e.adm = &match.Admission{
-			Operation: req.operation(), Username: req.UserInfo.Username, Groups: req.UserInfo.Groups,
-			Roles: req.UserInfo.Roles, ClusterRoles: req.UserInfo.ClusterRoles,
-		}
-	} else if req.Operation != "" && req.Operation != OpCreate {
-		e.adm = &match.Admission{Operation: req.Operation}
-	}
+	e.admission()
 	patched = obj
 	for _, rule := range p.mutateRules {
-		if rule.matcher == nil {
-			if ok, _ := match.Matches(rule.Raw.Match, rule.Raw.Exclude, e.res, req.NamespaceLabels, e.adm); ok {
-				results = append(results, e.result(rule, Error, rule.Err.Error()))
-			}
+		if rule.mutate.existing || !e.ruleMatches(rule) {
 			continue
 		}
-		if rule.mutate.existing || !rule.matcher.Matches(&e.res, req.NamespaceLabels, e.adm) {
+		if rule.matcher == nil { // the rule did not compile
+			results = append(results, e.result(rule, Error, rule.Err.Error()))
 			continue
 		}
-		if err := ctx.Err(); err != nil {
+		if err := e.ctx.Err(); err != nil {
 			results = append(results, e.result(rule, Error, stoppedMessage(err)))
 			continue
 		}
@@ -185,19 +191,10 @@ func (e *evaluation) mutateRule(rule *Rule, obj map[string]any) (RuleResult, map
 	}
 	data := cloneTop(e.baseData())
 	setPath(data, "request.object", obj)
-	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
-		return e.exceptionSkip(rule, xs, ""), nil
+	if r, done := e.ruleInputs(rule, data); done {
+		return r, nil
 	}
-	e.ruleValues(rule, data)
-	if err := e.loadContext(rule.Raw.Context, data); err != nil {
-		return e.result(rule, Error, "failed to load context: "+err.Error()), nil
-	}
-	if rule.preconditions != nil {
-		if r, done := e.preconditions(rule, rule.preconditions, data); done {
-			return r, nil
-		}
-	}
-	out, status, msg, err := e.mutateObject(rule, obj, data)
+	out, status, msg, err := e.mutateWith(rule.mutate, obj, data, 0)
 	switch {
 	case err != nil:
 		return e.result(rule, Error, err.Error()), nil
@@ -224,7 +221,7 @@ func mutatedMessage(obj map[string]any) string {
 func (e *evaluation) mutateForEach(list []*mutateForEach, obj, data map[string]any, depth int) (map[string]any, wgResult, string, error) {
 	applied := 0
 	for _, fe := range list {
-		elements, err := e.mutateElementsOf(fe, data)
+		elements, err := listOf(fe.list, data)
 		if err != nil {
 			return nil, Error, "", fmt.Errorf("failed to evaluate list %s: %v", fe.list, err)
 		}
@@ -249,10 +246,6 @@ func (e *evaluation) mutateForEach(list []*mutateForEach, obj, data map[string]a
 }
 
 type wgResult = wgv1alpha2.Result
-
-func (e *evaluation) mutateElementsOf(fe *mutateForEach, data map[string]any) ([]any, error) {
-	return listOf(fe.list, data)
-}
 
 // mutateElements applies one foreach declaration to each of its elements,
 // in reverse order for a patchStrategicMerge (unless order says otherwise),
@@ -292,20 +285,7 @@ func (e *evaluation) mutateElements(fe *mutateForEach, elements []any, obj, data
 				continue
 			}
 		}
-		var (
-			out    map[string]any
-			status wgResult
-			err    error
-		)
-		if len(fe.foreach) > 0 {
-			out, status, _, err = e.mutateForEach(fe.foreach, patched, d, depth+1)
-		} else {
-			out, err = applyPatch(&fe.mutation, patched, d)
-			status = Skip
-			if err == nil && !reflect.DeepEqual(out, patched) {
-				status = Pass
-			}
-		}
+		out, status, _, err := e.mutateWith(&fe.mutation, patched, d, depth+1)
 		if err != nil {
 			return nil, Error, err
 		}
@@ -470,13 +450,11 @@ func compileCLIRule(raw kyvernov1.Rule, body func(*Rule) error) *Rule {
 
 // targetSpec is one entry of a mutateExisting rule's targets.
 type targetSpec struct {
-	APIVersion    string                   `json:"apiVersion"`
-	Kind          string                   `json:"kind"`
-	Name          string                   `json:"name"`
-	Namespace     string                   `json:"namespace"`
-	Selector      *metav1.LabelSelector    `json:"selector"`
-	Context       []kyvernov1.ContextEntry `json:"context"`
-	Preconditions any                      `json:"preconditions"`
+	APIVersion string                `json:"apiVersion"`
+	Kind       string                `json:"kind"`
+	Name       string                `json:"name"`
+	Namespace  string                `json:"namespace"`
+	Selector   *metav1.LabelSelector `json:"selector"`
 }
 
 // TargetResult is a mutateExisting rule's outcome on one target: Target is
@@ -489,7 +467,7 @@ type TargetResult struct {
 // MutatesExisting says whether the policy has mutateExisting rules.
 func (p *Policy) MutatesExisting() bool {
 	for _, r := range p.mutateRules {
-		if r.mutate != nil && r.mutate.existing {
+		if r.mutate.existing {
 			return true
 		}
 	}
@@ -503,24 +481,19 @@ func (p *Policy) MutatesExisting() bool {
 // patch, with the target as {{target}}. A target the patch changes passes
 // ("mutated Kind/name in namespace ns"), one it leaves as it was is a skip.
 func (p *Policy) MutateExisting(ctx context.Context, req *Request, existing []map[string]any) []TargetResult {
-	obj := req.subject()
-	if obj == nil || !p.MutatesExisting() {
+	if !p.MutatesExisting() {
 		return nil
 	}
-	ctx = tenant.With(ctx, p.Namespace)
-	e := &evaluation{ctx: ctx, policy: p, req: req, res: req.shared().res}
-	if p.Namespace != "" && !match.InPolicyNamespace(p.Namespace, e.res) {
+	e, ok := p.begin(ctx, req)
+	if !ok {
 		return nil
 	}
+	e.admission()
 	var out []TargetResult
 	for _, rule := range p.mutateRules {
-		if rule.mutate == nil || !rule.mutate.existing {
-			continue
+		if rule.mutate.existing && rule.matcher != nil && e.ruleMatches(rule) {
+			out = append(out, e.mutateTargets(rule, existing)...)
 		}
-		if rule.matcher == nil || !rule.matcher.Matches(&e.res, req.NamespaceLabels, e.adm) {
-			continue
-		}
-		out = append(out, e.mutateTargets(rule, existing)...)
 	}
 	return out
 }
@@ -531,41 +504,12 @@ func (e *evaluation) mutateTargets(rule *Rule, existing []map[string]any) []Targ
 		return one(e.result(rule, Error, rule.Err.Error()))
 	}
 	data := cloneTop(e.baseData())
-	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
-		return one(e.exceptionSkip(rule, xs, ""))
+	if r, done := e.ruleInputs(rule, data); done {
+		return one(r)
 	}
-	e.ruleValues(rule, data)
-	if err := e.loadContext(rule.Raw.Context, data); err != nil {
-		return one(e.result(rule, Error, "failed to load context: "+err.Error()))
-	}
-	if rule.preconditions != nil {
-		if r, done := e.preconditions(rule, rule.preconditions, data); done {
-			return one(r)
-		}
-	}
-	var body struct {
-		Targets []json.RawMessage `json:"targets"`
-	}
-	_ = json.Unmarshal(rule.Raw.Mutate.Raw, &body) // it compiled
 	var out []TargetResult
-	for i, raw := range body.Targets {
-		var generic any
-		if err := json.Unmarshal(raw, &generic); err != nil {
-			out = append(out, one(e.result(rule, Error, fmt.Sprintf("targets[%d]: %v", i, err)))...)
-			continue
-		}
-		ctxEntries, conds := []kyvernov1.ContextEntry(nil), any(nil)
-		if m, ok := generic.(map[string]any); ok {
-			// Context and preconditions are evaluated per target, not now.
-			conds = m["preconditions"]
-			delete(m, "preconditions")
-			if c, ok := m["context"]; ok {
-				b, _ := json.Marshal(c)
-				_ = json.Unmarshal(b, &ctxEntries)
-				delete(m, "context")
-			}
-		}
-		resolved, err := variables.Substitute(generic, data)
+	for i, target := range rule.mutate.targets {
+		resolved, err := variables.Substitute(target.selector, data)
 		if err != nil {
 			out = append(out, one(e.result(rule, Error, fmt.Sprintf("failed to substitute variables in target[%d]: %v", i, err)))...)
 			continue
@@ -585,17 +529,17 @@ func (e *evaluation) mutateTargets(rule *Rule, existing []map[string]any) []Targ
 			}
 			d := cloneTop(data)
 			d["target"] = t
-			if err := e.loadContext(ctxEntries, d); err != nil {
+			if err := e.loadContext(target.context, d); err != nil {
 				out = append(out, TargetResult{RuleResult: e.result(rule, Error, "failed to load context: "+err.Error()), Target: t})
 				continue
 			}
-			if conds != nil {
-				if r, done := e.preconditions(rule, conds, d); done {
+			if target.preconditions != nil {
+				if r, done := e.preconditions(rule, target.preconditions, d); done {
 					out = append(out, TargetResult{RuleResult: r, Target: t})
 					continue
 				}
 			}
-			patched, status, msg, err := e.mutateObject(rule, t, d)
+			patched, status, msg, err := e.mutateWith(rule.mutate, t, d, 0)
 			switch {
 			case err != nil:
 				out = append(out, TargetResult{RuleResult: e.result(rule, Error, err.Error()), Target: t})
@@ -609,12 +553,14 @@ func (e *evaluation) mutateTargets(rule *Rule, existing []map[string]any) []Targ
 	return out
 }
 
-// mutateObject applies a rule's patch (or foreach) to obj.
-func (e *evaluation) mutateObject(rule *Rule, obj, data map[string]any) (map[string]any, wgResult, string, error) {
-	if len(rule.mutate.foreach) > 0 {
-		return e.mutateForEach(rule.mutate.foreach, obj, data, 0)
+// mutateWith applies a mutation (a patch, or foreach declarations at
+// depth) to obj: a pass with the changed object, a skip when nothing
+// changed ("no patches applied"; foreach: "N elements processed").
+func (e *evaluation) mutateWith(m *mutation, obj, data map[string]any, depth int) (map[string]any, wgResult, string, error) {
+	if len(m.foreach) > 0 {
+		return e.mutateForEach(m.foreach, obj, data, depth)
 	}
-	out, err := applyPatch(rule.mutate, obj, data)
+	out, err := applyPatch(m, obj, data)
 	if err != nil {
 		return nil, Error, "", err
 	}
@@ -622,6 +568,25 @@ func (e *evaluation) mutateObject(rule *Rule, obj, data map[string]any) (map[str
 		return obj, Skip, "no patches applied", nil
 	}
 	return out, Pass, "", nil
+}
+
+// compileTarget splits a targets entry: its context and preconditions are
+// evaluated per target, the rest selects the targets.
+func compileTarget(raw json.RawMessage) (mutateTarget, error) {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return mutateTarget{}, err
+	}
+	t := mutateTarget{selector: m, preconditions: m["preconditions"]}
+	delete(m, "preconditions")
+	if c, ok := m["context"]; ok {
+		b, _ := json.Marshal(c)
+		if err := json.Unmarshal(b, &t.context); err != nil {
+			return mutateTarget{}, fmt.Errorf("context: %w", err)
+		}
+		delete(m, "context")
+	}
+	return t, nil
 }
 
 // selects says whether a target entry names an existing resource: its
@@ -656,18 +621,9 @@ func (s *targetSpec) selects(obj map[string]any) bool {
 // mutateExisting rule of the policy.
 func (p *Policy) MutateExistingRule(name string) bool {
 	for _, r := range p.mutateRules {
-		if r.mutate != nil && r.mutate.existing && (r.Name == name || r.Name == "autogen-"+name || r.Name == "autogen-cronjob-"+name) {
+		if r.mutate.existing && RuleNamed(r.Name, name) {
 			return true
 		}
 	}
 	return false
-}
-
-// ruleValues writes the values a test gives a rule into its data.
-func (e *evaluation) ruleValues(rule *Rule, data map[string]any) {
-	if e.req.Values != nil {
-		for k, v := range e.req.Values.RuleValues(e.policy.Name, rule.Name) {
-			setPath(data, k, v)
-		}
-	}
 }

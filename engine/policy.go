@@ -202,7 +202,7 @@ func (p *Policy) LeftOutOf(name string) (LeftOutRule, bool) {
 		return LeftOutRule{}, false
 	}
 	for _, r := range p.LeftOut {
-		if name == r.Name || name == "autogen-"+r.Name || name == "autogen-cronjob-"+r.Name {
+		if RuleNamed(name, r.Name) {
 			return r, true
 		}
 	}
@@ -387,11 +387,17 @@ func (p *Policy) HasRule(name string) bool {
 		return true // results of CEL policies have no rule to tell apart
 	}
 	for _, r := range p.Rules {
-		if r.Name == name || r.Name == "autogen-"+name || r.Name == "autogen-cronjob-"+name {
+		if RuleNamed(r.Name, name) {
 			return true
 		}
 	}
 	return false
+}
+
+// RuleNamed says whether a rule (or a result's rule) is the rule a policy
+// author named, or one autogen derived from it.
+func RuleNamed(rule, name string) bool {
+	return rule == name || rule == "autogen-"+name || rule == "autogen-cronjob-"+name
 }
 
 // Applies reports whether the rule's match/exclude selects a resource in a

@@ -85,7 +85,7 @@ func (l *loaded) checkClassicMutation(ctx context.Context, o *Outcome, tr TestRe
 		m := l.mutatedBy(ctx, ri, pi, tr.Operation())
 		got, msg := "", ""
 		for _, rr := range m.results {
-			if tr.Rule == "" || rr.Rule == tr.Rule || rr.Rule == "autogen-"+tr.Rule || rr.Rule == "autogen-cronjob-"+tr.Rule {
+			if tr.Rule == "" || engine.RuleNamed(rr.Rule, tr.Rule) {
 				got, msg = string(rr.Result), rr.Message
 				if got != o.Expected {
 					break
@@ -167,7 +167,7 @@ func (l *loaded) checkMutateExisting(ctx context.Context, o *Outcome, tr TestRes
 	lp := l.policies[pi]
 	found, responded := false, false
 	ruleOf := func(rr engine.RuleResult) bool {
-		return tr.Rule == "" || rr.Rule == tr.Rule || rr.Rule == "autogen-"+tr.Rule || rr.Rule == "autogen-cronjob-"+tr.Rule
+		return tr.Rule == "" || engine.RuleNamed(rr.Rule, tr.Rule)
 	}
 	for _, t := range l.targets {
 		if resourceNamed(resourceOf(t), o.Resource) {

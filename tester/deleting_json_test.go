@@ -11,8 +11,7 @@ import (
 // DeletingPolicy and JSON-payload expectations are evaluated: a wrong
 // expected result fails, naming what the policy gave.
 func TestDeletingAndJSONExpectationsAreEvaluated(t *testing.T) {
-	dir := t.TempDir()
-	files := map[string]string{
+	outcomes := runTestFiles(t, map[string]string{
 		"policy.yaml": `apiVersion: policies.kyverno.io/v1
 kind: DeletingPolicy
 metadata: {name: old-pods}
@@ -44,7 +43,22 @@ results:
 - {policy: no-root-ca, isValidatingPolicy: true, resources: [sub.json], kind: "", result: pass}
 - {policy: no-root-ca, isValidatingPolicy: true, resources: [root.json], kind: "", result: pass}
 `,
+	})
+	var got []string
+	for _, o := range outcomes {
+		got = append(got, o.Resource+"="+o.Status.String()+"/"+o.Got)
 	}
+	want := "a=pass/pass b=fail/fail sub.json=pass/pass root.json=fail/fail"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("got %s, want %s (%+v)", strings.Join(got, " "), want, outcomes)
+	}
+}
+
+// runTestFiles writes files (name: content) into a new folder and runs its
+// TestFileName.
+func runTestFiles(t *testing.T, files map[string]string) []Outcome {
+	t.Helper()
+	dir := t.TempDir()
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
@@ -54,12 +68,5 @@ results:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, o := range outcomes {
-		got = append(got, o.Resource+"="+o.Status.String()+"/"+o.Got)
-	}
-	want := "a=pass/pass b=fail/fail sub.json=pass/pass root.json=fail/fail"
-	if strings.Join(got, " ") != want {
-		t.Fatalf("got %s, want %s (%+v)", strings.Join(got, " "), want, outcomes)
-	}
+	return outcomes
 }

@@ -1,9 +1,6 @@
 package tester
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -45,8 +42,7 @@ func TestGeneratedResources(t *testing.T) {
 		{name: "configmap-differs", pods: "10", value: "w", failed: []string{"cm: the generated resource differs from cm.yaml at .data.k"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			files := map[string]string{
+			outcomes := runTestFiles(t, map[string]string{
 				"policy.yaml": generatingPolicies,
 				"ns.yaml":     "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n",
 				"quota.yaml":  "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: default, namespace: shop}\nspec: {hard: {pods: \"" + tc.pods + "\"}}\n",
@@ -60,16 +56,7 @@ results:
 - {policy: quota, rule: quota, resources: [shop], kind: Namespace, result: pass, generatedResource: quota.yaml}
 - {policy: cm, isGeneratingPolicy: true, resources: [shop], kind: Namespace, result: pass, generatedResource: cm.yaml}
 `,
-			}
-			for name, body := range files {
-				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			outcomes, err := RunFile(context.Background(), filepath.Join(dir, TestFileName))
-			if err != nil {
-				t.Fatal(err)
-			}
+			})
 			var failed []string
 			for _, o := range outcomes {
 				switch o.Status {

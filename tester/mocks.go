@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strings"
 
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
@@ -140,10 +141,10 @@ func newMocks(dir string, calls []APICallResponse, globals []GlobalContextEntryM
 }
 
 func resolvePath(dir, p string) string {
-	if strings.HasPrefix(p, "/") {
+	if filepath.IsAbs(p) {
 		return p
 	}
-	return dir + "/" + p
+	return filepath.Join(dir, p)
 }
 
 // call finds the mocked answer of a call.

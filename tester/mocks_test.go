@@ -1,9 +1,6 @@
 package tester
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -82,16 +79,7 @@ func TestMockedData(t *testing.T) {
 		{name: "too-many-pods", allowed: "true", pods: 3, failed: []string{"external/quota", "external-cel/"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			for name, body := range map[string]string{"policy.yaml": mockedPolicies, "pod.yaml": mockedPod, TestFileName: mockedTest(tc.allowed, tc.pods)} {
-				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			outcomes, err := RunFile(context.Background(), filepath.Join(dir, TestFileName))
-			if err != nil {
-				t.Fatal(err)
-			}
+			outcomes := runTestFiles(t, map[string]string{"policy.yaml": mockedPolicies, "pod.yaml": mockedPod, TestFileName: mockedTest(tc.allowed, tc.pods)})
 			if len(outcomes) != 3 {
 				t.Fatalf("got %d outcomes, want 3: %+v", len(outcomes), outcomes)
 			}

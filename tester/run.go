@@ -297,7 +297,7 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 		responded = true
 		got := ""
 		for _, rr := range results {
-			if rr.Source != "" || rr.Rule == tr.Rule || rr.Rule == "autogen-"+tr.Rule || rr.Rule == "autogen-cronjob-"+tr.Rule || tr.Rule == "" {
+			if rr.Source != "" || tr.Rule == "" || engine.RuleNamed(rr.Rule, tr.Rule) {
 				if rr.Result == engine.Skip && rr.Message == engine.RegistryOffMessage {
 					// Not evaluated (--registry=false): never a pass, whatever
 					// is expected, and the run does not pass either.
