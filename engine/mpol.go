@@ -57,6 +57,10 @@ type mutatingPolicy struct {
 	background bool
 	// admissionPolicy is set for a Kubernetes MutatingAdmissionPolicy.
 	admissionPolicy *admissionPolicy
+	// existing is set for a MutatingPolicy that mutates existing resources.
+	existing *mutateExisting
+	// targetMatcher holds spec.targetMatchConditions (nil: none).
+	targetMatcher matchconditions.Matcher
 }
 
 // CompileMutatingPolicy compiles a MutatingPolicy or (with its namespace
@@ -76,6 +80,11 @@ func CompileMutatingPolicy(mp *policiesv1.MutatingPolicy) (*Policy, error) {
 	var err error
 	if m.match, err = compileConstraints(spec.MatchConstraints); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+	}
+	if spec.MutateExistingEnabled() {
+		if m.existing, err = compileMutateExisting(spec, p.Namespace != ""); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+		}
 	}
 	p.mpol = m
 	return p, nil
@@ -120,6 +129,21 @@ func compileMutations(kind, name string, spec policiesv1.MutatingPolicySpec, has
 			fail = admissionregistrationv1.Ignore
 		}
 		m.matcher = matchconditions.NewMatcher(cond, &fail, "policy", "mutate", name)
+	}
+	if len(spec.TargetMatchConditions) > 0 {
+		accessors := make([]plugincel.ExpressionAccessor, len(spec.TargetMatchConditions))
+		for i := range spec.TargetMatchConditions {
+			accessors[i] = (*matchconditions.MatchCondition)(&spec.TargetMatchConditions[i])
+		}
+		cond := compiler.CompileCondition(accessors, opts, environment.StoredExpressions)
+		for _, e := range cond.CompilationErrors() {
+			errs = append(errs, fmt.Errorf("spec.targetMatchConditions: %w", e))
+		}
+		fail := admissionregistrationv1.Fail
+		if m.ignore {
+			fail = admissionregistrationv1.Ignore
+		}
+		m.targetMatcher = matchconditions.NewMatcher(cond, &fail, "policy", "mutate-target", name)
 	}
 	patchOpts := opts
 	patchOpts.HasPatchTypes = true
@@ -230,13 +254,19 @@ func (m *mutatingPolicy) apply(e *evaluation, gvr schema.GroupVersionResource) R
 // after the mutated resource. When the policy does not mutate it (its
 // match conditions not met, or an error), ok is false and r says why.
 func (m *mutatingPolicy) mutate(e *evaluation, gvr schema.GroupVersionResource, params runtime.Object) (before, after map[string]any, r RuleResult, ok bool) {
+	return m.mutateWith(e, gvr, params, m.matcher)
+}
+
+// mutateWith is mutate with the given match conditions (a target's are
+// spec.targetMatchConditions).
+func (m *mutatingPolicy) mutateWith(e *evaluation, gvr schema.GroupVersionResource, params runtime.Object, matcher matchconditions.Matcher) (before, after map[string]any, r RuleResult, ok bool) {
 	orig := &unstructured.Unstructured{Object: e.req.subject()}
 	obj := orig.DeepCopy()
 	gvk := obj.GroupVersionKind()
 	attrs := m.attributes(e, obj, gvk, gvr)
 	ctx := m.env.CreateContext(e.ctx)
-	if m.matcher != nil {
-		mr := m.matcher.Match(ctx, attrs, params, nil)
+	if matcher != nil {
+		mr := matcher.Match(ctx, attrs, params, nil)
 		if mr.Error != nil {
 			return nil, nil, e.vpolResult(Error, RuleEvaluation, "failed to evaluate match conditions: "+mr.Error.Error(), nil), false
 		}

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -301,5 +302,111 @@ spec:
 		if len(got) != 1 || got[0].Result != c.want.Result || got[0].Message != c.want.Message || got[0].Rule != "add-team" || got[0].Source != "MutatingAdmissionPolicy" {
 			t.Errorf("%s: got %+v, want %s %q", c.name, got, c.want.Result, c.want.Message)
 		}
+	}
+}
+
+// offlineData serves resource.Get/List from a fixed set of objects.
+type offlineData []map[string]any
+
+func (d offlineData) GetResource(_ context.Context, apiVersion, resource, namespace, name string) (map[string]any, error) {
+	for _, o := range d {
+		md := o["metadata"].(map[string]any)
+		if o["apiVersion"] == apiVersion && strings.ToLower(o["kind"].(string))+"s" == resource && md["namespace"] == namespace && md["name"] == name {
+			return o, nil
+		}
+	}
+	return nil, fmt.Errorf("%s %q not found", resource, name)
+}
+
+func (d offlineData) ListResources(_ context.Context, apiVersion, resource, namespace string) (map[string]any, error) {
+	items := []any{}
+	for _, o := range d {
+		md := o["metadata"].(map[string]any)
+		if o["apiVersion"] == apiVersion && strings.ToLower(o["kind"].(string))+"s" == resource && md["namespace"] == namespace {
+			items = append(items, o)
+		}
+	}
+	return map[string]any{"items": items}, nil
+}
+
+const mpolExistingHeader = `
+apiVersion: policies.kyverno.io/v1
+kind: MutatingPolicy
+metadata: {name: label-targets}
+spec:
+  evaluation: {mutateExisting: {enabled: true}}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [secrets]}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{metadata: Object.metadata{labels: {"touched": "yes"}}}'
+`
+
+// TestMutatingPolicyMutatesExistingTargets: a mutateExisting
+// MutatingPolicy mutates the targets its targetMatchConstraints choose (by
+// expression, or by resource rules whatever the operation), not its
+// trigger, and skips those its targetMatchConditions leave out.
+func TestMutatingPolicyMutatesExistingTargets(t *testing.T) {
+	trigger := pod(t, `{apiVersion: v1, kind: Secret, metadata: {name: s, namespace: a}}`)
+	targets := []map[string]any{
+		pod(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: one, namespace: a}}`),
+		pod(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: two, namespace: a, labels: {skip: "yes"}}}`),
+		pod(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: one, namespace: b}}`),
+	}
+	labelOf := func(obj map[string]any) any {
+		md, _ := obj["metadata"].(map[string]any)
+		l, _ := md["labels"].(map[string]any)
+		return l["touched"]
+	}
+	ctx := context.Background()
+
+	byExpression := mutatingPolicy(t, mpolExistingHeader+`
+  targetMatchConstraints:
+    expression: 'resource.List("v1", "configmaps", object.metadata.namespace)'
+  targetMatchConditions:
+  - {name: not-skipped, expression: '!has(object.metadata.labels) || !("skip" in object.metadata.labels)'}
+`)
+	if !byExpression.MutatesExistingTargets() {
+		t.Fatal("a MutatingPolicy with mutateExisting enabled does not say it mutates existing resources")
+	}
+	got := byExpression.MutateTargets(ctx, &engine.Request{Object: trigger, Data: offlineData(targets)}, targets)
+	if len(got) != 2 {
+		t.Fatalf("got %d target results, want the two ConfigMaps of namespace a: %+v", len(got), got)
+	}
+	if got[0].Result != engine.Pass || labelOf(got[0].Target) != "yes" {
+		t.Fatalf("a/one: %s %q, label %v", got[0].Result, got[0].Message, labelOf(got[0].Target))
+	}
+	if got[1].Result != engine.Skip || labelOf(got[1].Target) != nil {
+		t.Fatalf("a/two (its target conditions false): %s %q", got[1].Result, got[1].Message)
+	}
+
+	// An expression that cannot be evaluated is one error, no target.
+	missing := mutatingPolicy(t, mpolExistingHeader+`
+  targetMatchConstraints:
+    expression: 'resource.Get("v1", "configmaps", object.metadata.namespace, "absent")'
+`)
+	got = missing.MutateTargets(ctx, &engine.Request{Object: trigger, Data: offlineData(targets)}, targets)
+	if len(got) != 1 || got[0].Result != engine.Error || got[0].Target != nil || !strings.Contains(got[0].Message, "targetMatchConstraints.expression") {
+		t.Fatalf("an expression reading nothing: %+v", got)
+	}
+
+	// Without an expression: the target rules choose, whatever the operation.
+	byRules := mutatingPolicy(t, mpolExistingHeader+`
+  targetMatchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [UPDATE], resources: [configmaps]}
+    objectSelector: {matchExpressions: [{key: skip, operator: DoesNotExist}]}
+`)
+	got = byRules.MutateTargets(ctx, &engine.Request{Object: trigger}, targets)
+	if len(got) != 2 || got[0].Result != engine.Pass || got[1].Result != engine.Pass {
+		t.Fatalf("target rules: got %+v, want a/one and b/one mutated", got)
+	}
+
+	// Not enabled: no targets.
+	off := mutatingPolicy(t, strings.Replace(mpolExistingHeader, "enabled: true", "enabled: false", 1))
+	if off.MutatesExistingTargets() || len(off.MutateTargets(ctx, &engine.Request{Object: trigger}, targets)) != 0 {
+		t.Fatal("a MutatingPolicy with mutateExisting disabled mutated targets")
 	}
 }

@@ -108,3 +108,58 @@ func TestNamespacedMutatingPolicyStaysInItsNamespace(t *testing.T) {
 		}
 	}
 }
+
+// A mutateExisting MutatingPolicy's expectation names the target it
+// mutated: its patchedResources compared; a wrong patch or result fails,
+// and a target expression that reads nothing is an error, never a pass.
+func TestMutatingPolicyMutateExistingTargets(t *testing.T) {
+	run := func(t *testing.T, edit func(name, text string) string, results string) []Outcome {
+		dir := t.TempDir()
+		for _, f := range []string{"policy.yaml", "trigger.yaml", "targets.yaml", "patched.yaml"} {
+			data, err := os.ReadFile(filepath.Join("testdata", "mpol", "existing", f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), []byte(edit(f, string(data))), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		test := "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: existing}\npolicies: [policy.yaml]\nresources: [trigger.yaml]\ntargetResources: [targets.yaml]\nresults:\n" + results
+		file := filepath.Join(dir, TestFileName)
+		if err := os.WriteFile(file, []byte(test), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		outcomes, err := RunFile(context.Background(), file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outcomes
+	}
+	same := func(_, text string) string { return text }
+	expect := "- {isMutatingPolicy: true, policy: label-target, resources: [team/target-s], kind: ConfigMap, patchedResources: patched.yaml, result: pass}\n"
+
+	if o := run(t, same, expect); len(o) != 1 || o[0].Status != Passed || o[0].Got != "pass" {
+		t.Fatalf("the mutated target: %+v", o)
+	}
+	wrongPatch := func(name, text string) string {
+		if name == "patched.yaml" {
+			return strings.Replace(text, "from: secret", "from: elsewhere", 1)
+		}
+		return text
+	}
+	if o := run(t, wrongPatch, expect); len(o) != 1 || o[0].Status != Failed || !strings.Contains(o[0].Reason, ".metadata.labels.from") {
+		t.Fatalf("a wrong patchedResources: %+v", o)
+	}
+	if o := run(t, same, strings.Replace(expect, "result: pass", "result: skip", 1)); len(o) != 1 || o[0].Status != Failed || o[0].Got != "pass" {
+		t.Fatalf("a wrong result: %+v", o)
+	}
+	readsNothing := func(name, text string) string {
+		if name == "policy.yaml" {
+			return strings.Replace(text, `"target-" +`, `"absent-" +`, 1)
+		}
+		return text
+	}
+	if o := run(t, readsNothing, expect); len(o) != 1 || o[0].Status != Failed || o[0].Got != "error" || !strings.Contains(o[0].Reason, "not found") {
+		t.Fatalf("a target expression reading nothing: %+v", o)
+	}
+}

@@ -3,11 +3,15 @@ package tester
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 
+	"github.com/tally-dev/tally/controllers/data"
 	"github.com/tally-dev/tally/engine"
+	"github.com/tally-dev/tally/engine/cel"
 )
 
 // mutatingPolicy reports whether an expectation names a MutatingPolicy:
@@ -31,6 +35,10 @@ func (l *loaded) checkMutation(ctx context.Context, o *Outcome, tr TestResult, l
 			return
 		}
 		expectedDocs = docs
+	}
+	if lp.Policy.MutatesExistingTargets() && len(l.targets) > 0 {
+		l.checkMutatedTargets(ctx, o, tr, lp, expectedDocs)
+		return
 	}
 	found, responded := false, false
 	for _, r := range l.resources {
@@ -56,6 +64,77 @@ func (l *loaded) checkMutation(ctx context.Context, o *Outcome, tr TestResult, l
 		}
 	}
 	o.settle(found, responded)
+}
+
+// checkMutatedTargets decides an expectation of a mutateExisting
+// MutatingPolicy with targetResources: every test resource triggers it (as
+// in Kyverno's CLI), the expectation names a target it mutated, or a
+// error choosing them (which answers every expectation). The policy's
+// resource library reads the targets first, then the test's cluster data,
+// as Kyverno's CLI serves them.
+func (l *loaded) checkMutatedTargets(ctx context.Context, o *Outcome, tr TestResult, lp *LoadedPolicy, expectedDocs []Document) {
+	targets, err := data.NewOffline(l.targets)
+	if err != nil {
+		o.Status, o.Reason = Failed, "targetResources: "+err.Error()
+		return
+	}
+	found, responded := false, false
+	for _, t := range l.targets {
+		found = found || resourceNamed(resourceOf(t), o.Resource)
+	}
+	for _, r := range l.resources {
+		found = found || resourceNamed(r, o.Resource)
+		req := l.request(lp, r, tr.Operation())
+		req.Data = targetsFirst{targets: targets, rest: req.Data}
+		for _, tres := range lp.Policy.MutateTargets(ctx, req, l.targets) {
+			// An error choosing the targets (no target) answers every
+			// expectation of the policy: Kyverno's CLI stops the test there.
+			if tres.Target != nil && !resourceNamed(resourceOf(tres.Target), o.Resource) {
+				continue
+			}
+			responded = true
+			o.Got = string(tres.Result)
+			if o.Got != o.Expected {
+				o.Status, o.Reason = Failed, tres.Message
+				return
+			}
+			if tres.Target != nil && tr.PatchedResources != "" && tres.Result == engine.Pass && !comparePatched(o, tr, expectedDocs, tres.Target, o.Resource) {
+				return
+			}
+		}
+	}
+	o.settle(found, responded)
+}
+
+// targetsFirst serves the resource library from a test's targetResources,
+// then from the rest of its cluster data.
+type targetsFirst struct {
+	targets *data.Offline
+	rest    cel.ClusterData
+}
+
+func (t targetsFirst) GetResource(ctx context.Context, apiVersion, resource, namespace, name string) (map[string]any, error) {
+	obj, err := t.targets.GetResource(ctx, apiVersion, resource, namespace, name)
+	if err == nil || t.rest == nil {
+		return obj, err
+	}
+	return t.rest.GetResource(ctx, apiVersion, resource, namespace, name)
+}
+
+func (t targetsFirst) ListResources(ctx context.Context, apiVersion, resource, namespace string) (map[string]any, error) {
+	list, err := t.targets.ListResources(ctx, apiVersion, resource, namespace)
+	if err != nil || t.rest == nil {
+		return list, err
+	}
+	more, err := t.rest.ListResources(ctx, apiVersion, resource, namespace)
+	if err != nil {
+		return list, nil
+	}
+	items, _ := list["items"].([]any)
+	extra, _ := more["items"].([]any)
+	out := maps.Clone(list)
+	out["items"] = append(slices.Clone(items), extra...)
+	return out, nil
 }
 
 // documentFor finds the document of an object's kind and name, in the

@@ -765,17 +765,72 @@ func (l *Local) PolicyLoaded(ctx context.Context, policy *unstructured.Unstructu
 }
 
 // kyvernoWebhookCovers says whether Kyverno's resource webhook sends the
-// requests of every kind the validate rules of a classic policy with
-// admission on match by name (a policy matching otherwise, or of another
-// kind, is taken as covered).
+// requests of every kind the policy reviews at admission: the kinds the
+// validate rules of a classic policy with admission on match by name, the
+// resources of a ValidatingPolicy's or GeneratingPolicy's resource rules
+// (to that kind's own webhook). A policy matching otherwise, or of another
+// kind, is taken as covered.
 func (l *Local) kyvernoWebhookCovers(ctx context.Context, policy *unstructured.Unstructured) bool {
-	if !strings.HasPrefix(policy.GetAPIVersion(), "kyverno.io/") {
+	plurals, webhook, ok := kyvernoAdmissionResources(policy)
+	if !ok || len(plurals) == 0 {
 		return true
+	}
+	vwc, err := l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, kyvernoWebhookName, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	served := map[string]bool{}
+	for _, w := range vwc.Webhooks {
+		if !strings.HasPrefix(w.Name, webhook) {
+			continue
+		}
+		for _, r := range w.Rules {
+			for _, res := range r.Resources {
+				served[res] = true
+			}
+		}
+	}
+	for _, p := range plurals {
+		if !served[p] && !served["*"] && !served["*/*"] {
+			return false
+		}
+	}
+	return true
+}
+
+// kyvernoAdmissionResources are the resources (plurals) a policy reviews
+// at admission through Kyverno's resource webhook, and the prefix of the
+// names of the webhooks that send them ("" for a classic policy's); ok is
+// false when they are not known by name (wildcards, groups, other kinds).
+func kyvernoAdmissionResources(policy *unstructured.Unstructured) (plurals []string, webhook string, ok bool) {
+	if strings.HasPrefix(policy.GetAPIVersion(), "policies.kyverno.io/") {
+		switch policy.GetKind() {
+		case "ValidatingPolicy":
+			webhook = "vpol.validate.kyverno.svc"
+		case "GeneratingPolicy":
+			webhook = "gpol.validate.kyverno.svc"
+		default:
+			return nil, "", false
+		}
+		rules, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConstraints", "resourceRules")
+		for _, r := range rules {
+			rm, _ := r.(map[string]any)
+			res, _, _ := unstructured.NestedStringSlice(rm, "resources")
+			for _, p := range res {
+				if strings.ContainsAny(p, "*/") {
+					return nil, "", false
+				}
+				plurals = append(plurals, p)
+			}
+		}
+		return plurals, webhook, true
+	}
+	if !strings.HasPrefix(policy.GetAPIVersion(), "kyverno.io/") {
+		return nil, "", false
 	}
 	if admission, found, _ := unstructured.NestedBool(policy.Object, "spec", "admission"); found && !admission {
-		return true
+		return nil, "", false
 	}
-	var plurals []string
 	rules, _, _ := unstructured.NestedSlice(policy.Object, "spec", "rules")
 	for _, r := range rules {
 		rm, _ := r.(map[string]any)
@@ -794,34 +849,14 @@ func (l *Local) kyvernoWebhookCovers(ctx context.Context, policy *unstructured.U
 			kinds, _, _ := unstructured.NestedStringSlice(fm, "resources", "kinds")
 			for _, k := range kinds {
 				if strings.ContainsAny(k, "*/?.") || k == "" {
-					return true // a wildcard or a group: not checked
+					return nil, "", false // a wildcard or a group: not checked
 				}
 				gvr, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Kind: k})
 				plurals = append(plurals, gvr.Resource)
 			}
 		}
 	}
-	if len(plurals) == 0 {
-		return true
-	}
-	vwc, err := l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, kyvernoWebhookName, metav1.GetOptions{})
-	if err != nil {
-		return false
-	}
-	served := map[string]bool{}
-	for _, w := range vwc.Webhooks {
-		for _, r := range w.Rules {
-			for _, res := range r.Resources {
-				served[res] = true
-			}
-		}
-	}
-	for _, p := range plurals {
-		if !served[p] && !served["*"] && !served["*/*"] {
-			return false
-		}
-	}
-	return true
+	return plurals, "", true
 }
 
 var _ conformance.Provider = (*Local)(nil)

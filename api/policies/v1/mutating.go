@@ -64,9 +64,10 @@ type NamespacedMutatingPolicyList struct {
 }
 
 // MutatingPolicySpec is a MutatingAdmissionPolicy's spec with Kyverno's
-// additions. TargetMatchConstraints, ReinvocationPolicy and
-// WebhookConfiguration are kept as written: a background scan does not use
-// them.
+// additions. ReinvocationPolicy and WebhookConfiguration are kept as
+// written: a background scan does not use them; TargetMatchConstraints and
+// TargetMatchConditions choose the existing resources a mutateExisting
+// policy mutates (tally test and apply).
 type MutatingPolicySpec struct {
 	MatchConstraints *admissionregistrationv1.MatchResources `json:"matchConstraints,omitempty"`
 	// FailurePolicy (default Fail) decides what a match condition that errs does.
@@ -76,10 +77,33 @@ type MutatingPolicySpec struct {
 	// Mutations are applied in order, each to the result of the one before.
 	Mutations              []admissionregistrationv1beta1.Mutation        `json:"mutations,omitempty"`
 	ReinvocationPolicy     admissionregistrationv1.ReinvocationPolicyType `json:"reinvocationPolicy,omitempty"`
-	TargetMatchConstraints *admissionregistrationv1.MatchResources        `json:"targetMatchConstraints,omitempty"`
+	TargetMatchConstraints *TargetMatchConstraints                        `json:"targetMatchConstraints,omitempty"`
+	// TargetMatchConditions must all hold on a target for it to be mutated.
+	// +listType=map
+	// +listMapKey=name
+	TargetMatchConditions []admissionregistrationv1.MatchCondition `json:"targetMatchConditions,omitempty"`
 	Evaluation             *MutatingEvaluation                            `json:"evaluation,omitempty"`
 	WebhookConfiguration   *WebhookConfiguration                          `json:"webhookConfiguration,omitempty"`
 	Autogen                *Autogen                                       `json:"autogen,omitempty"`
+}
+
+// TargetMatchConstraints chooses the targets of a mutateExisting policy:
+// the resources its Expression resolves (one object, or a list's items),
+// evaluated on the trigger, or else those its resource rules match (the
+// policy's matchConstraints when it gives none), whatever the operation.
+type TargetMatchConstraints struct {
+	// Expression resolves one target object or a list of them ({items:
+	// [...]}) from the trigger (object, variables, resource library).
+	Expression string `json:"expression,omitempty"`
+	// MatchResources constrains the targets when Expression is empty.
+	admissionregistrationv1.MatchResources `json:",inline"`
+}
+
+// MutateExistingEnabled says whether the policy mutates existing
+// resources (off unless turned on).
+func (s *MutatingPolicySpec) MutateExistingEnabled() bool {
+	e := s.Evaluation
+	return e != nil && e.MutateExisting != nil && e.MutateExisting.Enabled != nil && *e.MutateExisting.Enabled
 }
 
 // MutatingEvaluation says where a MutatingPolicy runs: at admission, in
