@@ -82,9 +82,9 @@ type MutatingPolicySpec struct {
 	// +listType=map
 	// +listMapKey=name
 	TargetMatchConditions []admissionregistrationv1.MatchCondition `json:"targetMatchConditions,omitempty"`
-	Evaluation             *MutatingEvaluation                            `json:"evaluation,omitempty"`
-	WebhookConfiguration   *WebhookConfiguration                          `json:"webhookConfiguration,omitempty"`
-	Autogen                *Autogen                                       `json:"autogen,omitempty"`
+	Evaluation            *MutatingEvaluation                      `json:"evaluation,omitempty"`
+	WebhookConfiguration  *WebhookConfiguration                    `json:"webhookConfiguration,omitempty"`
+	Autogen               *Autogen                                 `json:"autogen,omitempty"`
 }
 
 // TargetMatchConstraints chooses the targets of a mutateExisting policy:
