@@ -56,7 +56,11 @@ type Request struct {
 	// JSON says that Object is a JSON payload (the CLI's jsonPayloads), not
 	// a Kubernetes resource: only policies in JSON evaluation mode
 	// evaluate it.
-	JSON       bool
+	JSON bool
+	// Authz says that Object is an authorization request (the CLI's
+	// envoyPayloads or httpPayloads: "Envoy" or "HTTP"): only policies in
+	// that evaluation mode evaluate it.
+	Authz      string
 	Exceptions []*Exception
 	// CELExceptions are the policies.kyverno.io PolicyExceptions (for ValidatingPolicies).
 	CELExceptions []*CELException
@@ -149,8 +153,8 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 	if !ok {
 		return nil
 	}
-	if req.JSON && p.vpol == nil {
-		return nil // only JSON-mode policies evaluate JSON payloads
+	if (req.JSON || req.Authz != "") && p.vpol == nil {
+		return nil // only JSON- (or Envoy-, HTTP-) mode policies evaluate payloads
 	}
 	if p.vpol != nil {
 		if p.deleting {

@@ -46,6 +46,9 @@ type validatingPolicy struct {
 	// json is set for a policy in JSON evaluation mode: it evaluates JSON
 	// payloads (Request.JSON), never Kubernetes resources.
 	json bool
+	// authz is "Envoy" or "HTTP" for a policy that authorizes requests of
+	// that kind (Request.Authz), never Kubernetes resources.
+	authz string
 }
 
 type vpolVariant struct {
@@ -73,6 +76,20 @@ func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
 	if len(spec.Validations) == 0 {
 		return nil, fmt.Errorf("%s %s: spec.validations: at least one validation is required", kind, name)
 	}
+	if mode, ok := authzModes[strings.ToLower(evaluationMode(spec.Evaluation))]; ok {
+		// Authorization policies never match a resource: they answer the
+		// requests of their kind (the CLI's envoyPayloads, httpPayloads).
+		v := &validatingPolicy{kind: kind, spec: spec, authz: mode.name}
+		v.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
+		base.Mode, base.Namespaced, base.AuditAnnotations = mode.cel, false, nil
+		prog, err := cel.Compile(base)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+		}
+		v.variants = []*vpolVariant{{spec: base, prog: prog}}
+		p.vpol = v
+		return p, nil
+	}
 	if spec.Evaluation != nil && strings.EqualFold(spec.Evaluation.Mode, "JSON") {
 		// JSON payload policies never match a resource: they evaluate JSON
 		// payloads (the CLI's jsonPayloads), whatever their constraints.
@@ -93,6 +110,43 @@ func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
 	}
 	p.vpol = v
 	return p, nil
+}
+
+// authzModes are the evaluation modes of authorization policies, by their
+// name in lower case.
+var authzModes = map[string]struct {
+	name string
+	cel  cel.Mode
+}{
+	"envoy": {"Envoy", cel.ModeEnvoy},
+	"http":  {"HTTP", cel.ModeHTTP},
+}
+
+func evaluationMode(e *policiesv1.Evaluation) string {
+	if e == nil {
+		return ""
+	}
+	return e.Mode
+}
+
+// authorize answers an authorization request as Kyverno's CLI reports it:
+// pass "request allowed"; fail "request denied with status code N"
+// (Envoy) or "request denied, reason: R" (HTTP); skip "request does not
+// match" when no validation answers; error with the evaluation's error.
+func (v *validatingPolicy) authorize(e *evaluation, variant *vpolVariant) RuleResult {
+	in := &cel.Input{Object: cel.Normalize(e.req.Object), Data: e.req.Data}
+	d, err := variant.prog.Authorize(e.ctx, in)
+	switch {
+	case err != nil:
+		return e.vpolResult(Error, "", err.Error(), nil)
+	case !d.Answered:
+		return e.vpolResult(Skip, "", "request does not match", nil)
+	case d.Allowed:
+		return e.vpolResult(Pass, "", "request allowed", nil)
+	case v.authz == "Envoy":
+		return e.vpolResult(Fail, "", fmt.Sprintf("request denied with status code %d", d.Status), nil)
+	}
+	return e.vpolResult(Fail, "", "request denied, reason: "+d.Reason, nil)
 }
 
 // newCELPolicy is the Policy of a policies.kyverno.io policy: kind (the
@@ -152,11 +206,23 @@ func (v *validatingPolicy) evaluate(e *evaluation) []RuleResult {
 	res := e.res
 	gvr := e.req.resource()
 	var out []RuleResult
-	if v.json != e.req.JSON {
+	// A DeletingPolicy evaluates JSON payloads whatever its mode, as
+	// Kyverno's CLI does: its conditions alone when the payload names no
+	// apiVersion and kind.
+	deletingJSON := e.policy.deleting && e.req.JSON
+	if !deletingJSON && (v.json != e.req.JSON || v.authz != e.req.Authz) {
 		return nil // a JSON policy on a resource, or a payload under a Kubernetes policy
 	}
-	for _, variant := range v.variants {
-		if !v.json && !variant.match.matches(&res, gvr, e.req.operation(), e.req.NamespaceLabels) {
+	if v.authz != "" {
+		return []RuleResult{v.authorize(e, v.variants[0])}
+	}
+	unmatched := v.json || (deletingJSON && (res.Version == "" || res.Kind == ""))
+	variants := v.variants
+	if unmatched {
+		variants = variants[:1]
+	}
+	for _, variant := range variants {
+		if !unmatched && !variant.match.matches(&res, gvr, e.req.operation(), e.req.NamespaceLabels) {
 			continue
 		}
 		if err := e.ctx.Err(); err != nil {
@@ -332,4 +398,18 @@ func (e *evaluation) vpolResult(result wgv1alpha2.Result, rule, msg string, prop
 		rule = e.policy.Name[strings.LastIndex(e.policy.Name, "/")+1:]
 	}
 	return RuleResult{Policy: e.policy.Name, Rule: rule, Result: result, Message: msg, Properties: props, Source: e.policy.Source}
+}
+
+// EvaluationMode is a ValidatingPolicy's evaluation mode (Kubernetes,
+// JSON, Envoy or HTTP); Kubernetes for every other policy.
+func (p *Policy) EvaluationMode() string {
+	switch {
+	case p == nil || p.vpol == nil:
+		return "Kubernetes"
+	case p.vpol.json:
+		return "JSON"
+	case p.vpol.authz != "":
+		return p.vpol.authz
+	}
+	return "Kubernetes"
 }

@@ -70,6 +70,9 @@ type resource struct {
 	// json marks a JSON payload (jsonPayloads): name is its file as the
 	// test names it.
 	json bool
+	// authz marks an authorization request ("Envoy" or "HTTP": envoyPayloads,
+	// httpPayloads), named as json's.
+	authz string
 }
 
 // RunFile runs every test document of a kyverno-test.yaml file. An error
@@ -292,6 +295,12 @@ func (l *loaded) check(ctx context.Context, o *Outcome, tr TestResult, evaluate 
 			results = evaluate(pi, ri)
 		}
 		if len(results) == 0 {
+			if r.json || r.authz != "" {
+				// A payload answers only the policies of its mode: one the
+				// policy does not evaluate was not evaluated, never a pass.
+				o.Status, o.Reason = Failed, fmt.Sprintf("policy %s does not evaluate %s payloads (its evaluation mode is %s)", tr.Policy, payloadKind(r), lp.Policy.EvaluationMode())
+				return
+			}
 			continue // the policy does not apply to this resource: counts as a pass
 		}
 		responded = true
@@ -436,7 +445,7 @@ func (l *loaded) request(lp *LoadedPolicy, r resource, op string) *engine.Reques
 	}
 	req.Subresource, req.Parent = l.test.Values.SubresourceOf(r.obj)
 	req.Namespace = l.namespaceObject(r)
-	req.JSON = r.json
+	req.JSON, req.Authz = r.json, r.authz
 	if l.cluster != nil {
 		req.Loader, req.Data = l.cluster, l.cluster
 	}
@@ -549,6 +558,22 @@ func load(file string, t *Test) (*loaded, error) {
 		}
 		l.resources = append(l.resources, resource{obj: obj, name: t.JSONPayloads[i], json: true})
 	}
+	for _, kind := range []struct {
+		name  string
+		files []string
+	}{{"Envoy", t.EnvoyPayloads}, {"HTTP", t.HTTPPayloads}} {
+		for i, p := range rel(kind.files) {
+			obj, err := readPayload(p)
+			if err == nil && kind.name == "HTTP" {
+				err = httpRequestDefaults(obj)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s payload %s: %w", kind.name, kind.files[i], err))
+				continue
+			}
+			l.resources = append(l.resources, resource{obj: obj, name: kind.files[i], authz: kind.name})
+		}
+	}
 	for _, p := range rel(t.TargetResources) {
 		docs, err := ReadManifests(p)
 		if err != nil {
@@ -642,6 +667,38 @@ func mergeValues(inline, file *ValuesSpec) *ValuesSpec {
 		merged.GlobalValues[k] = v
 	}
 	return &merged
+}
+
+// payloadKind names the kind of a payload resource.
+func payloadKind(r resource) string {
+	if r.json {
+		return "JSON"
+	}
+	return r.authz
+}
+
+// httpRequestDefaults gives an HTTP authorization request the attributes
+// it does not set, as Kyverno's CLI reads one into its request type (empty
+// strings, maps and zero): a policy reads object.attributes.path or
+// .header of any request. Attributes that are not an object are an error.
+func httpRequestDefaults(obj map[string]any) error {
+	attrs, ok := obj["attributes"].(map[string]any)
+	if !ok {
+		if obj["attributes"] != nil {
+			return fmt.Errorf("attributes must be an object")
+		}
+		attrs = map[string]any{}
+		obj["attributes"] = attrs
+	}
+	for k, zero := range map[string]any{
+		"method": "", "header": map[string]any{}, "host": "", "protocol": "", "contentLength": int64(0),
+		"body": "", "scheme": "", "path": "", "query": map[string]any{}, "fragment": "",
+	} {
+		if attrs[k] == nil {
+			attrs[k] = zero
+		}
+	}
+	return nil
 }
 
 // readPayload reads a JSON payload: a JSON (or YAML) document whose top

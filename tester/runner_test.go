@@ -138,17 +138,20 @@ func TestRunFilesFollowsTheReporter(t *testing.T) {
 	}
 }
 
-// Issue 56: an expectation whose input tally does not read (a test's
-// httpPayloads, envoyPayloads) or that
-// names nothing to evaluate is never counted as passed: the file's status
-// is unsupported (exit 1), not "0 passed, 0 failed" and exit 0.
+// Issue 56: an expectation whose input the policy does not evaluate (an
+// HTTP or Envoy payload under a JSON policy, a JSON payload under a
+// Kubernetes one) or that names nothing to evaluate is never counted as
+// passed: the file's status is unsupported or failed (exit 1), not
+// "0 passed, 0 failed" and exit 0.
 func TestNothingUnevaluatedPasses(t *testing.T) {
 	dir := t.TempDir()
-	policy := "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: p}\nspec:\n  evaluation: {mode: JSON}\n  validations: [{expression: 'true'}]\n"
+	policy := "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: p}\nspec:\n  evaluation: {mode: JSON}\n  validations: [{expression: 'true'}]\n" +
+		"---\napiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: k}\nspec:\n  matchConstraints: {resourceRules: [{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}]}\n  validations: [{expression: 'true'}]\n"
 	for name, test := range map[string]string{
 		"http":    "httpPayloads: [payload.json]\nresults: [{policy: p, result: pass, kind: ''}]",
 		"envoy":   "envoyPayloads: [payload.json]\nresults: [{policy: p, result: pass, kind: ''}]",
 		"nothing": "results: [{policy: p, result: pass, kind: Pod}]",
+		"json":    "jsonPayloads: [payload.json]\nresults: [{policy: k, result: pass, kind: ''}]",
 	} {
 		sub := filepath.Join(dir, name)
 		if err := os.MkdirAll(sub, 0o755); err != nil {
@@ -170,7 +173,7 @@ func TestNothingUnevaluatedPasses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if sum.Counts.Passed != 0 || sum.Counts.Unsupported == 0 || sum.Status() < Unsupported {
+			if sum.Counts.Passed != 0 || sum.Counts.Unsupported+sum.Counts.Failed == 0 || sum.Status() < Unsupported {
 				t.Errorf("counts %+v, status %v: an expectation not evaluated passed, or the run passes", sum.Counts, sum.Status())
 			}
 		})

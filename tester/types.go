@@ -30,6 +30,11 @@ type Test struct {
 	// JSONPayloads are JSON documents (files) that policies in JSON
 	// evaluation mode evaluate; expectations name them as written here.
 	JSONPayloads []string `json:"jsonPayloads,omitempty"`
+	// EnvoyPayloads and HTTPPayloads are authorization requests (Envoy
+	// CheckRequests, HTTP requests, each a JSON file) that ValidatingPolicies
+	// in Envoy or HTTP evaluation mode answer.
+	EnvoyPayloads []string `json:"envoyPayloads,omitempty"`
+	HTTPPayloads  []string `json:"httpPayloads,omitempty"`
 	// APICallResponses and GlobalContextEntries mock what policies read
 	// over HTTP, through apiCalls and from GlobalContextEntries.
 	APICallResponses     []APICallResponse        `json:"apiCallResponses,omitempty"`
@@ -44,7 +49,7 @@ type Test struct {
 
 // notReadInputs are the keys of Kyverno's Test (v1alpha1) that tally does
 // not read yet.
-var notReadInputs = []string{"jsonPayload", "httpPayloads", "envoyPayloads"}
+var notReadInputs = []string{"jsonPayload"}
 
 // TestResult is one expected result: a policy's rule on some resources.
 type TestResult struct {

@@ -121,9 +121,16 @@ func Compile(spec Spec) (*Program, error) {
 	for i, c := range spec.MatchConditions {
 		p.conditions = append(p.conditions, add(fmt.Sprintf("matchConditions[%d].expression", i), p.compile(c.Name, c.Expression, celgo.BoolType)))
 	}
+	check := []*celgo.Type{celgo.BoolType}
+	switch spec.Mode {
+	case ModeEnvoy:
+		check = []*celgo.Type{envoyResponseType, celgo.NullType}
+	case ModeHTTP:
+		check = []*celgo.Type{httpResponseType, celgo.NullType}
+	}
 	for i, v := range spec.Validations {
 		val := validation{
-			check:   add(fmt.Sprintf("validations[%d].expression", i), p.compile("", v.Expression, celgo.BoolType)),
+			check:   add(fmt.Sprintf("validations[%d].expression", i), p.compile("", v.Expression, check...)),
 			message: v.Message,
 		}
 		if v.MessageExpression != "" {

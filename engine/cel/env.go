@@ -29,6 +29,12 @@ const (
 	// ModeGenerate is the environment of GeneratingPolicies: ModeKyverno's,
 	// plus `generator`.
 	ModeGenerate
+	// ModeEnvoy and ModeHTTP are the environments of ValidatingPolicies that
+	// authorize requests (spec.evaluation.mode Envoy or HTTP): ModeKyverno's,
+	// plus the envoy (or http) authorization functions and jwt; their
+	// validations answer with a response or null (Program.Authorize).
+	ModeEnvoy
+	ModeHTTP
 )
 
 func (m Mode) String() string {
@@ -39,12 +45,21 @@ func (m Mode) String() string {
 		return "image"
 	case ModeGenerate:
 		return "generate"
+	case ModeEnvoy:
+		return "envoy"
+	case ModeHTTP:
+		return "http"
 	}
 	return "kubernetes"
 }
 
 // kyverno reports whether the mode has Kyverno's variables and libraries.
-func (m Mode) kyverno() bool { return m == ModeKyverno || m == ModeImage || m == ModeGenerate }
+func (m Mode) kyverno() bool {
+	return m == ModeKyverno || m == ModeImage || m == ModeGenerate || m.authz()
+}
+
+// authz reports whether the mode's validations answer authorization requests.
+func (m Mode) authz() bool { return m == ModeEnvoy || m == ModeHTTP }
 
 // Names of the variables an expression may read.
 const (
@@ -98,6 +113,14 @@ func envSet(key envKey) (*environment.EnvSet, error) {
 	}
 	if key.mode == ModeGenerate {
 		opts = append(opts, generatorLibrary(key.namespaced)...)
+	}
+	switch key.mode {
+	case ModeEnvoy:
+		opts = append(opts, envoyLibrary()...)
+		opts = append(opts, jwtLibrary()...)
+	case ModeHTTP:
+		opts = append(opts, httpAuthzLibrary()...)
+		opts = append(opts, jwtLibrary()...)
 	}
 	e, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Extend(
 		environment.VersionedOptions{

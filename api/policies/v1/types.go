@@ -93,8 +93,10 @@ type ValidatingPolicySpec struct {
 
 // Evaluation says where the policy runs.
 type Evaluation struct {
-	// Mode is Kubernetes (the default) or JSON; JSON policies never match resources.
-	// +kubebuilder:validation:Enum=Kubernetes;JSON
+	// Mode is Kubernetes (the default), JSON, Envoy or HTTP; only Kubernetes
+	// policies match resources (JSON ones evaluate JSON payloads, Envoy and
+	// HTTP ones authorize requests of that kind).
+	// +kubebuilder:validation:Enum=Kubernetes;JSON;Envoy;HTTP
 	Mode       string  `json:"mode,omitempty"`
 	Admission  *Toggle `json:"admission,omitempty"`
 	Background *Toggle `json:"background,omitempty"`
