@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,47 +271,57 @@ func (b *Bridge) Serving() bool {
 	return b.addr != ""
 }
 
-// classicKindsWait is how many seconds Run looks again for a classic
-// policy kind not served at its start.
-const classicKindsWait = 60
+// classicPolicyKinds are the kinds of classic policies and what they
+// read at admission; classicKindsWait is how long Run waits for them before
+// it serves without those not served yet.
+var classicPolicyKinds = []schema.GroupVersionResource{apiresources.Namespace, apiresources.PolicyException, apiresources.ClusterPolicy, apiresources.Policy}
+
+const classicKindsWait = time.Minute
 
 func (b *Bridge) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("admission")
 	ctx = logr.NewContext(ctx, log)
 
-	var sources []*watch.Source
-	classic := []schema.GroupVersionResource{apiresources.Namespace, apiresources.PolicyException, apiresources.ClusterPolicy, apiresources.Policy}
-	watched := served(ctx, b.disc, classic...)
-	// Installed with tally (its chart or overlay), a kind's CRD may be
-	// established moments after the scanner starts: a kind missing at the
-	// first look would never be watched, and its policies' requests never
-	// sent to the webhook. Look again for a while before going without it.
-	for wait := 0; len(watched) < len(classic) && wait < classicKindsWait && ctx.Err() == nil; wait++ {
-		select {
-		case <-ctx.Done():
-		case <-b.clock.After(time.Second):
+	var (
+		sourcesMu sync.Mutex
+		sources   []*watch.Source
+		stopped   bool // Run is returning: no watch is started any more
+	)
+	classicMissing := 0 // classic kinds not watched yet
+	startSource := func(gvr schema.GroupVersionResource) {
+		sourcesMu.Lock()
+		defer sourcesMu.Unlock()
+		if slices.Contains(classicPolicyKinds, gvr) {
+			classicMissing--
 		}
-		if c, ok := b.disc.(discovery.CachedDiscoveryInterface); ok {
-			c.Invalidate()
+		if !stopped {
+			b.policies.expect(gvr)
+			sources = append(sources, watch.Start(ctx, b.client, gvr, b.policies))
 		}
-		watched = served(ctx, b.disc, classic...)
 	}
-	if len(watched) < len(classic) {
-		log.Info("some policy kinds are not served; admission evaluates without them", "served", fmt.Sprint(watched))
+	// The policy kinds (ValidatingPolicies and ImageValidatingPolicies
+	// where served: tally's CRDs, or Kyverno's). Installed with tally (its
+	// chart or overlay) or Kyverno, a kind's CRD may be established after
+	// the scanner starts: the kinds not served yet are followed, and
+	// watched once served (watch.FollowServed).
+	kinds := append(slices.Clone(classicPolicyKinds),
+		apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy, apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy)
+	classicMissing = len(classicPolicyKinds)
+	watched := watch.ServedNow(ctx, b.disc, b.clock, kinds...)
+	if len(watched) < len(kinds) {
+		log.Info("some policy kinds are not served yet; admission evaluates without them until they are", "served", fmt.Sprint(watched))
 	}
-	// ValidatingPolicies and ImageValidatingPolicies where served (tally's
-	// CRDs, or Kyverno's).
-	watched = append(watched, served(ctx, b.disc, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy,
-		apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy)...)
 	for _, gvr := range watched {
-		b.policies.expect(gvr)
-		sources = append(sources, watch.Start(ctx, b.client, gvr, b.policies))
+		startSource(gvr)
 	}
 	if b.opts.WebhookConfiguration != "" {
 		sources = append(sources, watch.Start(ctx, b.client, apiresources.ValidatingWebhookConfiguration, &configWatch{name: b.opts.WebhookConfiguration, kick: b.kick}))
 	}
 	var wg sync.WaitGroup
 	defer func() {
+		sourcesMu.Lock()
+		stopped = true
+		sourcesMu.Unlock()
 		for _, s := range sources {
 			s.Cancel()
 		}
@@ -332,11 +343,22 @@ func (b *Bridge) Run(ctx context.Context) error {
 		defer wg.Done()
 		b.maintainCerts(ctx)
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		watch.FollowServed(ctx, b.disc, b.clock, slices.DeleteFunc(slices.Clone(kinds), func(g schema.GroupVersionResource) bool { return slices.Contains(watched, g) }), startSource)
+	}()
 
 	// Serve once the answers can be right: before that the connection is
-	// refused and the API server applies the webhook's failurePolicy.
+	// refused and the API server applies the webhook's failurePolicy. The
+	// classic policy kinds are waited for (classicKindsWait at most: a fresh
+	// install establishes them moments after the scanner starts).
+	started := b.clock.Now()
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-		return b.Synced(), nil
+		sourcesMu.Lock()
+		classic := classicMissing == 0 || b.clock.Since(started) > classicKindsWait
+		sourcesMu.Unlock()
+		return classic && b.Synced(), nil
 	}); err != nil {
 		return nil // ctx ended
 	}

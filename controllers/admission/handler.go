@@ -24,6 +24,7 @@ import (
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/policyevents"
+	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
 )
@@ -502,6 +503,6 @@ func (b *Bridge) servedKind(gvr schema.GroupVersionResource) bool {
 	if b.disc == nil {
 		return true
 	}
-	out, _ := servedOnce(b.disc, gvr) // an error: not known to be served
+	out, _ := watch.ServedOnce(b.disc, gvr) // an error: not known to be served
 	return len(out) == 1
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -235,48 +234,33 @@ func (k *kindWatch) stop() {
 	}
 }
 
-// servedCELKinds returns the CEL kinds the API server serves (none when it
-// cannot tell: they are then not watched, and classic policies go on).
-func (k *kindWatch) servedCELKinds(ctx context.Context, mutatingAdmissionPolicies bool) []schema.GroupVersionResource {
-	var out []schema.GroupVersionResource
-	list, err := k.disc.ServerResourcesForGroupVersion(policiesv1.GroupVersion.String())
-	if err != nil || list == nil {
-		logr.FromContextOrDiscard(ctx).Info("CEL policy kinds not watched: "+policiesv1.GroupVersion.String()+" is not served", "reason", fmt.Sprint(err))
-	} else {
-		for _, gvr := range celPolicyGVRs {
-			if slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource }) {
-				out = append(out, gvr)
-			}
-		}
-	}
-	out = append(out, k.servedOf(ctx, "ValidatingAdmissionPolicies", vapGVRs)...)
+// celPolicyKinds are the CEL policy kinds the scanner watches where
+// served: Kyverno's (tally's CRDs, or Kyverno's beside it), the
+// ValidatingAdmissionPolicies and, when reported, the
+// MutatingAdmissionPolicies.
+func celPolicyKinds(mutatingAdmissionPolicies bool) []schema.GroupVersionResource {
+	out := append(slices.Clone(celPolicyGVRs), vapGVRs...)
 	if mutatingAdmissionPolicies {
-		maps := k.servedOf(ctx, "MutatingAdmissionPolicies", mapGVRs)
-		if len(maps) < len(mapGVRs) {
-			logr.FromContextOrDiscard(ctx).Error(errors.New("MutatingAdmissionPolicies are not served by the API server"),
-				"MutatingAdmissionPolicies not reported (--mutating-admission-policy-reports): turn on the API server's MutatingAdmissionPolicy feature and admissionregistration.k8s.io/v1beta1")
-		}
-		out = append(out, maps...)
+		out = append(out, mapGVRs...)
 	}
 	return out
 }
 
-// servedOf returns the kinds of gvrs (one group version) the API server
-// serves.
-func (k *kindWatch) servedOf(ctx context.Context, what string, gvrs []schema.GroupVersionResource) []schema.GroupVersionResource {
-	gv := gvrs[0].GroupVersion().String()
-	list, err := k.disc.ServerResourcesForGroupVersion(gv)
-	if err != nil || list == nil {
-		logr.FromContextOrDiscard(ctx).Info(what+" not watched: "+gv+" is not served", "reason", fmt.Sprint(err))
-		return nil
+// addPolicySource watches a policy kind served after the start (its CRD
+// established later): listed like those of the start, before its
+// policies count as known.
+func (k *kindWatch) addPolicySource(gvr schema.GroupVersionResource) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ctx == nil || k.ctx.Err() != nil {
+		return // stopping
 	}
-	var out []schema.GroupVersionResource
-	for _, gvr := range gvrs {
-		if slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource }) {
-			out = append(out, gvr)
-		}
+	key := sourceKey{gvr: gvr}
+	if _, ok := k.sources[key]; ok {
+		return
 	}
-	return out
+	k.policySources = append(slices.Clone(k.policySources), gvr)
+	k.sources[key] = watch.Start(k.ctx, k.client, gvr, k.sink)
 }
 
 // resolveKinds maps match kinds to the GVRs to list: every group that serves

@@ -2,6 +2,7 @@ package scan
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
@@ -148,14 +150,31 @@ func (s *Scanner) Run(ctx context.Context) error {
 	}
 	log.Info("seeded from the final reports", "reports", seeded)
 
-	// The CEL kinds are watched when served (tally's CRDs, or Kyverno's
-	// beside it); an older Kyverno has none, and classic policies go on.
-	s.handlers.kinds.start(ctx, append(slices.Clone(classicPolicySources), s.handlers.kinds.servedCELKinds(ctx, s.opts.MutatingAdmissionPolicyReports)...))
+	// The CEL kinds are watched where served (tally's CRDs, or Kyverno's
+	// beside it; an older Kyverno has none, and classic policies go on); a
+	// kind served later (its CRD established after the start) is watched
+	// from then on.
+	celKinds := celPolicyKinds(s.opts.MutatingAdmissionPolicyReports)
+	served := watch.ServedNow(ctx, s.handlers.kinds.disc, s.opts.Clock, celKinds...)
+	notServed := slices.DeleteFunc(slices.Clone(celKinds), func(g schema.GroupVersionResource) bool { return slices.Contains(served, g) })
+	if len(notServed) > 0 {
+		log.Info("policy kinds not served yet: watched once they are", "kinds", fmt.Sprint(notServed))
+	}
+	if s.opts.MutatingAdmissionPolicyReports && slices.ContainsFunc(notServed, func(g schema.GroupVersionResource) bool { return slices.Contains(mapGVRs, g) }) {
+		log.Error(errors.New("MutatingAdmissionPolicies are not served by the API server"),
+			"MutatingAdmissionPolicies not reported (--mutating-admission-policy-reports) until they are: turn on the API server's MutatingAdmissionPolicy feature and admissionregistration.k8s.io/v1beta1")
+	}
+	s.handlers.kinds.start(ctx, append(slices.Clone(classicPolicySources), served...))
 	// Kinds Kyverno evaluates and tally does not: told, not scanned (R46).
 	stopUnevaluated := s.watchUnevaluated(ctx)
 	defer stopUnevaluated()
 
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		watch.FollowServed(ctx, s.handlers.kinds.disc, s.opts.Clock, notServed, s.handlers.kinds.addPolicySource)
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
