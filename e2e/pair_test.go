@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +59,9 @@ func TestAPairScannerRunsAndStopsWhole(t *testing.T) {
 				Handover: pair.HandoverOptions{Listen: handoverAddr, ReportAPI: string(report.APIWGPolicy), ManagedBy: "tally-pair-test"},
 				HTTP:     data.HTTPOptions{Timeout: data.DefaultHTTPTimeout},
 			}
+			// Every goroutine RunScanner starts is owned and waited for
+			// (issue 57): after it returns, none of them is left.
+			before := goleak.IgnoreCurrent()
 			runCtx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
 			done := make(chan error, 1)
 			go func() { done <- pair.RunScanner(runCtx, o) }()
@@ -119,6 +123,15 @@ func TestAPairScannerRunsAndStopsWhole(t *testing.T) {
 					continue
 				}
 				_ = l.Close() // only probed
+			}
+			http.DefaultClient.CloseIdleConnections() // this test's probes
+			if err := goleak.Find(before,
+				// client-go keeps its transports (and their idle connections
+				// to the API server) for the process: not the scanner's.
+				goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+				goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			); err != nil {
+				t.Errorf("goroutines left after RunScanner returned: %v", err)
 			}
 			return ctx
 		}).Feature()

@@ -333,7 +333,7 @@ func (g *globalContext) poll(ctx context.Context, e *globalEntry) {
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Duration(attempt+1) * time.Second):
+			case <-g.l.opts.Clock.After(time.Duration(attempt+1) * time.Second):
 			}
 		}
 		if ctx.Err() != nil {
@@ -348,7 +348,7 @@ func (g *globalContext) poll(ctx context.Context, e *globalEntry) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-g.l.opts.Clock.After(every):
 		}
 	}
 }

@@ -81,7 +81,7 @@ type Options struct {
 	// (DefaultCallTTL); CallMaxAge how old it may get (DefaultCallMaxAge).
 	CallTTL    time.Duration
 	CallMaxAge time.Duration
-	Clock      clock.PassiveClock
+	Clock      clock.Clock
 	Registry   prometheus.Registerer
 	// Tenants gives the clients of namespaced policies' reads (R47):
 	// their namespace's identity. Nil: such reads are errors.

@@ -200,7 +200,7 @@ func RunScanner(ctx context.Context, o ScannerOptions) error {
 		}
 	}()
 	r.emitter = func(controller string) *policyevents.Emitter {
-		w := policyevents.NewWriter(writersCtx, events.EventsV1(), scheme, controller)
+		w := policyevents.NewWriter(writersCtx, events.EventsV1(), scheme, controller).WithClock(o.Clock)
 		writersMu.Lock()
 		writers = append(writers, w)
 		writersMu.Unlock()
@@ -216,7 +216,7 @@ func RunScanner(ctx context.Context, o ScannerOptions) error {
 	if o.TenantServiceAccount != "" {
 		tenants = &data.Impersonating{Config: cfg, ServiceAccount: o.TenantServiceAccount}
 	}
-	r.loader = data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg, HTTP: o.HTTP, Images: images,
+	r.loader = data.New(dyn, kube.Discovery().RESTClient(), data.Options{Registry: reg, HTTP: o.HTTP, Images: images, Clock: o.Clock,
 		Tenants: tenants, TenantReadTimeout: o.TenantReadTimeout,
 		OnChange: func(policies []string) {
 			if s := r.current.Load(); s != nil {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record/util"
 	"k8s.io/client-go/tools/reference"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 )
 
 // Writer is an EventRecorder that creates each Event (events.k8s.io/v1)
@@ -48,6 +49,7 @@ type Writer struct {
 	backoff    wait.Backoff
 	slots      chan struct{}
 	wg         sync.WaitGroup
+	clock      clock.PassiveClock // the Events' times
 }
 
 var _ events.EventRecorder = (*Writer)(nil)
@@ -61,7 +63,13 @@ func NewWriter(ctx context.Context, client typedeventsv1.EventsGetter, scheme *r
 	hostname, _ := os.Hostname()
 	return &Writer{ctx: ctx, log: logr.FromContextOrDiscard(ctx), client: client, scheme: scheme, controller: controller, instance: controller + "-" + hostname,
 		backoff: wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.25, Steps: 5},
-		slots:   make(chan struct{}, DefaultInflightEvents)}
+		slots:   make(chan struct{}, DefaultInflightEvents), clock: clock.RealClock{}}
+}
+
+// WithClock sets the clock that times the Events (the process's).
+func (w *Writer) WithClock(c clock.PassiveClock) *Writer {
+	w.clock = c
+	return w
 }
 
 // Eventf creates the Event, waiting while DefaultInflightEvents creations are running.
@@ -101,7 +109,7 @@ func (w *Writer) event(regarding, related runtime.Object, eventtype, reason, act
 	if !util.ValidateEventType(eventtype) {
 		return nil, fmt.Errorf("unsupported Event type %q", eventtype)
 	}
-	now := time.Now()
+	now := w.clock.Now()
 	namespace := ref.Namespace
 	if namespace == "" {
 		namespace = metav1.NamespaceDefault

@@ -46,7 +46,7 @@ func StartMetadata(ctx context.Context, client metadata.Interface, gvr schema.Gr
 			if err != nil {
 				return nil, err
 			}
-			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+			return filter(w, func(e watch.Event) (watch.Event, bool) {
 				if m, ok := e.Object.(*metav1.PartialObjectMetadata); ok {
 					e.Object = metadataObject(gvr, m)
 				}

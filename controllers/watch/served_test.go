@@ -93,10 +93,13 @@ func TestFollowServedFindsKindsServedLater(t *testing.T) {
 		clk.Step(ServedRetryMax)
 	}
 	step()
-	select {
-	case gvr := <-found:
-		t.Fatalf("%v found before it was served", gvr)
-	case <-time.After(50 * time.Millisecond):
+	// The look after that step is over once FollowServed waits again: no
+	// kind was found in it (a found kind is sent before it waits).
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	if len(found) != 0 {
+		t.Fatalf("%v found before it was served", <-found)
 	}
 	serve(apiresources.ValidatingPolicy)
 	step()

@@ -143,7 +143,7 @@ func stub(u *unstructured.Unstructured) *unstructured.Unstructured {
 // otherwise gather every object before its Replace.
 func streamInitialEvents(ctx context.Context, w watch.Interface, gvr schema.GroupVersionResource, s Sink) watch.Interface {
 	initial := true
-	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+	return filter(w, func(e watch.Event) (watch.Event, bool) {
 		if !initial {
 			return e, true
 		}

@@ -184,3 +184,33 @@ func TestASinkPanicSkipsTheObjectAndTheSourceGoesOn(t *testing.T) {
 		t.Errorf("%d sink panics counted, want 1", n)
 	}
 }
+
+// A filtered watch stopped while an event waits to be read ends its
+// goroutine (apimachinery's watch.Filter blocks on its send for ever).
+func TestFilterEndsWhenStoppedWithAnEventUnread(t *testing.T) {
+	upstream := watch.NewFakeWithChanSize(1, false)
+	fw := filter(upstream, func(e watch.Event) (watch.Event, bool) { return e, true })
+	upstream.Add(&unstructured.Unstructured{})
+	for len(upstream.ResultChan()) > 0 { // the filter took it, and nobody reads it
+		time.Sleep(time.Millisecond)
+	}
+	fw.Stop()
+	// The event in flight may still be delivered to a reader that comes;
+	// then the channel closes: the goroutine has ended.
+	for delivered := 0; ; delivered++ {
+		select {
+		case _, ok := <-fw.ResultChan():
+			if !ok {
+				if !upstream.IsStopped() {
+					t.Error("the upstream watch was not stopped")
+				}
+				return
+			}
+			if delivered > 0 {
+				t.Fatal("events delivered after Stop")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the filter's goroutine did not end when stopped")
+		}
+	}
+}
