@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"strconv"
 )
 
 // lastApplied is kubectl's copy of the applied manifest: it changes with
@@ -121,3 +122,9 @@ func Hashes(obj map[string]any) (content, admission uint64, err error) {
 	sum := sha256.Sum256(append(append(buf[:], drop...), value...))
 	return binary.BigEndian.Uint64(sum[:8]), admission, nil
 }
+
+// HashText is a content or admission hash as reports carry it (the
+// LabelResourceHash label's value, the hand-over's and the verifier's
+// comparisons): lower-case hexadecimal, no padding. The one place its
+// format is written.
+func HashText(h uint64) string { return strconv.FormatUint(h, 16) }

@@ -358,7 +358,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	}
 	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
 	if b.opts.Sink != nil {
-		b.opts.Sink(Admitted{Request: req, Subject: subject, GVR: gvr, Hash: fmt.Sprintf("%x", hash), PolicyLabels: labels, Results: record})
+		b.opts.Sink(Admitted{Request: req, Subject: subject, GVR: gvr, Hash: report.HashText(hash), PolicyLabels: labels, Results: record})
 		return resp, nil
 	}
 	if b.opts.Scanned != nil && slices.Contains(recomputed, true) && b.servedKind(gvr) && b.opts.Scanned(ctx, gvr) {
@@ -377,7 +377,7 @@ func (b *Bridge) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		uid: string(subject.UID), namespace: subject.Namespace,
 		owner: metav1.OwnerReference{APIVersion: subject.APIVersion, Kind: subject.Kind, Name: subject.Name, UID: types.UID(subject.UID)},
 		gvr:   gvr,
-		hash:  fmt.Sprintf("%x", hash), at: now, policyLabels: labels, results: record,
+		hash:  report.HashText(hash), at: now, policyLabels: labels, results: record,
 		fresh: req.Operation == admissionv1.Create,
 	})
 	return resp, nil

@@ -130,5 +130,5 @@ func (r *Recorder) currentHash(ctx context.Context, e *entry) (hash string, know
 	if err != nil {
 		return "", false, fmt.Errorf("hash %s %s/%s: %w", e.gvr, e.namespace, e.owner.Name, err)
 	}
-	return fmt.Sprintf("%x", h), true, nil
+	return report.HashText(h), true, nil
 }

@@ -47,7 +47,14 @@ func TestAShardsMergerLeavesOtherShardsReportsAlone(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond) // a wrong delete of the other would follow at once
+	// Once every kind is listed and no work is left, a wrong delete of the
+	// other shard's report would have been made.
+	for !m.Synced() {
+		if time.Now().After(deadline) {
+			t.Fatal("the merger did not settle")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if _, err := client.Resource(apiresources.PolicyReport).Namespace("theirs").Get(ctx, "theirs-uid", metav1.GetOptions{}); err != nil {
 		t.Errorf("another shard's final report was deleted: %v", err)
 	}

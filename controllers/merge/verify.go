@@ -201,7 +201,7 @@ func (m *Merger) currentHash(ctx context.Context, uid string, o ownerRef) (hash 
 	if err != nil {
 		return "", false, fmt.Errorf("verify admission results of %s: %w", uid, err)
 	}
-	return fmt.Sprintf("%x", h), false, nil
+	return report.HashText(h), false, nil
 }
 
 // errCannotLocate: the resource's type cannot be told from the report.

@@ -3,7 +3,6 @@ package scan
 import (
 	"context"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -128,9 +127,9 @@ func TestAResourceMetBeforeThePoliciesIsQueuedOnceWhenTheyAreListed(t *testing.T
 	if err := s.evaluator.reconcile(ctx, uid); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(250 * time.Millisecond)
-	if got := drain(s); len(got) != 0 {
-		t.Fatalf("queued again before the policies were listed: %v", got)
+	// Queued again neither now nor later (a retry after a delay).
+	if got := drain(s); len(got) != 0 || s.handlers.queue.Delayed() != 0 {
+		t.Fatalf("queued again before the policies were listed: %v (%d delayed)", got, s.handlers.queue.Delayed())
 	}
 	s.handlers.listedIn(apiresources.ClusterPolicy, "")
 	if got := drain(s); len(got) != 1 || !got[uid] {
@@ -139,9 +138,8 @@ func TestAResourceMetBeforeThePoliciesIsQueuedOnceWhenTheyAreListed(t *testing.T
 	if err := s.evaluator.reconcile(ctx, uid); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(250 * time.Millisecond)
-	if got := drain(s); len(got) != 0 {
-		t.Errorf("queued again after its evaluation: %v", got)
+	if got := drain(s); len(got) != 0 || s.handlers.queue.Delayed() != 0 {
+		t.Errorf("queued again after its evaluation: %v (%d delayed)", got, s.handlers.queue.Delayed())
 	}
 	if n := testutil.ToFloat64(s.handlers.metrics.resources); n != 1 {
 		t.Errorf("%s = %v, want 1", metricResources, n)

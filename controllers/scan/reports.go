@@ -82,7 +82,7 @@ func (w *reportWriter) ensure(ctx context.Context, res *memstore.Resource, gvr s
 	if res.AdmissionHash != 0 {
 		labelHash = res.AdmissionHash
 	}
-	hash := fmt.Sprintf("%x", labelHash)
+	hash := report.HashText(labelHash)
 	digest := digestOf(apiVersion, res.Kind, res.Name, res.UID, res.Namespace, hash, results)
 	w.mu.Lock()
 	prev, ok := w.written[res.UID]

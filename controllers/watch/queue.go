@@ -33,6 +33,7 @@ type Queue struct {
 	workqueue.TypedRateLimitingInterface[string]
 	inflight atomic.Int64
 	panics   atomic.Int64
+	delayed  atomic.Int64
 	// panicDelay spaces the retries of keys whose reconcile panicked.
 	panicDelay workqueue.TypedRateLimiter[string]
 }
@@ -129,6 +130,22 @@ func (q *Queue) run(ctx context.Context, key string, reconcile func(context.Cont
 
 // Panics counts the reconciles that panicked.
 func (q *Queue) Panics() int64 { return q.panics.Load() }
+
+// AddAfter queues key after d (counted: Delayed).
+func (q *Queue) AddAfter(key string, d time.Duration) {
+	q.delayed.Add(1)
+	q.TypedRateLimitingInterface.AddAfter(key, d)
+}
+
+// AddRateLimited queues key after its backoff (counted: Delayed).
+func (q *Queue) AddRateLimited(key string) {
+	q.delayed.Add(1)
+	q.TypedRateLimitingInterface.AddRateLimited(key)
+}
+
+// Delayed counts the keys queued for later (AddAfter, AddRateLimited): a
+// test that nothing comes back later reads it instead of sleeping.
+func (q *Queue) Delayed() int64 { return q.delayed.Load() }
 
 // Idle reports whether nothing is queued or being worked on.
 func (q *Queue) Idle() bool { return q.Len() == 0 && q.inflight.Load() == 0 }
