@@ -82,17 +82,17 @@ func runShards(ctx context.Context, w io.Writer, o shardsOptions, owners []strin
 	var live []string
 	for i := range list.Items {
 		var l coordinationv1.Lease
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &l); err != nil || l.Spec.HolderIdentity == nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &l); err != nil {
 			continue
 		}
-		m := &shardMember{Identity: *l.Spec.HolderIdentity}
+		id, dur, ok := shard.MemberLease(&l, shard.DefaultLeaseDuration)
+		if !ok {
+			continue // the members ignore it too
+		}
+		m := &shardMember{Identity: id}
 		if l.Spec.RenewTime != nil {
 			m.Renewed = l.Spec.RenewTime.Time
 			m.RenewedAgo = now.Sub(m.Renewed).Round(time.Second).String()
-			dur := shard.DefaultLeaseDuration
-			if l.Spec.LeaseDurationSeconds != nil {
-				dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-			}
 			m.Live = now.Before(m.Renewed.Add(dur))
 		}
 		byID[m.Identity] = m

@@ -352,11 +352,12 @@ func (m *member) view() Assignment {
 	listed := map[string]bool{}
 	for _, obj := range m.leases.List() {
 		l, ok := obj.(*coordinationv1.Lease)
-		id := ""
+		var id string
+		var dur time.Duration
 		if ok {
-			id = ptr.Deref(l.Spec.HolderIdentity, "")
+			id, dur, ok = MemberLease(l, m.o.LeaseDuration)
 		}
-		if id == "" || l.Name != LeaseName(id) || id == m.o.Identity {
+		if !ok || id == m.o.Identity {
 			continue
 		}
 		listed[id] = true
@@ -369,10 +370,6 @@ func (m *member) view() Assignment {
 		renew := ""
 		if l.Spec.RenewTime != nil {
 			renew = l.Spec.RenewTime.String() + "/" + l.ResourceVersion
-		}
-		dur := m.o.LeaseDuration
-		if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
-			dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 		}
 		s, ok := m.seen[id]
 		if !ok || s.renew != renew {
@@ -404,6 +401,23 @@ func (m *member) view() Assignment {
 	slices.Sort(members)
 	a.Members = members
 	return a
+}
+
+// MemberLease reads a membership Lease as every member (and `tally
+// shards`) reads it: its holder's identity, and how long a renewal keeps
+// it a member (its leaseDurationSeconds, else def). ok is false for a
+// Lease that names no holder or is not named after its holder (LeaseName):
+// it makes nobody a member.
+func MemberLease(l *coordinationv1.Lease, def time.Duration) (identity string, duration time.Duration, ok bool) {
+	identity = ptr.Deref(l.Spec.HolderIdentity, "")
+	if identity == "" || l.Name != LeaseName(identity) {
+		return "", 0, false
+	}
+	duration = def
+	if s := l.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
+		duration = time.Duration(*s) * time.Second
+	}
+	return identity, duration, true
 }
 
 // loop runs work with each new view. A member that has just joined (or

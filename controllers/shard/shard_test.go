@@ -384,3 +384,33 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no counter %s", name)
 	return 0
 }
+
+// A membership Lease is read one way by the members and by `tally
+// shards`: named after its holder, its duration when positive.
+func TestMemberLease(t *testing.T) {
+	lease := func(name, holder string, seconds int32) *coordinationv1.Lease {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if holder != "" {
+			l.Spec.HolderIdentity = &holder
+		}
+		l.Spec.LeaseDurationSeconds = &seconds
+		return l
+	}
+	for _, c := range []struct {
+		name    string
+		lease   *coordinationv1.Lease
+		id      string
+		dur     time.Duration
+		isValid bool
+	}{
+		{"its own", lease(LeaseName("a"), "a", 20), "a", 20 * time.Second, true},
+		{"no duration: the default", lease(LeaseName("a"), "a", 0), "a", DefaultLeaseDuration, true},
+		{"named after another", lease(LeaseName("b"), "a", 20), "", 0, false},
+		{"no holder", lease(LeaseName("a"), "", 20), "", 0, false},
+	} {
+		id, dur, ok := MemberLease(c.lease, DefaultLeaseDuration)
+		if id != c.id || dur != c.dur || ok != c.isValid {
+			t.Errorf("%s: got %q %v %v, want %q %v %v", c.name, id, dur, ok, c.id, c.dur, c.isValid)
+		}
+	}
+}
