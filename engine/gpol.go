@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine/cel"
 )
 
@@ -63,10 +64,10 @@ func CompileGeneratingPolicy(raw []byte) (*Policy, error) {
 	if err := json.NewDecoder(bytes.NewReader(raw)).Decode(&gp); err != nil {
 		return nil, fmt.Errorf("%s: %w", KindGeneratingPolicy, err)
 	}
-	p := newCELPolicy(&gp.ObjectMeta, gp.Kind, KindGeneratingPolicy, KindNamespacedGeneratingPolicy, "KyvernoGeneratingPolicy")
+	p := newCELPolicy(&gp.ObjectMeta, gp.Kind, KindGeneratingPolicy, KindNamespacedGeneratingPolicy, policiesv1.SourceGeneratingPolicy)
 	if p.Kind == KindNamespacedGeneratingPolicy && p.Namespace == "" {
 		gp.Namespace = "default"
-		p = newCELPolicy(&gp.ObjectMeta, gp.Kind, KindGeneratingPolicy, KindNamespacedGeneratingPolicy, "KyvernoGeneratingPolicy")
+		p = newCELPolicy(&gp.ObjectMeta, gp.Kind, KindGeneratingPolicy, KindNamespacedGeneratingPolicy, policiesv1.SourceGeneratingPolicy)
 	}
 	if gp.Spec.MatchConstraints == nil {
 		return nil, fmt.Errorf("%s %s: spec.matchConstraints is required", p.Kind, p.Name)

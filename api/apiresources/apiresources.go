@@ -117,12 +117,27 @@ type KyvernoOnlyPolicy struct {
 	// results in Kyverno's reports.
 	Resource, Kind, Source string
 	Namespaced             bool
+	// NotReported says what tally's background scan does not report of it.
+	NotReported string
 }
 
 // KyvernoOnlyPolicies are those kinds.
 var KyvernoOnlyPolicies = []KyvernoOnlyPolicy{
-	{"generatingpolicies", "GeneratingPolicy", "KyvernoGeneratingPolicy", false},
-	{"namespacedgeneratingpolicies", "NamespacedGeneratingPolicy", "KyvernoGeneratingPolicy", true},
+	{"generatingpolicies", "GeneratingPolicy", policiesv1.SourceGeneratingPolicy, false, generatingNotReported},
+	{"namespacedgeneratingpolicies", "NamespacedGeneratingPolicy", policiesv1.SourceGeneratingPolicy, true, generatingNotReported},
+}
+
+const generatingNotReported = "nothing of its own (Kyverno's background controller reports it; tally merges those reports)"
+
+// IsKyvernoOnlySource says whether a result's source is one of
+// KyvernoOnlyPolicies': only Kyverno's controllers report it.
+func IsKyvernoOnlySource(source string) bool {
+	for _, k := range KyvernoOnlyPolicies {
+		if k.Source == source {
+			return true
+		}
+	}
+	return false
 }
 
 // KyvernoOnlyVersions are the versions of policies.kyverno.io in which

@@ -314,8 +314,5 @@ func backgroundControllerResult(r wgv1alpha2.PolicyReportResult) bool {
 	_, generated := r.Properties[propertyGeneratedResources]
 	_, patched := r.Properties[propertyPatchedTarget]
 	// GeneratingPolicies are reported by the background controller only.
-	return generated || patched || r.Source == sourceGeneratingPolicy
+	return generated || patched || apiresources.IsKyvernoOnlySource(r.Source)
 }
-
-// sourceGeneratingPolicy is the source of a GeneratingPolicy's results.
-const sourceGeneratingPolicy = "KyvernoGeneratingPolicy"

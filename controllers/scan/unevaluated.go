@@ -21,12 +21,6 @@ import (
 // generation, from the replica that keeps the policies' status. tally
 // writes no status on them: they are Kyverno's.
 
-// notReported says, by the source of a kind's results, what tally's scan
-// does not report of it.
-var notReported = map[string]string{
-	"KyvernoGeneratingPolicy": "nothing of its own (Kyverno's background controller reports it; tally merges those reports)",
-}
-
 // unevaluatedSink tells of each policy of an unevaluated kind.
 type unevaluatedSink struct {
 	// recorder tells (nil: another replica keeps the policies' status).
@@ -48,7 +42,7 @@ func (n *unevaluatedSink) Upsert(ctx context.Context, gvr schema.GroupVersionRes
 	if k, ok := apiresources.KyvernoOnlyPolicyOf(gvr); ok {
 		n.metrics.unevaluated.WithLabelValues(k.Kind).Inc()
 		n.recorder.Eventf(u, corev1.EventTypeWarning, "PolicyNotEvaluated",
-			"tally does not evaluate %s policies: %s not reported by tally's background scan", k.Kind, notReported[k.Source])
+			"tally does not evaluate %s policies: %s not reported by tally's background scan", k.Kind, k.NotReported)
 		logr.FromContextOrDiscard(ctx).Info("policy of a kind tally does not evaluate", "kind", k.Kind, "policy", u.GetNamespace()+"/"+u.GetName())
 	}
 }

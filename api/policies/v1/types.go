@@ -102,6 +102,10 @@ type Evaluation struct {
 	Background *Toggle `json:"background,omitempty"`
 }
 
+// SourceGeneratingPolicy is the source of a GeneratingPolicy's results in
+// reports (Kyverno's spelling).
+const SourceGeneratingPolicy = "KyvernoGeneratingPolicy"
+
 // Toggle is an enabled flag that defaults to true.
 type Toggle struct {
 	Enabled *bool `json:"enabled,omitempty"`
