@@ -34,58 +34,63 @@ type compiled struct {
 	validator  apivalidation.SchemaValidator
 }
 
-var (
-	loadOnce sync.Once
-	schemas  map[string]map[string]*compiled // kind -> version -> schema
-	loadErr  error
-)
+// kindSchemas are the schemas of each kind, each CRD decoded the first
+// time a policy of its kind is checked (a run that reads ValidatingPolicies
+// only does not decode the ClusterPolicy CRD, the largest).
+var kindSchemas = map[string]*kindSchema{
+	KindClusterPolicy: {crd: crd.ClusterPolicies}, KindPolicy: {crd: crd.Policies},
+	"ValidatingPolicy": {crd: crd.ValidatingPolicies}, "NamespacedValidatingPolicy": {crd: crd.NamespacedValidatingPolicies},
+	"MutatingPolicy": {crd: crd.MutatingPolicies}, "NamespacedMutatingPolicy": {crd: crd.NamespacedMutatingPolicies},
+	"ImageValidatingPolicy": {crd: crd.ImageValidatingPolicies}, "NamespacedImageValidatingPolicy": {crd: crd.NamespacedImageValidatingPolicies},
+}
 
-func load() {
-	schemas = map[string]map[string]*compiled{}
-	for kind, data := range map[string][]byte{KindClusterPolicy: crd.ClusterPolicies, KindPolicy: crd.Policies,
-		"ValidatingPolicy": crd.ValidatingPolicies, "NamespacedValidatingPolicy": crd.NamespacedValidatingPolicies,
-		"MutatingPolicy": crd.MutatingPolicies, "NamespacedMutatingPolicy": crd.NamespacedMutatingPolicies,
-		"ImageValidatingPolicy": crd.ImageValidatingPolicies, "NamespacedImageValidatingPolicy": crd.NamespacedImageValidatingPolicies} {
-		var def apiextv1.CustomResourceDefinition
-		if err := sigsyaml.Unmarshal(data, &def); err != nil {
-			loadErr = fmt.Errorf("decode the %s CRD: %w", kind, err)
+type kindSchema struct {
+	crd      []byte
+	once     sync.Once
+	versions map[string]*compiled
+	err      error
+}
+
+func (k *kindSchema) load(kind string) {
+	var def apiextv1.CustomResourceDefinition
+	if err := sigsyaml.Unmarshal(k.crd, &def); err != nil {
+		k.err = fmt.Errorf("decode the %s CRD: %w", kind, err)
+		return
+	}
+	k.versions = map[string]*compiled{}
+	for _, v := range def.Spec.Versions {
+		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+			continue
+		}
+		var internal apiextensions.JSONSchemaProps
+		if err := apiextv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, &internal, nil); err != nil {
+			k.err = fmt.Errorf("convert the %s %s schema: %w", kind, v.Name, err)
 			return
 		}
-		schemas[kind] = map[string]*compiled{}
-		for _, v := range def.Spec.Versions {
-			if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
-				continue
-			}
-			var internal apiextensions.JSONSchemaProps
-			if err := apiextv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, &internal, nil); err != nil {
-				loadErr = fmt.Errorf("convert the %s %s schema: %w", kind, v.Name, err)
-				return
-			}
-			s, err := structuralschema.NewStructural(&internal)
-			if err != nil {
-				loadErr = fmt.Errorf("the %s %s schema is not structural: %w", kind, v.Name, err)
-				return
-			}
-			validator, _, err := apivalidation.NewSchemaValidator(&internal)
-			if err != nil {
-				loadErr = fmt.Errorf("the %s %s schema: %w", kind, v.Name, err)
-				return
-			}
-			schemas[kind][v.Name] = &compiled{structural: s, validator: validator}
+		s, err := structuralschema.NewStructural(&internal)
+		if err != nil {
+			k.err = fmt.Errorf("the %s %s schema is not structural: %w", kind, v.Name, err)
+			return
 		}
+		validator, _, err := apivalidation.NewSchemaValidator(&internal)
+		if err != nil {
+			k.err = fmt.Errorf("the %s %s schema: %w", kind, v.Name, err)
+			return
+		}
+		k.versions[v.Name] = &compiled{structural: s, validator: validator}
 	}
 }
 
 func schemaFor(kind, version string) (*compiled, error) {
-	loadOnce.Do(load)
-	if loadErr != nil {
-		return nil, loadErr
-	}
-	versions, ok := schemas[kind]
+	k, ok := kindSchemas[kind]
 	if !ok {
 		return nil, fmt.Errorf("kind %s: no schema (want %s or %s)", kind, KindClusterPolicy, KindPolicy)
 	}
-	s, ok := versions[version]
+	k.once.Do(func() { k.load(kind) })
+	if k.err != nil {
+		return nil, k.err
+	}
+	s, ok := k.versions[version]
 	if !ok {
 		return nil, fmt.Errorf("kind %s: version %s is not served", kind, version)
 	}
