@@ -214,3 +214,28 @@ func TestFilterEndsWhenStoppedWithAnEventUnread(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFilter passes events through tally's stoppable filter, and
+// through apimachinery's watch.Filter it replaced, for comparison.
+func BenchmarkFilter(b *testing.B) {
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod"}}
+	keep := func(e watch.Event) (watch.Event, bool) { return e, true }
+	for name, wrap := range map[string]func(watch.Interface) watch.Interface{
+		"tally":        func(w watch.Interface) watch.Interface { return filter(w, keep) },
+		"apimachinery": func(w watch.Interface) watch.Interface { return watch.Filter(w, keep) },
+	} {
+		b.Run(name, func(b *testing.B) {
+			up := watch.NewFakeWithChanSize(128, false)
+			fw := wrap(up)
+			go func() {
+				for range b.N {
+					up.Add(obj)
+				}
+			}()
+			for range b.N {
+				<-fw.ResultChan()
+			}
+			fw.Stop()
+		})
+	}
+}
