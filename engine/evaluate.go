@@ -153,7 +153,7 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 	if !ok {
 		return nil
 	}
-	if (req.JSON || req.Authz != "") && p.vpol == nil {
+	if req.payload() != "" && p.vpol == nil {
 		return nil // only JSON- (or Envoy-, HTTP-) mode policies evaluate payloads
 	}
 	if p.vpol != nil {
@@ -191,6 +191,15 @@ func (p *Policy) Evaluate(ctx context.Context, req *Request) []RuleResult {
 		}
 	}
 	return results
+}
+
+// payload is the kind of payload the request's object is: "JSON",
+// "Envoy", "HTTP", or "" for a Kubernetes resource.
+func (req *Request) payload() string {
+	if req.JSON {
+		return "JSON"
+	}
+	return req.Authz
 }
 
 // begin starts the evaluation of a policy on a request: nothing (false)
@@ -240,6 +249,13 @@ func (e *evaluation) ruleMatches(rule *Rule) bool {
 // cannot be loaded (done); else the data the body reads.
 func (e *evaluation) ruleInputs(rule *Rule, data map[string]any) (RuleResult, bool) {
 	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
+		if rule.podSecurity != nil {
+			// Kyverno's podSecurity rules name the first such exception only.
+			x := xs[0]
+			r := e.result(rule, Skip, "rule is skipped due to policy exception "+x.Name)
+			r.Exceptions = []string{x.ObjectName}
+			return r, true
+		}
 		return e.exceptionSkip(rule, xs, ""), true
 	}
 	if e.req.Values != nil {
@@ -366,28 +382,8 @@ func substituteProperties(props map[string]string, data map[string]any) map[stri
 // evaluateRule evaluates a rule that compiled, on request data of its own
 // when it has context entries or values to load into it.
 func (e *evaluation) evaluateRule(rule *Rule, data map[string]any) (RuleResult, bool) {
-	if xs := e.exceptionsFor(rule, data); len(xs) > 0 {
-		if rule.podSecurity != nil {
-			// Kyverno's podSecurity rules name the first such exception only.
-			x := xs[0]
-			r := e.result(rule, Skip, "rule is skipped due to policy exception "+x.Name)
-			r.Exceptions = []string{x.ObjectName}
-			return r, true
-		}
-		return e.exceptionSkip(rule, xs, ""), true
-	}
-	if e.req.Values != nil {
-		for k, v := range e.req.Values.RuleValues(e.policy.Name, rule.Name) {
-			setPath(data, k, v)
-		}
-	}
-	if err := e.loadContext(rule.Raw.Context, data); err != nil {
-		return e.result(rule, Error, "failed to load context: "+err.Error()), true
-	}
-	if rule.preconditions != nil {
-		if r, done := e.preconditions(rule, rule.preconditions, data); done {
-			return r, true
-		}
+	if r, done := e.ruleInputs(rule, data); done {
+		return r, true
 	}
 	if rule.images != nil {
 		if e.req.operation() == OpDelete || e.req.Subresource != "" {

@@ -115,36 +115,8 @@ func compileMutations(kind, name string, spec policiesv1.MutatingPolicySpec, has
 			errs = append(errs, fmt.Errorf("spec.variables[%d] (%s): %s", i, v.Name, r.Error.Detail))
 		}
 	}
-	if len(spec.MatchConditions) > 0 {
-		accessors := make([]plugincel.ExpressionAccessor, len(spec.MatchConditions))
-		for i := range spec.MatchConditions {
-			accessors[i] = (*matchconditions.MatchCondition)(&spec.MatchConditions[i])
-		}
-		cond := compiler.CompileCondition(accessors, opts, environment.StoredExpressions)
-		for _, e := range cond.CompilationErrors() {
-			errs = append(errs, fmt.Errorf("spec.matchConditions: %w", e))
-		}
-		fail := admissionregistrationv1.Fail
-		if m.ignore {
-			fail = admissionregistrationv1.Ignore
-		}
-		m.matcher = matchconditions.NewMatcher(cond, &fail, "policy", "mutate", name)
-	}
-	if len(spec.TargetMatchConditions) > 0 {
-		accessors := make([]plugincel.ExpressionAccessor, len(spec.TargetMatchConditions))
-		for i := range spec.TargetMatchConditions {
-			accessors[i] = (*matchconditions.MatchCondition)(&spec.TargetMatchConditions[i])
-		}
-		cond := compiler.CompileCondition(accessors, opts, environment.StoredExpressions)
-		for _, e := range cond.CompilationErrors() {
-			errs = append(errs, fmt.Errorf("spec.targetMatchConditions: %w", e))
-		}
-		fail := admissionregistrationv1.Fail
-		if m.ignore {
-			fail = admissionregistrationv1.Ignore
-		}
-		m.targetMatcher = matchconditions.NewMatcher(cond, &fail, "policy", "mutate-target", name)
-	}
+	m.matcher = compileConditions(compiler, spec.MatchConditions, opts, m.ignore, "spec.matchConditions", "mutate", name, &errs)
+	m.targetMatcher = compileConditions(compiler, spec.TargetMatchConditions, opts, m.ignore, "spec.targetMatchConditions", "mutate-target", name, &errs)
 	patchOpts := opts
 	patchOpts.HasPatchTypes = true
 	for i, mu := range spec.Mutations {
@@ -167,6 +139,29 @@ func compileMutations(kind, name string, spec policiesv1.MutatingPolicySpec, has
 	}
 	m.env = compiler.CompositionEnv
 	return m, errs
+}
+
+// compileConditions compiles match conditions into Kubernetes' matcher
+// (nil without conditions), appending each compile error, named by field,
+// to errs; failurePolicy Ignore (ignore) lets a condition that errs not
+// apply.
+func compileConditions(compiler *plugincel.CompositedCompiler, conds []admissionregistrationv1.MatchCondition, opts plugincel.OptionalVariableDeclarations, ignore bool, field, what, name string, errs *[]error) matchconditions.Matcher {
+	if len(conds) == 0 {
+		return nil
+	}
+	accessors := make([]plugincel.ExpressionAccessor, len(conds))
+	for i := range conds {
+		accessors[i] = (*matchconditions.MatchCondition)(&conds[i])
+	}
+	cond := compiler.CompileCondition(accessors, opts, environment.StoredExpressions)
+	for _, e := range cond.CompilationErrors() {
+		*errs = append(*errs, fmt.Errorf("%s: %w", field, e))
+	}
+	fail := admissionregistrationv1.Fail
+	if ignore {
+		fail = admissionregistrationv1.Ignore
+	}
+	return matchconditions.NewMatcher(cond, &fail, "policy", what, name)
 }
 
 // mutationEnvs are the environments of mutating policies: Kubernetes'

@@ -43,12 +43,11 @@ type validatingPolicy struct {
 	ignore bool
 	// image is set for an ImageValidatingPolicy (R42).
 	image *imagePolicy
-	// json is set for a policy in JSON evaluation mode: it evaluates JSON
-	// payloads (Request.JSON), never Kubernetes resources.
-	json bool
-	// authz is "Envoy" or "HTTP" for a policy that authorizes requests of
-	// that kind (Request.Authz), never Kubernetes resources.
-	authz string
+	// payload is the evaluation mode of a policy that evaluates payloads of
+	// that kind (Request.JSON, Request.Authz), never Kubernetes resources:
+	// "JSON", or "Envoy" or "HTTP" (it authorizes requests); "" for
+	// Kubernetes.
+	payload string
 }
 
 type vpolVariant struct {
@@ -76,26 +75,16 @@ func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
 	if len(spec.Validations) == 0 {
 		return nil, fmt.Errorf("%s %s: spec.validations: at least one validation is required", kind, name)
 	}
-	if mode, ok := authzModes[strings.ToLower(evaluationMode(spec.Evaluation))]; ok {
-		// Authorization policies never match a resource: they answer the
-		// requests of their kind (the CLI's envoyPayloads, httpPayloads).
-		v := &validatingPolicy{kind: kind, spec: spec, authz: mode.name}
+	if mode, ok := payloadModes[strings.ToLower(evaluationMode(spec.Evaluation))]; ok {
+		// Payload policies never match a resource: they evaluate the
+		// payloads of their mode (the CLI's jsonPayloads, envoyPayloads,
+		// httpPayloads), whatever their constraints.
+		v := &validatingPolicy{kind: kind, spec: spec, payload: mode.name}
 		v.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
-		base.Mode, base.Namespaced, base.AuditAnnotations = mode.cel, false, nil
-		prog, err := cel.Compile(base)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+		base.Mode, base.Namespaced = mode.cel, false
+		if !mode.annotations {
+			base.AuditAnnotations = nil
 		}
-		v.variants = []*vpolVariant{{spec: base, prog: prog}}
-		p.vpol = v
-		return p, nil
-	}
-	if spec.Evaluation != nil && strings.EqualFold(spec.Evaluation.Mode, "JSON") {
-		// JSON payload policies never match a resource: they evaluate JSON
-		// payloads (the CLI's jsonPayloads), whatever their constraints.
-		v := &validatingPolicy{kind: kind, spec: spec, json: true}
-		v.ignore = spec.FailurePolicy != nil && *spec.FailurePolicy == admissionregistrationv1.Ignore
-		base.Namespaced = false
 		prog, err := cel.Compile(base)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", kind, name, err)
@@ -112,14 +101,18 @@ func CompileValidatingPolicy(vp *policiesv1.ValidatingPolicy) (*Policy, error) {
 	return p, nil
 }
 
-// authzModes are the evaluation modes of authorization policies, by their
-// name in lower case.
-var authzModes = map[string]struct {
-	name string
-	cel  cel.Mode
+// payloadModes are the evaluation modes of policies that evaluate
+// payloads, by their name in lower case: the mode's name, its CEL
+// environment, and whether its audit annotations are evaluated (an
+// authorization's answer has none).
+var payloadModes = map[string]struct {
+	name        string
+	cel         cel.Mode
+	annotations bool
 }{
-	"envoy": {"Envoy", cel.ModeEnvoy},
-	"http":  {"HTTP", cel.ModeHTTP},
+	"json":  {"JSON", cel.ModeKyverno, true},
+	"envoy": {"Envoy", cel.ModeEnvoy, false},
+	"http":  {"HTTP", cel.ModeHTTP, false},
 }
 
 func evaluationMode(e *policiesv1.Evaluation) string {
@@ -143,7 +136,7 @@ func (v *validatingPolicy) authorize(e *evaluation, variant *vpolVariant) RuleRe
 		return e.vpolResult(Skip, "", "request does not match", nil)
 	case d.Allowed:
 		return e.vpolResult(Pass, "", "request allowed", nil)
-	case v.authz == "Envoy":
+	case v.payload == "Envoy":
 		return e.vpolResult(Fail, "", fmt.Sprintf("request denied with status code %d", d.Status), nil)
 	}
 	return e.vpolResult(Fail, "", "request denied, reason: "+d.Reason, nil)
@@ -210,13 +203,13 @@ func (v *validatingPolicy) evaluate(e *evaluation) []RuleResult {
 	// Kyverno's CLI does: its conditions alone when the payload names no
 	// apiVersion and kind.
 	deletingJSON := e.policy.deleting && e.req.JSON
-	if !deletingJSON && (v.json != e.req.JSON || v.authz != e.req.Authz) {
-		return nil // a JSON policy on a resource, or a payload under a Kubernetes policy
+	if !deletingJSON && v.payload != e.req.payload() {
+		return nil // a payload policy on a resource, or a payload under a policy of another mode
 	}
-	if v.authz != "" {
+	if v.payload == "Envoy" || v.payload == "HTTP" {
 		return []RuleResult{v.authorize(e, v.variants[0])}
 	}
-	unmatched := v.json || (deletingJSON && (res.Version == "" || res.Kind == ""))
+	unmatched := v.payload == "JSON" || (deletingJSON && (res.Version == "" || res.Kind == ""))
 	variants := v.variants
 	if unmatched {
 		variants = variants[:1]
@@ -403,13 +396,8 @@ func (e *evaluation) vpolResult(result wgv1alpha2.Result, rule, msg string, prop
 // EvaluationMode is a ValidatingPolicy's evaluation mode (Kubernetes,
 // JSON, Envoy or HTTP); Kubernetes for every other policy.
 func (p *Policy) EvaluationMode() string {
-	switch {
-	case p == nil || p.vpol == nil:
+	if p == nil || p.vpol == nil || p.vpol.payload == "" {
 		return "Kubernetes"
-	case p.vpol.json:
-		return "JSON"
-	case p.vpol.authz != "":
-		return p.vpol.authz
 	}
-	return "Kubernetes"
+	return p.vpol.payload
 }

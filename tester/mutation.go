@@ -51,29 +51,37 @@ func (l *loaded) checkMutation(ctx context.Context, o *Outcome, tr TestResult, l
 			continue
 		}
 		responded = true
-		o.Got = string(rr.Result)
-		if o.Got != o.Expected {
-			o.Status, o.Reason = Failed, rr.Message
-			return
-		}
-		if tr.PatchedResources == "" || rr.Result != engine.Pass {
-			continue
-		}
-		if !comparePatched(o, tr, expectedDocs, patched, r.name) {
+		if !judgeMutation(o, tr, expectedDocs, rr, patched, r.name) {
 			return
 		}
 	}
 	o.settle(found, responded)
 }
 
+// judgeMutation records a MutatingPolicy's result on an expectation: a
+// result other than the one expected fails it, and a pass's mutated object
+// (when there is one) must equal patchedResources. It reports whether the
+// expectation still holds.
+func judgeMutation(o *Outcome, tr TestResult, expectedDocs []Document, rr engine.RuleResult, mutated map[string]any, name string) bool {
+	o.Got = string(rr.Result)
+	if o.Got != o.Expected {
+		o.Status, o.Reason = Failed, rr.Message
+		return false
+	}
+	if tr.PatchedResources == "" || rr.Result != engine.Pass || mutated == nil {
+		return true
+	}
+	return comparePatched(o, tr, expectedDocs, mutated, name)
+}
+
 // checkMutatedTargets decides an expectation of a mutateExisting
 // MutatingPolicy with targetResources: every test resource triggers it (as
-// in Kyverno's CLI), the expectation names a target it mutated, or a
-// error choosing them (which answers every expectation). The policy's
-// resource library reads the targets first, then the test's cluster data,
-// as Kyverno's CLI serves them.
+// in Kyverno's CLI), and the expectation names a target it mutated; an
+// error choosing the targets answers every expectation of the policy. The
+// policy's resource library reads the targets first, then the test's
+// cluster data, as Kyverno's CLI serves them.
 func (l *loaded) checkMutatedTargets(ctx context.Context, o *Outcome, tr TestResult, lp *LoadedPolicy, expectedDocs []Document) {
-	targets, err := data.NewOffline(l.targets)
+	targets, err := l.targetsData()
 	if err != nil {
 		o.Status, o.Reason = Failed, "targetResources: "+err.Error()
 		return
@@ -93,17 +101,21 @@ func (l *loaded) checkMutatedTargets(ctx context.Context, o *Outcome, tr TestRes
 				continue
 			}
 			responded = true
-			o.Got = string(tres.Result)
-			if o.Got != o.Expected {
-				o.Status, o.Reason = Failed, tres.Message
-				return
-			}
-			if tres.Target != nil && tr.PatchedResources != "" && tres.Result == engine.Pass && !comparePatched(o, tr, expectedDocs, tres.Target, o.Resource) {
+			if !judgeMutation(o, tr, expectedDocs, tres.RuleResult, tres.Target, o.Resource) {
 				return
 			}
 		}
 	}
 	o.settle(found, responded)
+}
+
+// targetsData is the test's targetResources as cluster data, built once.
+func (l *loaded) targetsData() (*data.Offline, error) {
+	if !l.targetDataSet {
+		l.targetData, l.targetDataErr = data.NewOffline(l.targets)
+		l.targetDataSet = true
+	}
+	return l.targetData, l.targetDataErr
 }
 
 // targetsFirst serves the resource library from a test's targetResources,

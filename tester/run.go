@@ -55,6 +55,11 @@ type loaded struct {
 	registry cel.ImageData
 	// targets are the test's targetResources (mutateExisting).
 	targets []map[string]any
+	// targetData serves targets to CEL's resource library (built at the
+	// first MutatingPolicy expectation that needs it: targetsData).
+	targetData    *data.Offline
+	targetDataErr error
+	targetDataSet bool
 	// mocks serve the test's apiCallResponses and globalContextEntries
 	// (nil: it has none).
 	mocks *mocks
