@@ -107,6 +107,15 @@ type Provider interface {
 	PolicyLoaded(ctx context.Context, policy *unstructured.Unstructured) (bool, error)
 }
 
+// AdmissionCoverer is implemented by a provider beside an admission
+// controller that starts sending a policy's requests some time after the
+// policy is created (the real Kyverno): the runner waits with it for the
+// policies tally does not load itself (GeneratingPolicies), whose results
+// only that controller gives.
+type AdmissionCoverer interface {
+	AdmissionCovered(ctx context.Context, policy *unstructured.Unstructured) bool
+}
+
 // StatusReady is the portable PolicyLoaded check: the policy's status has a
 // Ready condition that is True and, when the implementation records it,
 // observed the policy's current generation (Kyverno and tally both write it).

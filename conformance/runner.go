@@ -269,6 +269,8 @@ func (x *run) given(ctx context.Context) error {
 			// status an implementation writes: the expectations' polling
 			// waits for its results instead.
 			policies = append(policies, p)
+		} else if err := x.waitCovered(ctx, p); err != nil {
+			return err
 		}
 	}
 	for i := range x.c.Given.InvalidPolicies {
@@ -467,6 +469,22 @@ func (x *run) waitLoaded(ctx context.Context, policies []*unstructured.Unstructu
 		if err != nil {
 			return fmt.Errorf("%s was not loaded by the implementation within %s (no Ready status)", ref, x.Timeout)
 		}
+	}
+	return nil
+}
+
+// waitCovered waits, with a provider beside an admission controller that
+// says so (AdmissionCoverer), until that controller sends the requests of
+// a policy tally does not load itself.
+func (x *run) waitCovered(ctx context.Context, p *unstructured.Unstructured) error {
+	c, ok := x.Provider.(AdmissionCoverer)
+	if !ok {
+		return nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, x.Timeout, true, func(ctx context.Context) (bool, error) {
+		return c.AdmissionCovered(ctx, p), nil // the policy's spec, as created, says what to cover
+	}); err != nil {
+		return fmt.Errorf("%s: the admission controller beside does not send its requests within %s", RefOf(p), x.Timeout)
 	}
 	return nil
 }

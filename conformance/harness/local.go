@@ -764,6 +764,12 @@ func (l *Local) PolicyLoaded(ctx context.Context, policy *unstructured.Unstructu
 	return true, nil
 }
 
+// AdmissionCovered implements conformance.AdmissionCoverer: beside the
+// real Kyverno, its webhook sends the policy's requests.
+func (l *Local) AdmissionCovered(ctx context.Context, policy *unstructured.Unstructured) bool {
+	return l.kyverno == nil || l.kyvernoWebhookCovers(ctx, policy)
+}
+
 // kyvernoWebhookCovers says whether Kyverno's resource webhook sends the
 // requests of every kind the policy reviews at admission: the kinds the
 // validate rules of a classic policy with admission on match by name, the
