@@ -261,14 +261,18 @@ func runScenario(t *testing.T, objs []*unstructured.Unstructured, reference bool
 		t.Fatalf("%s: the policies are not Ready: %v", name, err)
 	}
 	// Kyverno's webhooks follow its policies a moment later: a create that
-	// comes first is not reviewed. Wait until the resource webhook has
-	// rules.
+	// comes first is not reviewed (a GeneratingPolicy then generates
+	// nothing). Wait until Kyverno's webhooks send every policy's kinds.
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		vwc, err := l.Kube().AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "kyverno-resource-validating-webhook-cfg", metav1.GetOptions{})
-		return err == nil && len(vwc.Webhooks) > 0, nil
+		for _, u := range objs {
+			if isPolicy(u) && !l.AdmissionCovered(ctx, u) {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("%s: Kyverno's resource webhook has no rules: %v", name, err)
+		t.Fatalf("%s: Kyverno's webhooks do not send every policy's kinds: %v", name, err)
 	}
 	for _, u := range objs {
 		if !isPolicy(u) && u.GetLabels()[afterPolicies] == "true" {
