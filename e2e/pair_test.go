@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/tally-dev/tally/controllers/data"
+	"github.com/tally-dev/tally/controllers/merge"
 	"github.com/tally-dev/tally/controllers/pair"
 	"github.com/tally-dev/tally/controllers/policyevents"
 	"github.com/tally-dev/tally/controllers/shard"
@@ -26,13 +27,14 @@ import (
 	"github.com/tally-dev/tally/report"
 )
 
-// A pair's scanner as tally-scanner runs it, with the shipped defaults
-// (sharded): it joins its shard group through a membership Lease, hands
-// over a ready hand-over, and, once its context ends, returns with every
-// part stopped: the Lease deleted, the hand-over's and the probes' ports
-// closed.
-func TestAPairScannerRunsAndStopsWhole(t *testing.T) {
-	f := features.New("pair.RunScanner").
+// A pair as its two containers run it, with the shipped defaults
+// (sharded): the scanner joins its shard group through a membership Lease
+// and hands over a ready hand-over; the merger beside it follows that
+// scanner and becomes ready. Once their contexts end, both return with
+// every part stopped: the Lease deleted, the hand-over's and the probes'
+// ports closed, no goroutine left.
+func TestAPairRunsAndStopsWhole(t *testing.T) {
+	f := features.New("pair.RunScanner and pair.RunMerger").
 		Assess("runs sharded, and stops wholly", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			kube, err := kubernetes.NewForConfig(cfg.Client().RESTConfig())
 			if err != nil {
@@ -50,6 +52,10 @@ func TestAPairScannerRunsAndStopsWhole(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			mergerProbes, err := benchutil.FreeAddr()
+			if err != nil {
+				t.Fatal(err)
+			}
 			o := pair.ScannerOptions{
 				Options: process.Options{Name: "tally-scanner", Kubeconfig: cfg.KubeconfigFile(), Namespace: namespace,
 					QPS: 50, Burst: 100, Listen: probes, Identity: identity},
@@ -59,17 +65,30 @@ func TestAPairScannerRunsAndStopsWhole(t *testing.T) {
 				Handover: pair.HandoverOptions{Listen: handoverAddr, ReportAPI: string(report.APIWGPolicy), ManagedBy: "tally-pair-test"},
 				HTTP:     data.HTTPOptions{Timeout: data.DefaultHTTPTimeout},
 			}
-			// Every goroutine RunScanner starts is owned and waited for
-			// (issue 57): after it returns, none of them is left.
+			mo := pair.MergerOptions{
+				Options: process.Options{Name: "tally-merger", Kubeconfig: cfg.KubeconfigFile(), Namespace: namespace,
+					QPS: 50, Burst: 100, Listen: mergerProbes},
+				Merge:      merge.Options{Workers: 2, ManagedBy: "tally-pair-test", ReportAPI: report.APIWGPolicy},
+				ScannerURL: "http://" + handoverAddr, KeySecret: "tally-pair-test-key",
+			}
+			// Every goroutine RunScanner and RunMerger start is owned and
+			// waited for (issue 57): after they return, none of them is left.
 			before := goleak.IgnoreCurrent()
 			runCtx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
 			done := make(chan error, 1)
 			go func() { done <- pair.RunScanner(runCtx, o) }()
-			stopped := false
+			mergerCtx, cancelMerger := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
+			mergerDone := make(chan error, 1)
+			go func() { mergerDone <- pair.RunMerger(mergerCtx, mo) }()
+			stopped, mergerStopped := false, false
 			defer func() {
 				cancel()
+				cancelMerger()
 				if !stopped {
 					<-done
+				}
+				if !mergerStopped {
+					<-mergerDone
 				}
 			}()
 
@@ -101,6 +120,30 @@ func TestAPairScannerRunsAndStopsWhole(t *testing.T) {
 			if !ready("http://" + probes + "/readyz") {
 				t.Error("the scanner's /readyz is not ready while its hand-over is")
 			}
+			// The merger follows the ready scanner, lists everything and is
+			// ready in turn.
+			deadline = time.Now().Add(60 * time.Second)
+			for !ready("http://" + mergerProbes + "/readyz") {
+				if time.Now().After(deadline) {
+					t.Fatal("the merger beside a ready scanner was not ready within 60 s")
+				}
+				select {
+				case err := <-mergerDone:
+					mergerStopped = true
+					t.Fatalf("RunMerger returned before it was stopped: %v", err)
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			cancelMerger()
+			select {
+			case err := <-mergerDone:
+				mergerStopped = true
+				if err != nil {
+					t.Errorf("RunMerger stopped with %v, want nil", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("RunMerger did not return within 30 s of its context's end")
+			}
 
 			cancel()
 			select {
@@ -116,7 +159,7 @@ func TestAPairScannerRunsAndStopsWhole(t *testing.T) {
 			if _, err := kube.CoordinationV1().Leases(namespace).Get(ctx, shard.LeaseName(identity), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("the membership Lease after the scanner stopped: %v, want it deleted", err)
 			}
-			for what, addr := range map[string]string{"hand-over": handoverAddr, "probes and metrics": probes} {
+			for what, addr := range map[string]string{"hand-over": handoverAddr, "scanner's probes and metrics": probes, "merger's probes and metrics": mergerProbes} {
 				l, err := net.Listen("tcp", addr)
 				if err != nil {
 					t.Errorf("the %s port %s is still held after RunScanner returned: %v", what, addr, err)
@@ -131,7 +174,7 @@ func TestAPairScannerRunsAndStopsWhole(t *testing.T) {
 				goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 				goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 			); err != nil {
-				t.Errorf("goroutines left after RunScanner returned: %v", err)
+				t.Errorf("goroutines left after RunScanner and RunMerger returned: %v", err)
 			}
 			return ctx
 		}).Feature()

@@ -15,17 +15,8 @@ import (
 	"syscall"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2/textlogger"
-	"k8s.io/utils/clock"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/merge"
@@ -52,7 +43,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "Error: %v\nRun 'tally-merger --help' for usage.\n", err)
 		os.Exit(2)
 	}
-	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(c.process.Verbosity)))
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(c.Options.Verbosity)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(logr.NewContext(ctx, log), c)
 	stop()
@@ -64,32 +55,29 @@ func main() {
 
 // config is what tally-merger's flags set.
 type config struct {
-	process    process.Options
-	merge      merge.Options
-	allowed    string
-	scannerURL string
-	keySecret  string
+	pair.MergerOptions
+	allowed string
 }
 
 // bindFlags binds tally-merger's flags to the config they set.
 func bindFlags(fs *flag.FlagSet) *config {
 	c := &config{}
-	c.process.Bind(fs, "tally-merger")
+	c.Options.Bind(fs, "tally-merger")
 	// As the Pod runs it: beside the scanner (which serves :8080), writing
 	// while that scanner is ready, with no Lease of its own (the pair's is
 	// the scanner's). Both flags exist and take these values: no error.
 	_ = process.SetDefault(fs, "listen", ":8081")
 	_ = process.SetDefault(fs, "leader-elect", "false")
-	fs.IntVar(&c.merge.Workers, "workers", 2, "resources merged in parallel")
+	fs.IntVar(&c.Merge.Workers, "workers", 2, "resources merged in parallel")
 	fs.StringVar(&c.allowed, "allowed-results", "", "comma-separated results to report (default: all of pass,fail,warn,error,skip)")
-	fs.DurationVar(&c.merge.OrphanGrace, "orphan-grace", merge.DefaultOrphanGrace, "check an intermediate report without ownerReference for a deleted resource once it has not changed for this long")
-	fs.DurationVar(&c.merge.OrphanRecheck, "orphan-recheck", merge.DefaultOrphanRecheck, "check again after this long a resource found alive")
-	fs.StringVar(&c.merge.ManagedBy, "managed-by", report.ManagedBy, "value of the app.kubernetes.io/managed-by label of the final reports (PolicyReports, ClusterPolicyReports), and the one the merger recognises its own reports by at start-up; beside Kyverno set it to kyverno, which Kyverno's tooling selects reports by (intermediate reports stay labelled tally)")
-	fs.StringVar((*string)(&c.merge.ReportAPI), "report-api", string(report.APIWGPolicy), "the API of the final reports: wgpolicyk8s (wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport) or openreports (openreports.io/v1alpha1 Report, ClusterReport, as Kyverno 1.15+ can write)")
-	fs.StringVar(&c.scannerURL, "scanner-url", "http://127.0.0.1:8095", "where the scanner beside the merger hands over its BackgroundScanReports (its --handover-listen); the merger writes only while that scanner is ready (it leads and has scanned everything)")
-	fs.BoolVar(&c.merge.Ingest, "ingest-kyverno-reports", false, "beside Kyverno: merge the admission reports of its admission controller (EphemeralReports of Kyverno 1.13+, kyverno.io AdmissionReports of 1.10-1.12) into the final reports, and delete each once merged")
-	fs.StringVar(&c.keySecret, "report-key-secret", merge.DefaultKeySecret, "Secret in --namespace holding the key the merger signs its final reports with (made when missing): a report read back at start-up counts as the merger's only when its signature verifies (R48)")
-	fs.Float64Var(&c.merge.OrphanQPS, "orphan-qps", merge.DefaultOrphanQPS, "resource reads per second of the orphan check")
+	fs.DurationVar(&c.Merge.OrphanGrace, "orphan-grace", merge.DefaultOrphanGrace, "check an intermediate report without ownerReference for a deleted resource once it has not changed for this long")
+	fs.DurationVar(&c.Merge.OrphanRecheck, "orphan-recheck", merge.DefaultOrphanRecheck, "check again after this long a resource found alive")
+	fs.StringVar(&c.Merge.ManagedBy, "managed-by", report.ManagedBy, "value of the app.kubernetes.io/managed-by label of the final reports (PolicyReports, ClusterPolicyReports), and the one the merger recognises its own reports by at start-up; beside Kyverno set it to kyverno, which Kyverno's tooling selects reports by (intermediate reports stay labelled tally)")
+	fs.StringVar((*string)(&c.Merge.ReportAPI), "report-api", string(report.APIWGPolicy), "the API of the final reports: wgpolicyk8s (wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport) or openreports (openreports.io/v1alpha1 Report, ClusterReport, as Kyverno 1.15+ can write)")
+	fs.StringVar(&c.ScannerURL, "scanner-url", "http://127.0.0.1:8095", "where the scanner beside the merger hands over its BackgroundScanReports (its --handover-listen); the merger writes only while that scanner is ready (it leads and has scanned everything)")
+	fs.BoolVar(&c.Merge.Ingest, "ingest-kyverno-reports", false, "beside Kyverno: merge the admission reports of its admission controller (EphemeralReports of Kyverno 1.13+, kyverno.io AdmissionReports of 1.10-1.12) into the final reports, and delete each once merged")
+	fs.StringVar(&c.KeySecret, "report-key-secret", merge.DefaultKeySecret, "Secret in --namespace holding the key the merger signs its final reports with (made when missing): a report read back at start-up counts as the merger's only when its signature verifies (R48)")
+	fs.Float64Var(&c.Merge.OrphanQPS, "orphan-qps", merge.DefaultOrphanQPS, "resource reads per second of the orphan check")
 	return c
 }
 
@@ -101,63 +89,29 @@ func (c *config) check() error {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	c.merge.Filter = filter
-	if api, err := report.ParseAPI(string(c.merge.ReportAPI)); err != nil {
+	c.Merge.Filter = filter
+	if api, err := report.ParseAPI(string(c.Merge.ReportAPI)); err != nil {
 		errs = append(errs, fmt.Errorf("--report-api: %w", err))
 	} else {
-		c.merge.ReportAPI = api
+		c.Merge.ReportAPI = api
 	}
-	if e := validation.IsValidLabelValue(c.merge.ManagedBy); c.merge.ManagedBy == "" || len(e) > 0 {
-		errs = append(errs, fmt.Errorf("--managed-by %q is not a label value: %s", c.merge.ManagedBy, strings.Join(e, "; ")))
+	if e := validation.IsValidLabelValue(c.Merge.ManagedBy); c.Merge.ManagedBy == "" || len(e) > 0 {
+		errs = append(errs, fmt.Errorf("--managed-by %q is not a label value: %s", c.Merge.ManagedBy, strings.Join(e, "; ")))
 	}
-	if c.merge.OrphanGrace < 0 || c.merge.OrphanRecheck < 0 || c.merge.OrphanQPS < 0 {
+	if c.Merge.OrphanGrace < 0 || c.Merge.OrphanRecheck < 0 || c.Merge.OrphanQPS < 0 {
 		errs = append(errs, fmt.Errorf("--orphan-grace, --orphan-recheck and --orphan-qps must not be negative"))
 	}
-	if c.merge.Workers < 1 {
-		errs = append(errs, fmt.Errorf("--workers %d: at least one worker merges", c.merge.Workers))
+	if c.Merge.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers %d: at least one worker merges", c.Merge.Workers))
 	}
-	if u, err := url.Parse(c.scannerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("--scanner-url %q is not an http(s) URL", c.scannerURL))
+	if u, err := url.Parse(c.ScannerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("--scanner-url %q is not an http(s) URL", c.ScannerURL))
 	}
 	return errors.Join(errs...)
 }
 
 func run(ctx context.Context, c *config) error {
-	o, mo, scannerURL := c.process, c.merge, c.scannerURL
-	cfg, err := o.RESTConfig()
-	if err != nil {
-		return err
-	}
-	// One rate limit for every client of the merger.
-	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	if mo.Key, mo.LegacySeeds, err = merge.LoadKey(ctx, kube, o.Namespace, c.keySecret); err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	// One clock for the merger and the follower (tests drive their own).
-	clk := clock.RealClock{}
-	mo.Registry, mo.RESTConfig, mo.Now = reg, cfg, clk.Now
-	mo.Mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
-	// The final reports' metadata, watched so that one someone else
-	// changes is put right (R48).
-	if mo.Metadata, err = metadata.NewForConfig(cfg); err != nil {
-		return err
-	}
-	// The hand-over's client is made for each run of the scanner followed
-	// (under its incarnation).
-	return process.Run(ctx, o, cfg, reg, pair.NewFollower(merge.New(dyn, mo), scannerURL, clk), nil)
+	return pair.RunMerger(ctx, c.MergerOptions)
 }
 
 func parseAllowed(s string) (merge.Filter, error) {

@@ -50,11 +50,11 @@ func TestFlags(t *testing.T) {
 	if err := c.check(); err != nil {
 		t.Fatal(err)
 	}
-	if !c.merge.Filter.AllowedResults[wgv1alpha2.ResultFail] || !c.merge.Filter.AllowedResults[wgv1alpha2.ResultWarn] || c.merge.Filter.AllowedResults[wgv1alpha2.ResultPass] {
-		t.Errorf("filter %v, want fail and warn", c.merge.Filter.AllowedResults)
+	if !c.Merge.Filter.AllowedResults[wgv1alpha2.ResultFail] || !c.Merge.Filter.AllowedResults[wgv1alpha2.ResultWarn] || c.Merge.Filter.AllowedResults[wgv1alpha2.ResultPass] {
+		t.Errorf("filter %v, want fail and warn", c.Merge.Filter.AllowedResults)
 	}
-	if c.merge.ReportAPI != report.APIOpenReports || c.merge.Workers != 3 {
-		t.Errorf("options %+v do not hold the flags given", c.merge)
+	if c.Merge.ReportAPI != report.APIOpenReports || c.Merge.Workers != 3 {
+		t.Errorf("options %+v do not hold the flags given", c.Merge)
 	}
 }
 
@@ -66,9 +66,9 @@ func TestDefaultsAreTheShippedTopology(t *testing.T) {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	if c.process.Listen != ":8081" || c.process.LeaderElect || c.scannerURL != "http://127.0.0.1:8095" {
+	if c.Options.Listen != ":8081" || c.Options.LeaderElect || c.ScannerURL != "http://127.0.0.1:8095" {
 		t.Errorf("defaults: listen %q, leader election %v, scanner %q; want the chart's: :8081, false, http://127.0.0.1:8095",
-			c.process.Listen, c.process.LeaderElect, c.scannerURL)
+			c.Options.Listen, c.Options.LeaderElect, c.ScannerURL)
 	}
 	if f := fs.Lookup("leader-elect"); f.DefValue != "false" {
 		t.Errorf("--help shows --leader-elect defaulting to %s, want false", f.DefValue)

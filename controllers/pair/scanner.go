@@ -129,29 +129,16 @@ type scannerRun struct {
 // hand-over the merger beside it reads. It owns every goroutine it starts
 // and returns once they have all ended.
 func RunScanner(ctx context.Context, o ScannerOptions) error {
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
 	reportAPI, err := report.ParseAPI(o.Handover.ReportAPI)
 	if err != nil {
 		return fmt.Errorf("--report-api: %w", err)
 	}
-	cfg, err := o.RESTConfig()
+	env, err := newEnv(ctx, &o.Options, envOptions{Clock: o.Clock})
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
+	o.Clock = env.Clock
+	cfg, dyn, kube, disc, reg := env.Config, env.Dynamic, env.Kube, env.Discovery, env.Registry
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), api.AddToScheme(scheme)); err != nil {
 		return err
@@ -174,7 +161,6 @@ func RunScanner(ctx context.Context, o ScannerOptions) error {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	reg := prometheus.NewRegistry()
 	// Result Events go through events.k8s.io/v1, as Kyverno's, written by
 	// tally's Writer (not client-go's broadcaster, which would keep each for
 	// minutes to count repeats tally never makes), from a queue sent at a
