@@ -274,7 +274,10 @@ func (b *Bridge) Serving() bool {
 // classicPolicyKinds are the kinds of classic policies and what they
 // read at admission; classicKindsWait is how long Run waits for them before
 // it serves without those not served yet.
-var classicPolicyKinds = []schema.GroupVersionResource{apiresources.Namespace, apiresources.PolicyException, apiresources.ClusterPolicy, apiresources.Policy}
+var classicPolicyKinds = append([]schema.GroupVersionResource{apiresources.Namespace, apiresources.PolicyException}, catalog.GVRs(nil, catalog.Classic)...)
+
+// admitted says whether the bridge evaluates a kind's policies.
+func admitted(k *catalog.Kind) bool { return k.Admission }
 
 const classicKindsWait = time.Minute
 
@@ -304,8 +307,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// chart or overlay) or Kyverno, a kind's CRD may be established after
 	// the scanner starts: the kinds not served yet are followed, and
 	// watched once served (watch.FollowServed).
-	kinds := append(slices.Clone(classicPolicyKinds),
-		apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy, apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy)
+	kinds := append(slices.Clone(classicPolicyKinds), catalog.GVRs(admitted, catalog.CEL)...)
 	classicMissing = len(classicPolicyKinds)
 	watched := watch.ServedNow(ctx, b.disc, b.clock, kinds...)
 	if len(watched) < len(kinds) {

@@ -29,7 +29,7 @@ import (
 // admissionPolicy is a compiled policy with what answering and recording need.
 type admissionPolicy struct {
 	compiled *engine.Policy
-	// name is the policy's key (apiresources.PolicyKey); generation its
+	// name is the policy's key (catalog.Key); generation its
 	// metadata.generation.
 	name       string
 	generation int64
@@ -147,7 +147,6 @@ func (ps *policySet) publish() {
 func admissionOf(p *catalog.Policy, u *unstructured.Unstructured) (*admissionPolicy, error) {
 	compiled := p.Compiled
 	ap := &admissionPolicy{compiled: compiled, gvr: p.GVR, resourceVersion: u.GetResourceVersion()}
-	prefix := "cpol.kyverno.io/"
 	switch {
 	case p.CEL != nil || p.Image != nil:
 		if !compiled.AdmissionEnabled() {
@@ -157,9 +156,9 @@ func admissionOf(p *catalog.Policy, u *unstructured.Unstructured) (*admissionPol
 		// finish gets; Ignore lets it through.
 		var fp *admissionregistrationv1.FailurePolicyType
 		if p.Image != nil {
-			fp, prefix = p.Image.Spec.FailurePolicy, "ivpol.kyverno.io/"
+			fp = p.Image.Spec.FailurePolicy
 		} else {
-			fp, prefix = p.CEL.Spec.FailurePolicy, "vpol.kyverno.io/"
+			fp = p.CEL.Spec.FailurePolicy
 		}
 		ap.failClosed = fp == nil || *fp != admissionregistrationv1.Ignore
 		ap.emitWarning = compiled.Warns()
@@ -185,12 +184,11 @@ func admissionOf(p *catalog.Policy, u *unstructured.Unstructured) (*admissionPol
 			}
 			ap.matchConditions = prog
 		}
-		if p.GVR == apiresources.Policy {
-			prefix = "pol.kyverno.io/"
-		}
 	}
-	if key := prefix + u.GetName(); len(validation.IsQualifiedName(key)) == 0 {
-		ap.labelKey = key
+	if k, ok := catalog.KindOf(p.GVR); ok && k.LabelPrefix != "" {
+		if key := k.LabelPrefix + u.GetName(); len(validation.IsQualifiedName(key)) == 0 {
+			ap.labelKey = key
+		}
 	}
 	return ap, nil
 }
@@ -236,9 +234,12 @@ func (ps *policySet) Upsert(ctx context.Context, gvr schema.GroupVersionResource
 			ps.exceptions[name] = ex
 		}
 		ps.publish()
-	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy,
-		apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy:
-		name := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())
+	default:
+		k, ok := catalog.KindOf(gvr)
+		if !ok || !k.Admission {
+			return
+		}
+		name := k.Key(u.GetNamespace(), u.GetName())
 		ap, err := ps.compilePolicy(gvr, u)
 		if ps.onPolicy != nil {
 			ps.onPolicy(gvr, u, err)
@@ -270,11 +271,14 @@ func (ps *policySet) Remove(ctx context.Context, gvr schema.GroupVersionResource
 		delete(ps.exceptions, u.GetNamespace()+"/"+u.GetName())
 		ps.publish()
 		ps.mu.Unlock()
-	case apiresources.ClusterPolicy, apiresources.Policy, apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy,
-		apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy:
+	default:
+		k, ok := catalog.KindOf(gvr)
+		if !ok || !k.Admission {
+			return
+		}
 		ps.catalog.Forget(gvr, u.GetNamespace(), u.GetName())
 		ps.mu.Lock()
-		delete(ps.policies, apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName()))
+		delete(ps.policies, k.Key(u.GetNamespace(), u.GetName()))
 		ps.publish()
 		ps.mu.Unlock()
 	}
@@ -290,7 +294,7 @@ func (ps *policySet) Replace(ctx context.Context, gvr schema.GroupVersionResourc
 		case apiresources.PolicyException:
 			present[u.GetNamespace()+"/"+u.GetName()] = true
 		default:
-			present[apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())] = true
+			present[catalog.Key(gvr, u.GetNamespace(), u.GetName())] = true
 		}
 	}
 	switch gvr {

@@ -1,6 +1,7 @@
-// Package catalog reads the cluster's policy objects (ClusterPolicy,
-// Policy, ValidatingPolicy, MutatingPolicy and their namespaced kinds) into compiled
-// policies: the one place every controller converts and compiles them. In
+// Package catalog is the one table of the policy kinds (kinds.go: a
+// descriptor per kind, which every controller asks rather than naming a
+// kind) and the one place every controller converts and compiles policy
+// objects into compiled policies. In
 // tally-scanner the scan and the admission bridge share one Catalog, so
 // that each version of a policy is compiled once for both.
 package catalog
@@ -15,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov1 "github.com/tally-dev/tally/api/kyverno/v1"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	"github.com/tally-dev/tally/engine"
@@ -24,7 +24,7 @@ import (
 // Policy is a policy object as the controllers read it. It is shared:
 // nothing of it may be changed.
 type Policy struct {
-	// Key is the policy's key (apiresources.PolicyKey).
+	// Key is the policy's key (Key).
 	Key string
 	GVR schema.GroupVersionResource
 	// Object is the typed policy (*kyvernov1.ClusterPolicy,
@@ -43,63 +43,24 @@ type Policy struct {
 	Image    *policiesv1.ImageValidatingPolicy
 }
 
-// IsPolicyKind reports whether a Catalog reads objects of gvr.
+// IsPolicyKind reports whether a Catalog reads objects of gvr (the kinds
+// compiled alone: Kind.Compiled).
 func IsPolicyKind(gvr schema.GroupVersionResource) bool {
-	switch gvr {
-	case apiresources.ClusterPolicy, apiresources.Policy:
-		return true
-	}
-	return apiresources.IsCELPolicy(gvr)
+	k, ok := KindOf(gvr)
+	return ok && k.Compiled()
 }
 
 // Read converts and compiles a policy object, without a Catalog. A policy
 // that does not compile is returned with the error when it could be
 // converted (its Object names it in Events).
 func Read(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*Policy, error) {
-	p := &Policy{Key: apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName()), GVR: gvr}
-	var err error
-	switch gvr {
-	case apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
-		var vp *policiesv1.ValidatingPolicy
-		if vp, err = policiesv1.FromObject(u.Object); err != nil {
-			return nil, err
-		}
-		p.Object, p.CEL = vp, vp
-		p.Compiled, err = engine.CompileValidatingPolicy(vp)
-	case apiresources.MutatingPolicy, apiresources.NamespacedMutatingPolicy:
-		var mp *policiesv1.MutatingPolicy
-		if mp, err = policiesv1.MutatingFromObject(u.Object); err != nil {
-			return nil, err
-		}
-		p.Object, p.Mutating = mp, mp
-		p.Compiled, err = engine.CompileMutatingPolicy(mp)
-	case apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy:
-		var ivp *policiesv1.ImageValidatingPolicy
-		if ivp, err = policiesv1.ImageValidatingFromObject(u.Object); err != nil {
-			return nil, err
-		}
-		p.Object, p.Image = ivp, ivp
-		p.Compiled, err = engine.CompileImageValidatingPolicy(ivp)
-	case apiresources.Policy:
-		var pol kyvernov1.Policy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pol); err != nil {
-			return nil, err
-		}
-		pol.APIVersion, pol.Kind = kyvernov1.GroupVersion.String(), "Policy"
-		verifyDigestByDefault(&pol.Spec)
-		p.Object, p.Spec = &pol, &pol.Spec
-		p.Compiled, err = engine.CompilePolicy(&pol)
-	case apiresources.ClusterPolicy:
-		var pol kyvernov1.ClusterPolicy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pol); err != nil {
-			return nil, err
-		}
-		pol.APIVersion, pol.Kind = kyvernov1.GroupVersion.String(), "ClusterPolicy"
-		verifyDigestByDefault(&pol.Spec)
-		p.Object, p.Spec = &pol, &pol.Spec
-		p.Compiled, err = engine.CompileClusterPolicy(&pol)
-	default:
+	k, ok := KindOf(gvr)
+	if !ok || !k.Compiled() {
 		return nil, fmt.Errorf("%s is not a policy kind", gvr.String())
+	}
+	p, err := k.read(u)
+	if p != nil {
+		p.Key, p.GVR = k.Key(u.GetNamespace(), u.GetName()), gvr
 	}
 	return p, err
 }

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"k8s.io/utils/clock"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +24,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/tally-dev/tally/api/apiresources"
-	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/watch"
@@ -32,10 +32,7 @@ import (
 )
 
 // Labels the merger reads.
-const (
-	labelVAPReports = "reports.kyverno.io/enabled"
-	fieldManager    = "tally-merger"
-)
+const fieldManager = "tally-merger"
 
 // Options configure a Merger.
 type Options struct {
@@ -238,10 +235,8 @@ func (m *Merger) reset() {
 
 // watched are the kinds always watched; the admission kinds and the CEL
 // policy kinds are watched where served (Run).
-var watched = []schema.GroupVersionResource{
-	apiresources.ClusterPolicy, apiresources.Policy,
-	apiresources.BackgroundScanReport, apiresources.ClusterBackgroundScanReport,
-}
+var watched = append(catalog.GVRs(nil, catalog.Classic),
+	apiresources.BackgroundScanReport, apiresources.ClusterBackgroundScanReport)
 
 // servedKinds returns those of gvrs the API server serves and the merger
 // may read: a list answered NotFound (no CRD) or Forbidden (RBAC without
@@ -281,7 +276,7 @@ func (m *Merger) Run(ctx context.Context) error {
 	}
 	// Beside Kyverno 1.13+ no AdmissionReport kind is served: tally writes
 	// none there, and Kyverno's EphemeralReports are read instead.
-	policyKinds := append(slices.Clone(apiresources.CELPolicies), apiresources.ValidatingAdmissionPolicy, apiresources.MutatingAdmissionPolicy)
+	policyKinds := catalog.GVRs(nil, catalog.CEL, catalog.AdmissionPolicy)
 	kinds := append(slices.Clone(watched), m.servedKinds(ctx, append([]schema.GroupVersionResource{apiresources.AdmissionReport, apiresources.ClusterAdmissionReport}, policyKinds...)...)...)
 	if m.opts.Ingest {
 		kinds = append(kinds, m.servedKinds(ctx, ephemeralKinds...)...)
@@ -573,21 +568,24 @@ func (m *Merger) watchedKinds() []schema.GroupVersionResource {
 // policyInfo reads what the merge needs of a policy, autogen rules
 // included; key is its key in Input.Policies (PolicyKey).
 func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
-	if k, ok := apiresources.KyvernoOnlyPolicyOf(gvr); ok {
-		key, info := kyvernoOnlyInfo(k, u)
+	k, ok := catalog.KindOf(gvr)
+	if !ok {
+		return "", PolicyInfo{}, fmt.Errorf("%s is not a policy kind", gvr.String())
+	}
+	switch k.Family {
+	case catalog.KyvernoOnly:
+		key, info := kyvernoOnlyInfo(gvr, u)
 		return key, info, nil
-	}
-	if apiresources.IsCELPolicy(gvr) {
-		return celPolicyInfo(gvr, u)
-	}
-	if gvr == apiresources.ValidatingAdmissionPolicy || gvr == apiresources.MutatingAdmissionPolicy {
+	case catalog.CEL:
+		return celPolicyInfo(k, gvr, u)
+	case catalog.AdmissionPolicy:
 		key, _ := policyKeyOf(gvr, u)
 		return key, PolicyInfo{
 			Background: true,
 			AnyRule:    true,
 			// An unlabelled ValidatingAdmissionPolicy is not reported (its
 			// results, from before the label went, are dropped).
-			ReportsDisabled: (gvr == apiresources.ValidatingAdmissionPolicy && u.GetLabels()[labelVAPReports] != "true") || report.ReportingDisabled(u.GetLabels()),
+			ReportsDisabled: !k.Reported(u.GetLabels()),
 			Scored:          u.GetAnnotations()[engine.AnnotationScored] != "false",
 			Category:        u.GetAnnotations()[engine.AnnotationCategory],
 			Severity:        u.GetAnnotations()[engine.AnnotationSeverity],
@@ -631,7 +629,7 @@ func policyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (
 // celPolicyInfo reads what the merge needs of a ValidatingPolicy,
 // MutatingPolicy or their namespaced kinds: their results have no rule to
 // check.
-func celPolicyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
+func celPolicyInfo(k *catalog.Kind, gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo, error) {
 	info := PolicyInfo{
 		AnyRule:         true,
 		ReportsDisabled: report.ReportingDisabled(u.GetLabels()),
@@ -639,32 +637,10 @@ func celPolicyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured
 		Category:        u.GetAnnotations()[engine.AnnotationCategory],
 		Severity:        u.GetAnnotations()[engine.AnnotationSeverity],
 	}
-	if gvr == apiresources.MutatingPolicy || gvr == apiresources.NamespacedMutatingPolicy {
-		mp, err := policiesv1.MutatingFromObject(u.Object)
-		if err != nil {
-			return "", PolicyInfo{}, err
-		}
-		info.Background = mp.Spec.BackgroundEnabled()
-		// Kyverno's webhook reports it at admission (beside Kyverno).
-		info.Admission = mp.Spec.Evaluation == nil || mp.Spec.Evaluation.Admission.On()
-	} else if gvr == apiresources.ImageValidatingPolicy || gvr == apiresources.NamespacedImageValidatingPolicy {
-		ip, err := policiesv1.ImageValidatingFromObject(u.Object)
-		if err != nil {
-			return "", PolicyInfo{}, err
-		}
-		info.Background, info.Admission = ip.Spec.BackgroundEnabled(), ip.Spec.AdmissionEnabled()
-	} else {
-		vp, err := policiesv1.FromObject(u.Object)
-		if err != nil {
-			return "", PolicyInfo{}, err
-		}
-		info.Background, info.Admission = vp.Spec.BackgroundEnabled(), vp.Spec.AdmissionEnabled()
+	var err error
+	if info.Background, info.Admission, err = k.Modes(u); err != nil {
+		return "", PolicyInfo{}, err
 	}
 	key, _ := policyKeyOf(gvr, u)
 	return key, info, nil
-}
-
-// vapInfo is the key of a ValidatingAdmissionPolicy's results.
-func vapInfo(u *unstructured.Unstructured) string {
-	return PolicyKey(engine.SourceValidatingAdmissionPolicy, u.GetName())
 }

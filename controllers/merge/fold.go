@@ -20,6 +20,7 @@ import (
 	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -314,5 +315,6 @@ func backgroundControllerResult(r wgv1alpha2.PolicyReportResult) bool {
 	_, generated := r.Properties[propertyGeneratedResources]
 	_, patched := r.Properties[propertyPatchedTarget]
 	// GeneratingPolicies are reported by the background controller only.
-	return generated || patched || apiresources.IsKyvernoOnlySource(r.Source)
+	k, ok := catalog.KindOfSource(r.Source)
+	return generated || patched || (ok && k.Family == catalog.KyvernoOnly)
 }

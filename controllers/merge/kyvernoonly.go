@@ -6,12 +6,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/tally-dev/tally/api/apiresources"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
 )
 
-// Policy kinds only Kyverno evaluates (R45, apiresources.KyvernoOnlyPolicies).
+// Policy kinds only Kyverno evaluates (R45, catalog.KyvernoOnly).
 // Beside Kyverno their results come through Kyverno's admission and
 // background controller reports: the merger reads these policies (where
 // served) so that their results are kept while the policy is, and go with
@@ -23,9 +23,9 @@ import (
 // version.
 func (m *Merger) servedKyvernoOnlyKinds(ctx context.Context) []schema.GroupVersionResource {
 	var out []schema.GroupVersionResource
-	for _, k := range apiresources.KyvernoOnlyPolicies {
-		for _, v := range apiresources.KyvernoOnlyVersions {
-			gvr := schema.GroupVersionResource{Group: "policies.kyverno.io", Version: v, Resource: k.Resource}
+	for _, k := range catalog.Kinds(catalog.KyvernoOnly) {
+		for _, v := range k.Versions {
+			gvr := schema.GroupVersionResource{Group: k.GVR.Group, Version: v, Resource: k.GVR.Resource}
 			if served := m.servedKinds(ctx, gvr); len(served) > 0 {
 				out = append(out, gvr)
 				break
@@ -36,12 +36,9 @@ func (m *Merger) servedKyvernoOnlyKinds(ctx context.Context) []schema.GroupVersi
 }
 
 // kyvernoOnlyInfo is what the merge needs of such a policy.
-func kyvernoOnlyInfo(k apiresources.KyvernoOnlyPolicy, u *unstructured.Unstructured) (string, PolicyInfo) {
-	name := u.GetName()
-	if k.Namespaced {
-		name = u.GetNamespace() + "/" + name
-	}
-	return PolicyKey(k.Source, name), PolicyInfo{
+func kyvernoOnlyInfo(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (string, PolicyInfo) {
+	key, _ := policyKeyOf(gvr, u)
+	return key, PolicyInfo{
 		Admission:       true,
 		AnyRule:         true,
 		ReportsDisabled: report.ReportingDisabled(u.GetLabels()),

@@ -17,48 +17,27 @@ import (
 	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/watch"
-	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
 )
 
 var _ watch.StreamingSink = (*Merger)(nil)
 
 func isPolicy(gvr schema.GroupVersionResource) bool {
-	if _, ok := apiresources.KyvernoOnlyPolicyOf(gvr); ok {
-		return true
-	}
-	return gvr == apiresources.ClusterPolicy || gvr == apiresources.Policy || apiresources.IsCELPolicy(gvr) ||
-		gvr == apiresources.ValidatingAdmissionPolicy || gvr == apiresources.MutatingAdmissionPolicy
+	_, ok := catalog.KindOf(gvr)
+	return ok
 }
 
 // policyKeyOf is the key of a policy object in Input.Policies, and the
 // policy name its results carry.
 func policyKeyOf(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (key, name string) {
-	if k, ok := apiresources.KyvernoOnlyPolicyOf(gvr); ok {
-		key, _ = kyvernoOnlyInfo(k, u)
-		_, name, _ = strings.Cut(key, "\x00")
-		return key, name
+	k, ok := catalog.KindOf(gvr)
+	if !ok {
+		return u.GetName(), u.GetName()
 	}
-	name = u.GetName()
-	if gvr == apiresources.Policy || apiresources.IsNamespacedCELPolicy(gvr) {
-		name = u.GetNamespace() + "/" + name
-	}
-	switch gvr {
-	case apiresources.ValidatingPolicy, apiresources.NamespacedValidatingPolicy:
-		return PolicyKey(engine.SourceValidatingPolicy, name), name
-	case apiresources.MutatingPolicy, apiresources.NamespacedMutatingPolicy:
-		return PolicyKey(engine.SourceMutatingPolicy, name), name
-	case apiresources.ImageValidatingPolicy, apiresources.NamespacedImageValidatingPolicy:
-		return PolicyKey(engine.SourceImageValidatingPolicy, name), name
-	}
-	switch gvr {
-	case apiresources.ValidatingAdmissionPolicy:
-		return vapInfo(u), name
-	case apiresources.MutatingAdmissionPolicy:
-		return PolicyKey(engine.SourceMutatingAdmissionPolicy, name), name
-	}
-	return name, name
+	name = k.ReportName(u.GetNamespace(), u.GetName())
+	return PolicyKey(k.Source, name), name
 }
 
 func isAdmission(gvr schema.GroupVersionResource) bool {

@@ -31,15 +31,17 @@ import (
 // and queue the resource's UID for the evaluation workers.
 
 // isControlKind reports whether gvr's events are control events: every
-// policy kind the catalog compiles (a new one is a catalog entry, and its
-// events are control events with no change here), the exceptions, and the
-// admission policies with their bindings.
+// policy kind the catalog compiles (a new one is a descriptor in the
+// catalog's table, and its events are control events with no change
+// here), the exceptions, and the admission policies with their bindings.
 func isControlKind(gvr schema.GroupVersionResource) bool {
-	switch gvr {
-	case apiresources.PolicyException, apiresources.CELPolicyException,
-		apiresources.ValidatingAdmissionPolicy, apiresources.ValidatingAdmissionPolicyBinding,
-		apiresources.MutatingAdmissionPolicy, apiresources.MutatingAdmissionPolicyBinding:
+	if gvr == apiresources.PolicyException || gvr == apiresources.CELPolicyException {
 		return true
+	}
+	for _, k := range catalog.Kinds(catalog.AdmissionPolicy) {
+		if gvr == k.GVR || gvr == k.Binding {
+			return true
+		}
 	}
 	return catalog.IsPolicyKind(gvr)
 }

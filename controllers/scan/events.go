@@ -3,11 +3,9 @@ package scan
 import (
 	"strings"
 
-	"github.com/tally-dev/tally/api/apiresources"
-	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/policyevents"
-	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
 )
 
@@ -79,28 +77,7 @@ func shortName(policy string) string {
 	return policy
 }
 
-// policyKeyOf is the key (apiresources.PolicyKey) of the policy of a result.
+// policyKeyOf is the key (catalog.Key) of the policy of a result.
 func policyKeyOf(e memstore.Entry) string {
-	switch e.Source {
-	case engine.SourceValidatingAdmissionPolicy:
-		return apiresources.VAPKeyPrefix + e.Policy
-	case engine.SourceMutatingAdmissionPolicy:
-		return apiresources.MAPKeyPrefix + e.Policy
-	case engine.SourceValidatingPolicy:
-		if strings.Contains(e.Policy, "/") {
-			return policiesv1.KindNamespacedValidatingPolicy + "/" + e.Policy
-		}
-		return policiesv1.KindValidatingPolicy + "/" + e.Policy
-	case engine.SourceMutatingPolicy:
-		if strings.Contains(e.Policy, "/") {
-			return policiesv1.KindNamespacedMutatingPolicy + "/" + e.Policy
-		}
-		return policiesv1.KindMutatingPolicy + "/" + e.Policy
-	case engine.SourceImageValidatingPolicy:
-		if strings.Contains(e.Policy, "/") {
-			return policiesv1.KindNamespacedImageValidatingPolicy + "/" + e.Policy
-		}
-		return policiesv1.KindImageValidatingPolicy + "/" + e.Policy
-	}
-	return e.Policy
+	return catalog.KeyOfResult(e.Source, e.Policy)
 }

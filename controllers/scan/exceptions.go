@@ -17,6 +17,7 @@ import (
 	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
 )
@@ -115,10 +116,8 @@ func (es *exceptionSet) upsert(ctx context.Context, gvr schema.GroupVersionResou
 func celPoliciesReferred(refs []policiesv1.PolicyRef) []string {
 	out := make([]string, 0, len(refs))
 	for _, r := range refs {
-		switch r.Kind {
-		case policiesv1.KindValidatingPolicy, policiesv1.KindNamespacedValidatingPolicy, policiesv1.KindMutatingPolicy, policiesv1.KindNamespacedMutatingPolicy,
-			policiesv1.KindImageValidatingPolicy, policiesv1.KindNamespacedImageValidatingPolicy:
-			out = append(out, r.Kind+"/"+r.Name)
+		if k, ok := catalog.KindNamed(r.Kind); ok && k.Family == catalog.CEL {
+			out = append(out, k.KeyPrefix+r.Name)
 		}
 	}
 	return out

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/tally-dev/tally/api/apiresources"
-	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/engine/match"
@@ -239,9 +239,11 @@ func (k *kindWatch) stop() {
 // ValidatingAdmissionPolicies and, when reported, the
 // MutatingAdmissionPolicies.
 func celPolicyKinds(mutatingAdmissionPolicies bool) []schema.GroupVersionResource {
-	out := append(slices.Clone(celPolicyGVRs), vapGVRs...)
-	if mutatingAdmissionPolicies {
-		out = append(out, mapGVRs...)
+	out := slices.Clone(celPolicyGVRs)
+	for _, k := range catalog.Kinds(catalog.AdmissionPolicy) {
+		if k.ReportsFlag == "" || mutatingAdmissionPolicies {
+			out = append(out, admissionPolicyGVRs(k)...)
+		}
 	}
 	return out
 }
@@ -576,17 +578,18 @@ func (k *kindWatch) policiesListed() bool {
 // in its newest served version.
 func (k *kindWatch) servedUnevaluatedKinds() []schema.GroupVersionResource {
 	var out []schema.GroupVersionResource
-	found := map[string]bool{}
-	for _, v := range apiresources.KyvernoOnlyVersions {
-		gv := schema.GroupVersion{Group: policiesv1.GroupVersion.Group, Version: v}
-		list, err := k.disc.ServerResourcesForGroupVersion(gv.String())
-		if err != nil || list == nil {
-			continue
-		}
-		for _, p := range apiresources.KyvernoOnlyPolicies {
-			if !found[p.Resource] && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == p.Resource }) {
-				found[p.Resource] = true
-				out = append(out, gv.WithResource(p.Resource))
+	lists := map[string]*metav1.APIResourceList{} // by group version, asked once
+	for _, p := range catalog.Kinds(catalog.KyvernoOnly) {
+		for _, v := range p.Versions {
+			gv := schema.GroupVersion{Group: p.GVR.Group, Version: v}
+			list, asked := lists[gv.String()]
+			if !asked {
+				list, _ = k.disc.ServerResourcesForGroupVersion(gv.String())
+				lists[gv.String()] = list
+			}
+			if list != nil && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == p.GVR.Resource }) {
+				out = append(out, gv.WithResource(p.GVR.Resource))
+				break
 			}
 		}
 	}
@@ -594,8 +597,8 @@ func (k *kindWatch) servedUnevaluatedKinds() []schema.GroupVersionResource {
 }
 
 // celPolicyGVRs are the CEL kinds, in the order they are watched.
-var celPolicyGVRs = append([]schema.GroupVersionResource{apiresources.CELPolicyException}, apiresources.CELPolicies...)
+var celPolicyGVRs = append([]schema.GroupVersionResource{apiresources.CELPolicyException}, catalog.GVRs(nil, catalog.CEL)...)
 
 // classicPolicySources are the kinds always listed before any resource is
 // evaluated.
-var classicPolicySources = []schema.GroupVersionResource{apiresources.Namespace, apiresources.PolicyException, apiresources.ClusterPolicy, apiresources.Policy}
+var classicPolicySources = append([]schema.GroupVersionResource{apiresources.Namespace, apiresources.PolicyException}, catalog.GVRs(nil, catalog.Classic)...)

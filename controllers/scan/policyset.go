@@ -9,12 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	policiesv1 "github.com/tally-dev/tally/api/policies/v1"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/memstore"
 )
 
-// policySet is the policies the scanner knows, by key (apiresources.PolicyKey): those
+// policySet is the policies the scanner knows, by key (catalog.Key): those
 // scanned in the background and those kept for admission only. It is the
 // only holder of compiled policies; every method is safe for concurrent use.
 type policySet struct {
@@ -85,8 +85,11 @@ func (ps *policySet) resolve(name string) []*trackedPolicy {
 	}
 	var prefix, plain string
 	ok := false
-	for _, kind := range []string{policiesv1.KindNamespacedValidatingPolicy, policiesv1.KindNamespacedMutatingPolicy, policiesv1.KindNamespacedImageValidatingPolicy} {
-		prefix = kind + "/"
+	for _, k := range catalog.Kinds(catalog.CEL) {
+		if !k.Namespaced {
+			continue
+		}
+		prefix = k.KeyPrefix
 		if plain, ok = strings.CutPrefix(name, prefix); ok {
 			break
 		}
@@ -105,7 +108,7 @@ func (ps *policySet) resolve(name string) []*trackedPolicy {
 
 // trackedPolicy is what the scanner knows of a policy it scans.
 type trackedPolicy struct {
-	// name is the policy's key (apiresources.PolicyKey).
+	// name is the policy's key (catalog.Key).
 	name string
 	gvr  schema.GroupVersionResource
 	// ref refers to the policy object, for Events.

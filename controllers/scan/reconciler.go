@@ -43,11 +43,12 @@ type policyReconciler struct {
 	kinds    *kindWatch
 	handlers *handlers
 	metrics  *metrics
-	// exceptions applies the PolicyExceptions' changes; vaps and maps are
-	// the ValidatingAdmissionPolicies and MutatingAdmissionPolicies
-	// scanned, with their bindings.
-	exceptions *exceptionSet
-	vaps, maps *admissionPolicySet
+	// exceptions applies the PolicyExceptions' changes; admissionPolicies
+	// are the Kubernetes admission policies scanned with their bindings,
+	// a set per kind (catalog.AdmissionPolicy), by the policy's and the
+	// binding's GVR.
+	exceptions        *exceptionSet
+	admissionPolicies map[schema.GroupVersionResource]*admissionPolicySet
 	// leftOutTold: the generation of each policy whose rules left out were
 	// told in an Event (status.go tellLeftOut).
 	leftOutTold sync.Map
@@ -61,12 +62,8 @@ type policyReconciler struct {
 // the admission bridge shares; a Validating- or MutatingAdmissionPolicy
 // with its bindings); spec is nil for CEL policies.
 func (pr *policyReconciler) readPolicy(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) (runtime.Object, *engine.Policy, *kyvernov1.Spec, error) {
-	switch gvr {
-	case apiresources.ValidatingAdmissionPolicy:
-		obj, compiled, err := pr.vaps.read(ctx, u)
-		return obj, compiled, nil, err
-	case apiresources.MutatingAdmissionPolicy:
-		obj, compiled, err := pr.maps.read(ctx, u)
+	if as := pr.admissionPolicies[gvr]; as != nil {
+		obj, compiled, err := as.read(ctx, u)
 		return obj, compiled, nil, err
 	}
 	p, err := pr.opts.Catalog.Read(gvr, u)
@@ -83,7 +80,7 @@ func (pr *policyReconciler) readPolicy(ctx context.Context, gvr schema.GroupVers
 // store write that failed; the control queue retries it, and nothing of the
 // policy's new version was kept before it.
 func (pr *policyReconciler) upsertPolicy(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error {
-	name := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())
+	name := catalog.Key(gvr, u.GetNamespace(), u.GetName())
 	log := logr.FromContextOrDiscard(ctx).WithValues("policy", name)
 	obj, compiled, spec, err := pr.readPolicy(ctx, gvr, u)
 	if err == nil && spec != nil {
@@ -115,7 +112,7 @@ func (pr *policyReconciler) upsertPolicy(ctx context.Context, gvr schema.GroupVe
 			return // retried: the status is written once it is applied
 		}
 		var more []Condition
-		if gvr == apiresources.ValidatingPolicy || gvr == apiresources.NamespacedValidatingPolicy {
+		if k, ok := catalog.KindOf(gvr); ok && k.ReadyConditions {
 			more = CELConditions(compiled.AdmissionEnabled(), pr.kinds.forbiddenOf(scanned))
 		}
 		pr.tellLeftOut(obj, compiled)
@@ -251,16 +248,15 @@ func (pr *policyReconciler) removePolicy(ctx context.Context, name string) error
 func (pr *policyReconciler) dropMissingPolicies(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) error {
 	present := map[string]bool{}
 	for _, u := range objs {
-		present[apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName())] = true
+		present[catalog.Key(gvr, u.GetNamespace(), u.GetName())] = true
 	}
+	as := pr.admissionPolicies[gvr]
 	var errs []error
 	for _, name := range pr.policies.keysOf(gvr) {
 		switch {
 		case present[name]:
-		case gvr == apiresources.ValidatingAdmissionPolicy:
-			errs = append(errs, pr.removeAdmissionPolicy(ctx, pr.vaps, strings.TrimPrefix(name, apiresources.VAPKeyPrefix)))
-		case gvr == apiresources.MutatingAdmissionPolicy:
-			errs = append(errs, pr.removeAdmissionPolicy(ctx, pr.maps, strings.TrimPrefix(name, apiresources.MAPKeyPrefix)))
+		case as != nil:
+			errs = append(errs, pr.removeAdmissionPolicy(ctx, as, strings.TrimPrefix(name, as.kind.KeyPrefix)))
 		default:
 			errs = append(errs, pr.removePolicy(ctx, name))
 		}
@@ -279,35 +275,29 @@ var _ controlApplier = (*policyReconciler)(nil)
 // applyEvent applies one object's newest event (the control queue's).
 func (pr *policyReconciler) applyEvent(ctx context.Context, ev *controlEvent) error {
 	u := ev.obj
-	if !ev.removed {
-		switch ev.gvr {
-		case apiresources.PolicyException, apiresources.CELPolicyException:
-			return pr.exceptions.upsert(ctx, ev.gvr, u)
-		case apiresources.ValidatingAdmissionPolicy:
-			return pr.upsertAdmissionPolicy(ctx, pr.vaps, u)
-		case apiresources.ValidatingAdmissionPolicyBinding:
-			return pr.recompile(ctx, pr.vaps, pr.vaps.setBinding(u.GetName(), u))
-		case apiresources.MutatingAdmissionPolicy:
-			return pr.upsertAdmissionPolicy(ctx, pr.maps, u)
-		case apiresources.MutatingAdmissionPolicyBinding:
-			return pr.recompile(ctx, pr.maps, pr.maps.setBinding(u.GetName(), u))
+	if ev.gvr == apiresources.PolicyException || ev.gvr == apiresources.CELPolicyException {
+		if ev.removed {
+			return pr.exceptions.remove(exceptionKey(ev.gvr, u.GetNamespace(), u.GetName()))
 		}
+		return pr.exceptions.upsert(ctx, ev.gvr, u)
+	}
+	if as := pr.admissionPolicies[ev.gvr]; as != nil {
+		switch {
+		case ev.gvr == as.kind.Binding && ev.removed:
+			return pr.recompile(ctx, as, as.setBinding(u.GetName(), nil))
+		case ev.gvr == as.kind.Binding:
+			return pr.recompile(ctx, as, as.setBinding(u.GetName(), u))
+		case ev.removed:
+			return pr.removeAdmissionPolicy(ctx, as, u.GetName())
+		default:
+			return pr.upsertAdmissionPolicy(ctx, as, u)
+		}
+	}
+	if !ev.removed {
 		return pr.upsertPolicy(ctx, ev.gvr, u)
 	}
-	switch ev.gvr {
-	case apiresources.PolicyException, apiresources.CELPolicyException:
-		return pr.exceptions.remove(exceptionKey(ev.gvr, u.GetNamespace(), u.GetName()))
-	case apiresources.ValidatingAdmissionPolicy:
-		return pr.removeAdmissionPolicy(ctx, pr.vaps, u.GetName())
-	case apiresources.ValidatingAdmissionPolicyBinding:
-		return pr.recompile(ctx, pr.vaps, pr.vaps.setBinding(u.GetName(), nil))
-	case apiresources.MutatingAdmissionPolicy:
-		return pr.removeAdmissionPolicy(ctx, pr.maps, u.GetName())
-	case apiresources.MutatingAdmissionPolicyBinding:
-		return pr.recompile(ctx, pr.maps, pr.maps.setBinding(u.GetName(), nil))
-	}
 	pr.opts.Catalog.Forget(ev.gvr, u.GetNamespace(), u.GetName())
-	name := apiresources.PolicyKey(ev.gvr, u.GetNamespace(), u.GetName())
+	name := catalog.Key(ev.gvr, u.GetNamespace(), u.GetName())
 	if err := pr.removePolicy(ctx, name); err != nil {
 		return err
 	}
@@ -319,11 +309,8 @@ func (pr *policyReconciler) applyEvent(ctx context.Context, ev *controlEvent) er
 // applyList applies a complete list of a control kind (the control
 // queue's): what is not in it is forgotten.
 func (pr *policyReconciler) applyList(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) error {
-	if gvr == apiresources.ValidatingAdmissionPolicyBinding {
-		return pr.recompile(ctx, pr.vaps, pr.vaps.dropMissingBindings(objs))
-	}
-	if gvr == apiresources.MutatingAdmissionPolicyBinding {
-		return pr.recompile(ctx, pr.maps, pr.maps.dropMissingBindings(objs))
+	if as := pr.admissionPolicies[gvr]; as != nil && gvr == as.kind.Binding {
+		return pr.recompile(ctx, as, as.dropMissingBindings(objs))
 	}
 	if gvr == apiresources.PolicyException || gvr == apiresources.CELPolicyException {
 		return pr.exceptions.dropMissing(gvr, objs)
@@ -368,7 +355,8 @@ func (pr *policyReconciler) setPolicyStatus(ctx context.Context, gvr schema.Grou
 	parent := ctx
 	// An admission policy's status is the API server's; tests that
 	// drive the scanner without Run write none.
-	if pr.opts.NoPolicyStatus || !pr.running.Load() || gvr == apiresources.ValidatingAdmissionPolicy || gvr == apiresources.MutatingAdmissionPolicy {
+	kind, _ := catalog.KindOf(gvr)
+	if pr.opts.NoPolicyStatus || !pr.running.Load() || kind == nil || kind.Family == catalog.AdmissionPolicy {
 		return
 	}
 	await := rejected == nil && admission && pr.opts.WebhookConfigured != nil
@@ -376,7 +364,7 @@ func (pr *policyReconciler) setPolicyStatus(ctx context.Context, gvr schema.Grou
 	go func() {
 		defer pr.statusWrites.Done()
 		if await {
-			name, gen := apiresources.PolicyKey(gvr, u.GetNamespace(), u.GetName()), u.GetGeneration()
+			name, gen := kind.Key(u.GetNamespace(), u.GetName()), u.GetGeneration()
 			configured := pr.awaitWebhook(parent, name, gen)
 			if parent.Err() != nil {
 				return
@@ -384,7 +372,7 @@ func (pr *policyReconciler) setPolicyStatus(ctx context.Context, gvr schema.Grou
 			if !configured {
 				const why = "the admission webhook's configuration does not send this policy's requests to tally yet"
 				logr.FromContextOrDiscard(ctx).Info("policy not marked Ready: "+why, "policy", name, "waited", webhookWait)
-				if apiresources.IsCELPolicy(gvr) {
+				if kind.Family == catalog.CEL {
 					more = webhookNotConfigured(more, why)
 				} else {
 					rejected = errors.New(why)
@@ -426,16 +414,16 @@ func (pr *policyReconciler) awaitWebhook(ctx context.Context, name string, gener
 // one is scanned as any other policy; one that is not (or no longer) has
 // no results.
 func (pr *policyReconciler) upsertAdmissionPolicy(ctx context.Context, as *admissionPolicySet, u *unstructured.Unstructured) error {
-	if !as.kind.reported(u) {
+	if !as.kind.Reported(u.GetLabels()) {
 		return pr.removeAdmissionPolicy(ctx, as, u.GetName())
 	}
-	return pr.upsertPolicy(ctx, as.kind.policy, u)
+	return pr.upsertPolicy(ctx, as.kind.GVR, u)
 }
 
 // removeAdmissionPolicy forgets an admission policy and its results.
 func (pr *policyReconciler) removeAdmissionPolicy(ctx context.Context, as *admissionPolicySet, name string) error {
 	as.forget(name)
-	return pr.removePolicy(ctx, apiresources.PolicyKey(as.kind.policy, "", name))
+	return pr.removePolicy(ctx, as.kind.Key("", name))
 }
 
 // recompile compiles scanned admission policies again (their bindings
@@ -443,7 +431,7 @@ func (pr *policyReconciler) removeAdmissionPolicy(ctx context.Context, as *admis
 func (pr *policyReconciler) recompile(ctx context.Context, as *admissionPolicySet, policies []*unstructured.Unstructured) error {
 	var errs []error
 	for _, p := range policies {
-		errs = append(errs, pr.upsertPolicy(ctx, as.kind.policy, p))
+		errs = append(errs, pr.upsertPolicy(ctx, as.kind.GVR, p))
 	}
 	return errors.Join(errs...)
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/handover"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/memstore"
@@ -110,8 +111,12 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, store *mem
 	reports := newReportWriter(client, opts.Handover, m, opts.FinalReports, opts.Shard)
 	h.kinds, h.metrics, h.reports = kinds, m, reports
 	pr := &policyReconciler{opts: o, client: client, store: store, policies: policies, kinds: kinds, handlers: h, metrics: m,
-		exceptions: &exceptionSet{store: store, handlers: h, scope: opts.Exceptions, metrics: m, recorder: opts.Recorder},
-		vaps:       newAdmissionPolicySet(validatingAdmissionPolicies), maps: newAdmissionPolicySet(mutatingAdmissionPolicies)}
+		exceptions:        &exceptionSet{store: store, handlers: h, scope: opts.Exceptions, metrics: m, recorder: opts.Recorder},
+		admissionPolicies: map[schema.GroupVersionResource]*admissionPolicySet{}}
+	for _, k := range catalog.Kinds(catalog.AdmissionPolicy) {
+		as := newAdmissionPolicySet(k)
+		pr.admissionPolicies[k.GVR], pr.admissionPolicies[k.Binding] = as, as
+	}
 	ev := &evaluator{opts: o, store: store, queue: queue, kinds: kinds, policies: policies, handlers: h,
 		params: newParamCache(client, kinds, opts.Clock), metrics: m,
 		sink: &resultSink{metrics: m, events: opts.Events, policies: policies, reports: reports}}
@@ -160,7 +165,10 @@ func (s *Scanner) Run(ctx context.Context) error {
 	if len(notServed) > 0 {
 		log.Info("policy kinds not served yet: watched once they are", "kinds", fmt.Sprint(notServed))
 	}
-	if s.opts.MutatingAdmissionPolicyReports && slices.ContainsFunc(notServed, func(g schema.GroupVersionResource) bool { return slices.Contains(mapGVRs, g) }) {
+	if s.opts.MutatingAdmissionPolicyReports && slices.ContainsFunc(notServed, func(g schema.GroupVersionResource) bool {
+		k, ok := catalog.KindOf(g)
+		return ok && k.ReportsFlag != ""
+	}) {
 		log.Error(errors.New("MutatingAdmissionPolicies are not served by the API server"),
 			"MutatingAdmissionPolicies not reported (--mutating-admission-policy-reports) until they are: turn on the API server's MutatingAdmissionPolicy feature and admissionregistration.k8s.io/v1beta1")
 	}

@@ -5,16 +5,15 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
+	"github.com/tally-dev/tally/controllers/catalog"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
-
-	"github.com/tally-dev/tally/api/apiresources"
 )
 
 // Policy kinds Kyverno evaluates and tally does not (R46,
-// apiresources.KyvernoOnlyPolicies): served where Kyverno's CRDs are
+// catalog.KyvernoOnly): served where Kyverno's CRDs are
 // installed (beside Kyverno), where Kyverno's reports controller would
 // report them in the background and tally's scan, which replaces it, does
 // not. Each such policy gets a Warning Event PolicyNotEvaluated, once per
@@ -39,11 +38,11 @@ func (n *unevaluatedSink) Upsert(ctx context.Context, gvr schema.GroupVersionRes
 		return
 	}
 	n.told.Store(key, u.GetGeneration())
-	if k, ok := apiresources.KyvernoOnlyPolicyOf(gvr); ok {
-		n.metrics.unevaluated.WithLabelValues(k.Kind).Inc()
+	if k, ok := catalog.KindOf(gvr); ok && k.Family == catalog.KyvernoOnly {
+		n.metrics.unevaluated.WithLabelValues(k.Name).Inc()
 		n.recorder.Eventf(u, corev1.EventTypeWarning, "PolicyNotEvaluated",
-			"tally does not evaluate %s policies: %s not reported by tally's background scan", k.Kind, k.NotReported)
-		logr.FromContextOrDiscard(ctx).Info("policy of a kind tally does not evaluate", "kind", k.Kind, "policy", u.GetNamespace()+"/"+u.GetName())
+			"tally does not evaluate %s policies: %s not reported by tally's background scan", k.Name, k.NotReported)
+		logr.FromContextOrDiscard(ctx).Info("policy of a kind tally does not evaluate", "kind", k.Name, "policy", u.GetNamespace()+"/"+u.GetName())
 	}
 }
 

@@ -4,90 +4,27 @@ import (
 	"context"
 	"sync"
 
-	"github.com/go-logr/logr"
-
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	admissionregistrationv1beta1 "k8s.io/api/admissionregistration/v1beta1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/tally-dev/tally/api/apiresources"
+	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/engine"
 	"github.com/tally-dev/tally/report"
 )
 
-// vapGVRs are the kinds watched for ValidatingAdmissionPolicies, mapGVRs
-// for MutatingAdmissionPolicies (bindings first).
-var (
-	vapGVRs = []schema.GroupVersionResource{apiresources.ValidatingAdmissionPolicyBinding, apiresources.ValidatingAdmissionPolicy}
-	mapGVRs = []schema.GroupVersionResource{apiresources.MutatingAdmissionPolicyBinding, apiresources.MutatingAdmissionPolicy}
-)
-
-// Labels that select what is reported: a ValidatingAdmissionPolicy is
-// scanned only with LabelVAPReports "true"; a binding (or any policy) with
-// report.LabelReportsDisabled is left out (report.ReportingDisabled). MutatingAdmissionPolicies are scanned
-// when Options.MutatingAdmissionPolicyReports is set (Kyverno's
+// Kubernetes' admission policies (catalog.AdmissionPolicy) are scanned
+// through their bindings: a ValidatingAdmissionPolicy only with
+// catalog.LabelReportsEnabled "true" (its descriptor's OptIn), a binding
+// (or any policy) with report.LabelReportsDisabled is left out
+// (report.ReportingDisabled). MutatingAdmissionPolicies are scanned when
+// Options.MutatingAdmissionPolicyReports is set (Kyverno's
 // --mutatingAdmissionPolicyReports), all of them.
-const LabelVAPReports = "reports.kyverno.io/enabled"
 
-// admissionPolicyKind is a kind of Kubernetes admission policy the scanner
-// reports through its bindings: ValidatingAdmissionPolicy (labelled
-// LabelVAPReports) and MutatingAdmissionPolicy (with
-// Options.MutatingAdmissionPolicyReports).
-type admissionPolicyKind struct {
-	policy, binding schema.GroupVersionResource
-	// reported says whether a policy object is scanned.
-	reported func(*unstructured.Unstructured) bool
-	// compile converts a policy and compiles it with its bindings
-	// (unreadable bindings are left out).
-	compile func(ctx context.Context, policy *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error)
-}
-
-var validatingAdmissionPolicies = admissionPolicyKind{
-	policy: apiresources.ValidatingAdmissionPolicy, binding: apiresources.ValidatingAdmissionPolicyBinding,
-	reported: func(u *unstructured.Unstructured) bool {
-		l := u.GetLabels()
-		return l[LabelVAPReports] == "true" && !report.ReportingDisabled(l)
-	},
-	compile: func(ctx context.Context, u *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
-		var p admissionregistrationv1.ValidatingAdmissionPolicy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-			return nil, nil, err
-		}
-		p.APIVersion, p.Kind = admissionregistrationv1.SchemeGroupVersion.String(), "ValidatingAdmissionPolicy"
-		compiled, err := engine.CompileValidatingAdmissionPolicy(&p, convertBindings[admissionregistrationv1.ValidatingAdmissionPolicyBinding](ctx, bindings))
-		return &p, compiled, err
-	},
-}
-
-var mutatingAdmissionPolicies = admissionPolicyKind{
-	policy: apiresources.MutatingAdmissionPolicy, binding: apiresources.MutatingAdmissionPolicyBinding,
-	reported: func(u *unstructured.Unstructured) bool { return !report.ReportingDisabled(u.GetLabels()) },
-	compile: func(ctx context.Context, u *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
-		var p admissionregistrationv1beta1.MutatingAdmissionPolicy
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-			return nil, nil, err
-		}
-		p.APIVersion, p.Kind = admissionregistrationv1beta1.SchemeGroupVersion.String(), "MutatingAdmissionPolicy"
-		compiled, err := engine.CompileMutatingAdmissionPolicy(&p, convertBindings[admissionregistrationv1beta1.MutatingAdmissionPolicyBinding](ctx, bindings))
-		return &p, compiled, err
-	},
-}
-
-// convertBindings converts bindings; one that cannot be read binds nothing
-// (it is final until it is edited: logged, nothing to retry).
-func convertBindings[B any](ctx context.Context, objs []*unstructured.Unstructured) []*B {
-	out := make([]*B, 0, len(objs))
-	for _, u := range objs {
-		b := new(B)
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, b); err != nil {
-			logr.FromContextOrDiscard(ctx).Error(err, "admission policy binding could not be read; it binds nothing", "kind", u.GetKind(), "name", u.GetName())
-			continue
-		}
-		out = append(out, b)
-	}
-	return out
+// admissionPolicyGVRs are the kinds watched for an admission policy kind:
+// its bindings first.
+func admissionPolicyGVRs(k *catalog.Kind) []schema.GroupVersionResource {
+	return []schema.GroupVersionResource{k.Binding, k.GVR}
 }
 
 // admissionPolicySet is what the scanner keeps of the admission policies of
@@ -96,14 +33,14 @@ func convertBindings[B any](ctx context.Context, objs []*unstructured.Unstructur
 // one at a time): a policy is compiled with its bindings, so a binding's
 // change recompiles the policy it names.
 type admissionPolicySet struct {
-	kind admissionPolicyKind
+	kind *catalog.Kind
 
 	mu       sync.Mutex
 	policies map[string]*unstructured.Unstructured
 	bindings map[string]*unstructured.Unstructured
 }
 
-func newAdmissionPolicySet(kind admissionPolicyKind) *admissionPolicySet {
+func newAdmissionPolicySet(kind *catalog.Kind) *admissionPolicySet {
 	return &admissionPolicySet{kind: kind,
 		policies: map[string]*unstructured.Unstructured{}, bindings: map[string]*unstructured.Unstructured{}}
 }
@@ -115,7 +52,7 @@ func (as *admissionPolicySet) read(ctx context.Context, u *unstructured.Unstruct
 	as.policies[u.GetName()] = u
 	bindings := as.bindingsOf(u.GetName())
 	as.mu.Unlock()
-	return as.kind.compile(ctx, u, bindings)
+	return as.kind.CompileBound(ctx, u, bindings)
 }
 
 // forget drops a policy that is no longer scanned.
