@@ -3,13 +3,11 @@ package merge
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tally-dev/tally/report"
@@ -23,40 +21,15 @@ import (
 // minutes after its creation. The merger does the same, without writing
 // the report: it reads the resource's UID and folds the report under it.
 
-// adoptPrefix marks the queue keys of reports waiting for adoption (a UID
-// never starts with it).
-const adoptPrefix = "adopt/"
-
 // adoptWithin is how long after its creation a report may wait for its
 // resource, as Kyverno's reports controller waits.
 const adoptWithin = 2 * time.Minute
-
-// adoptable says whether a report that names no UID names a resource by
-// type, namespace and name.
-func adoptable(u *unstructured.Unstructured) bool {
-	_, kind, _ := report.ResourceGVR(u.GetLabels())
-	return u.GetLabels()[report.LabelResourceUID] == "" && kind != "" && u.GetAnnotations()[report.AnnotationResourceName] != ""
-}
-
-// awaitAdoption keeps a report until its resource is read. Callers hold
-// m.mu.
-func (m *Merger) awaitAdoptionLocked(gvr schema.GroupVersionResource, u *unstructured.Unstructured) string {
-	key := adoptKey(gvr, u.GetNamespace(), u.GetName())
-	m.unadopted[key] = unadopted{gvr: gvr, report: u}
-	return key
-}
-
-// unadopted is a report waiting for adoption.
-type unadopted struct {
-	gvr    schema.GroupVersionResource
-	report *unstructured.Unstructured
-}
 
 // adopt reads the resource a waiting report names and folds the report
 // under its UID; a resource not there yet is read again, until
 // adoptWithin has passed since the report's creation: then the report is
 // deleted, as Kyverno deletes it.
-func (m *Merger) adopt(ctx context.Context, key string) error {
+func (m *intake) adopt(ctx context.Context, key string) error {
 	m.mu.Lock()
 	w, ok := m.unadopted[key]
 	m.mu.Unlock()
@@ -70,7 +43,7 @@ func (m *Merger) adopt(ctx context.Context, key string) error {
 	if !ok {
 		var err error
 		gv := schema.GroupVersion{Group: labels[report.LabelResourceGroup], Version: labels[report.LabelResourceVersion]}
-		if gvr, namespaced, err = m.ownerGVR(ownerRef{apiVersion: gv.String(), kind: labels[report.LabelResourceKind], namespace: u.GetAnnotations()[report.AnnotationResourceNamespace]}); err != nil {
+		if gvr, namespaced, err = m.cl.ownerGVR(ownerRef{apiVersion: gv.String(), kind: labels[report.LabelResourceKind], namespace: u.GetAnnotations()[report.AnnotationResourceNamespace]}); err != nil {
 			return m.giveUp(ctx, key, w, fmt.Sprintf("its resource's type cannot be told: %v", err))
 		}
 	}
@@ -111,11 +84,11 @@ func (m *Merger) adopt(ctx context.Context, key string) error {
 }
 
 // giveUp deletes a report that cannot be adopted.
-func (m *Merger) giveUp(ctx context.Context, key string, w unadopted, why string) error {
+func (m *intake) giveUp(ctx context.Context, key string, w unadopted, why string) error {
 	u := w.report
 	m.metrics.unusable.Inc()
 	logr.FromContextOrDiscard(ctx).Info("admission report names a resource that cannot be found; deleted without merging it", "kind", w.gvr.Resource, "namespace", u.GetNamespace(), "name", u.GetName(), "why", why)
-	if _, err := m.deleteReport(ctx, sourceKey{w.gvr, u.GetNamespace(), u.GetName()}, foldSource{uid: u.GetUID(), resourceVersion: u.GetResourceVersion()}); err != nil {
+	if _, err := m.cl.deleteReport(ctx, sourceKey{w.gvr, u.GetNamespace(), u.GetName()}, foldSource{uid: u.GetUID(), resourceVersion: u.GetResourceVersion()}); err != nil {
 		return err // tried again
 	}
 	m.mu.Lock()
@@ -123,11 +96,3 @@ func (m *Merger) giveUp(ctx context.Context, key string, w unadopted, why string
 	m.mu.Unlock()
 	return nil
 }
-
-// adoptKey is the queue key of a report waiting for adoption.
-func adoptKey(gvr schema.GroupVersionResource, namespace, name string) string {
-	return adoptPrefix + gvr.Resource + "/" + namespace + "/" + name
-}
-
-// isAdoptKey says whether a queue key is a report waiting for adoption.
-func isAdoptKey(key string) bool { return strings.HasPrefix(key, adoptPrefix) }

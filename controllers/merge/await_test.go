@@ -67,8 +67,8 @@ func TestAdmissionReportsWaitForTheirResource(t *testing.T) {
 			client := fakeClient(objs...)
 			m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true, Now: func() time.Time { return now }})
 			// Background off: no scan writes a background report to compare with.
-			m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
-			m.Upsert(ctx, tc.gvr, rep)
+			m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+			m.in.Upsert(ctx, tc.gvr, rep)
 			for i := range 3 {
 				if err := m.reconcile(ctx, "u1"); err != nil {
 					t.Fatal(err)
@@ -81,7 +81,7 @@ func TestAdmissionReportsWaitForTheirResource(t *testing.T) {
 			if !intermediateExists(t, m, tc.gvr, rep.GetName()) {
 				t.Fatal("the admission report was deleted before its resource had the admitted content")
 			}
-			if got := testutil.ToFloat64(m.metrics.rechecks); got != 3 {
+			if got := testutil.ToFloat64(m.st.metrics.rechecks); got != 3 {
 				t.Errorf("rechecks = %v, want 3", got)
 			}
 			// The API server stores the request.
@@ -122,8 +122,8 @@ func TestAdmissionReportsOfResourcesThatNeverCameGo(t *testing.T) {
 			}
 			client := fakeClient(objs...)
 			m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true, Now: func() time.Time { return now }})
-			m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
-			m.Upsert(ctx, apiresources.EphemeralReport, rep)
+			m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+			m.in.Upsert(ctx, apiresources.EphemeralReport, rep)
 			if err := m.reconcile(ctx, "u1"); err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +131,7 @@ func TestAdmissionReportsOfResourcesThatNeverCameGo(t *testing.T) {
 				if !intermediateExists(t, m, apiresources.EphemeralReport, "e1") {
 					t.Fatal("deleted within the grace")
 				}
-				now = now.Add(m.opts.OrphanGrace)
+				now = now.Add(m.st.opts.OrphanGrace)
 				if err := m.reconcile(ctx, "u1"); err != nil {
 					t.Fatal(err)
 				}
@@ -159,7 +159,7 @@ var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmap
 
 func intermediateExists(t *testing.T, m *Merger, gvr schema.GroupVersionResource, name string) bool {
 	t.Helper()
-	_, err := m.client.Resource(gvr).Namespace("ns").Get(context.Background(), name, metav1.GetOptions{})
+	_, err := m.st.client.Resource(gvr).Namespace("ns").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
@@ -180,20 +180,20 @@ func TestOneRequestsReportsFromSeveralHandlersAllCount(t *testing.T) {
 	classic := kyvernoEphemeral("classic", "", "require-team", wgv1alpha2.ResultFail, 10)
 	client := fakeClient(stored.DeepCopy(), vp.DeepCopy())
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
-	m.policies = map[string]PolicyInfo{"p": pol(false, true, "require-team"),
+	m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "require-team"),
 		PolicyKey(engine.SourceValidatingPolicy, "vp-audit"): {Admission: true, AnyRule: true, Scored: true}}
-	m.Upsert(ctx, apiresources.EphemeralReport, vp)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, vp)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
 	if intermediateExists(t, m, apiresources.EphemeralReport, "vp") {
 		t.Fatal("the ValidatingPolicy handler's report was not merged and deleted")
 	}
-	m.Remove(ctx, apiresources.EphemeralReport, vp) // the watch tells the delete
+	m.in.Remove(ctx, apiresources.EphemeralReport, vp) // the watch tells the delete
 	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("ns").Create(ctx, classic.DeepCopy(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.Upsert(ctx, apiresources.EphemeralReport, classic)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, classic)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestOneRequestsReportsFromSeveralHandlersAllCount(t *testing.T) {
 	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("ns").Create(ctx, later.DeepCopy(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.Upsert(ctx, apiresources.EphemeralReport, later)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, later)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}

@@ -69,8 +69,8 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }})
 	ctx := context.Background()
 	work := func() {
-		for m.queue.Len() > 0 {
-			if !m.queue.ProcessNext(ctx, "merge", m.reconcile) {
+		for m.st.queue.Len() > 0 {
+			if !m.st.queue.ProcessNext(ctx, "merge", m.reconcile) {
 				return
 			}
 		}
@@ -80,17 +80,17 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 	var names []string
 	step := func() {
 		name := fmt.Sprintf("churn-%d", minute)
-		m.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(name, "created"))
+		m.in.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(name, "created"))
 		names = append(names, name)
 		if len(names) > live/2 {
-			m.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(names[len(names)-live/2-1], fmt.Sprintf("edited minute %d", minute)))
+			m.in.Upsert(context.Background(), apiresources.ClusterPolicy, churnPolicy(names[len(names)-live/2-1], fmt.Sprintf("edited minute %d", minute)))
 		}
 		if len(names) > live {
-			m.Remove(context.Background(), apiresources.ClusterPolicy, churnPolicy(names[0], ""))
+			m.in.Remove(context.Background(), apiresources.ClusterPolicy, churnPolicy(names[0], ""))
 			names = names[1:]
 		}
 		for i := range resources {
-			m.Upsert(context.Background(), apiresources.BackgroundScanReport, scanReport(i, names, minute))
+			m.in.Upsert(context.Background(), apiresources.BackgroundScanReport, scanReport(i, names, minute))
 		}
 		work()
 		now = now.Add(time.Minute)
@@ -100,17 +100,17 @@ func TestPolicyChurnLeavesMemoryFlat(t *testing.T) {
 		step()
 	}
 	before := churn.LiveHeap()
-	m.mu.Lock()
-	tablesBefore := len(m.strings) + len(m.metas)
-	m.mu.Unlock()
+	m.st.mu.Lock()
+	tablesBefore := len(m.st.strings) + len(m.st.metas)
+	m.st.mu.Unlock()
 	start := time.Now()
 	for range hours * 60 {
 		step()
 	}
 	after := churn.LiveHeap()
-	m.mu.Lock()
-	tables, states := len(m.strings)+len(m.metas), len(m.states)
-	m.mu.Unlock()
+	m.st.mu.Lock()
+	tables, states := len(m.st.strings)+len(m.st.metas), len(m.st.states)
+	m.st.mu.Unlock()
 	runtime.KeepAlive(m)
 	t.Logf("%d simulated hours: %d policies created, edited and deleted, %d report rewrites in %s; live heap %.1f MiB before, %.1f MiB after (%+.1f%%); intern tables %d entries before, %d after",
 		hours, hours*60, hours*60*resources, time.Since(start).Round(time.Millisecond),

@@ -49,8 +49,8 @@ func TestStartUpRemovesStaleFinalReports(t *testing.T) {
 			break // deleted, and counted
 		}
 		if time.Now().After(deadline) {
-			m.mu.Lock()
-			t.Fatalf("the stale final report was not deleted (listed %v, written %v)", m.listed, m.written)
+			m.st.mu.Lock()
+			t.Fatalf("the stale final report was not deleted (listed %v, written %v)", m.st.listed, m.st.written)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -94,22 +94,22 @@ func TestIntermediateReportsThatNameNoResourceAreIgnored(t *testing.T) {
 			},
 		}}
 	}
-	m.Upsert(context.Background(), apiresources.AdmissionReport, mk("empty", map[string]any{}, nil))
-	m.Upsert(context.Background(), apiresources.AdmissionReport, mk("uid-only", map[string]any{report.LabelResourceUID: "u1"}, nil))
-	m.Upsert(context.Background(), apiresources.AdmissionReport, mk("other-namespace", map[string]any{report.LabelResourceUID: "u3", report.LabelResourceGVR: "pods.v1", report.LabelResourceKind: "Pod"},
+	m.in.Upsert(context.Background(), apiresources.AdmissionReport, mk("empty", map[string]any{}, nil))
+	m.in.Upsert(context.Background(), apiresources.AdmissionReport, mk("uid-only", map[string]any{report.LabelResourceUID: "u1"}, nil))
+	m.in.Upsert(context.Background(), apiresources.AdmissionReport, mk("other-namespace", map[string]any{report.LabelResourceUID: "u3", report.LabelResourceGVR: "pods.v1", report.LabelResourceKind: "Pod"},
 		map[string]any{report.AnnotationResourceName: "p", report.AnnotationResourceNamespace: "elsewhere"}))
-	m.Upsert(context.Background(), apiresources.AdmissionReport, mk("named", map[string]any{report.LabelResourceUID: "u2", report.LabelResourceGVR: "configmaps.v1", report.LabelResourceKind: "ConfigMap"},
+	m.in.Upsert(context.Background(), apiresources.AdmissionReport, mk("named", map[string]any{report.LabelResourceUID: "u2", report.LabelResourceGVR: "configmaps.v1", report.LabelResourceKind: "ConfigMap"},
 		map[string]any{report.AnnotationResourceName: "cm", report.AnnotationResourceNamespace: "ns"}))
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.states) != 1 || m.states["u2"] == nil {
-		t.Fatalf("states = %v, want only u2", m.states)
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	if len(m.st.states) != 1 || m.st.states["u2"] == nil {
+		t.Fatalf("states = %v, want only u2", m.st.states)
 	}
 	want := report.Subject{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "cm", UID: "u2"}
-	if got := m.states["u2"].subject; got != want {
+	if got := m.st.states["u2"].subject; got != want {
 		t.Errorf("subject = %+v, want %+v", got, want)
 	}
-	if got := testutil.ToFloat64(m.metrics.unusable); got != 3 {
+	if got := testutil.ToFloat64(m.st.metrics.unusable); got != 3 {
 		t.Errorf("unusable = %v, want 3", got)
 	}
 }
@@ -132,7 +132,7 @@ func TestFinalReportsCarryTheConfiguredManagedBy(t *testing.T) {
 			t.Errorf("managed-by = %q, want %q", v, managedBy)
 		}
 	}
-	if got := New(dynfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{}).opts.ManagedBy; got != report.ManagedBy {
+	if got := New(dynfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{}).st.opts.ManagedBy; got != report.ManagedBy {
 		t.Errorf("default managed-by = %q, want %q", got, report.ManagedBy)
 	}
 }

@@ -20,13 +20,13 @@ import (
 // property "background scan"; a result that carries them keeps its own.
 func TestFinalReportsGetWhatIntermediateOnesLeaveOut(t *testing.T) {
 	m := New(dynfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{Registry: prometheus.NewRegistry()})
-	m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true,
+	m.st.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true,
 		Category: "Pod Security Standards (Baseline)", Severity: "medium"}}
-	m.Upsert(context.Background(), apiresources.BackgroundScanReport, intermediate("BackgroundScanReport", "h", wgv1alpha2.ResultFail, 10))
-	m.mu.Lock()
-	st := m.states["u1"]
-	in := Input{Policies: m.policies, Background: expand(st.background.results), BackgroundCurrent: true}
-	m.mu.Unlock()
+	m.in.Upsert(context.Background(), apiresources.BackgroundScanReport, intermediate("BackgroundScanReport", "h", wgv1alpha2.ResultFail, 10))
+	m.st.mu.Lock()
+	st := m.st.states["u1"]
+	in := Input{Policies: m.st.policies, Background: expand(st.background.results), BackgroundCurrent: true}
+	m.st.mu.Unlock()
 	got := Merge(in)
 	if len(got) != 1 {
 		t.Fatalf("%d results, want 1", len(got))
@@ -50,7 +50,7 @@ func TestFinalReportsGetWhatIntermediateOnesLeaveOut(t *testing.T) {
 // takes the report's creation time, never none.
 func TestFinalReportsGetTheTimesAndScoredOfSlimEntries(t *testing.T) {
 	m := New(dynfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{Registry: prometheus.NewRegistry()})
-	m.policies = map[string]PolicyInfo{
+	m.st.policies = map[string]PolicyInfo{
 		"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true, "s": true}, Scored: true},
 		"q": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: false},
 	}
@@ -66,15 +66,15 @@ func TestFinalReportsGetTheTimesAndScoredOfSlimEntries(t *testing.T) {
 		return u
 	}
 	final := func() map[string]wgv1alpha2.PolicyReportResult {
-		m.mu.Lock()
-		defer m.mu.Unlock()
+		m.st.mu.Lock()
+		defer m.st.mu.Unlock()
 		out := map[string]wgv1alpha2.PolicyReportResult{}
-		for _, r := range Merge(Input{Policies: m.policies, Background: expand(m.states["u1"].background.results), BackgroundCurrent: true}) {
+		for _, r := range Merge(Input{Policies: m.st.policies, Background: expand(m.st.states["u1"].background.results), BackgroundCurrent: true}) {
 			out[r.Policy+"/"+r.Rule] = r
 		}
 		return out
 	}
-	m.Upsert(context.Background(), apiresources.BackgroundScanReport, bsr("1795577752.596752795,1795577800"))
+	m.in.Upsert(context.Background(), apiresources.BackgroundScanReport, bsr("1795577752.596752795,1795577800"))
 	got := final()
 	want := map[string]metav1.Timestamp{"p/r": {Seconds: 1795577752, Nanos: 596752795}, "p/s": {Seconds: 1795577800}, "q/r": {Seconds: 1795577800}}
 	for k, ts := range want {
@@ -85,7 +85,7 @@ func TestFinalReportsGetTheTimesAndScoredOfSlimEntries(t *testing.T) {
 	if !got["p/r"].Scored || !got["p/s"].Scored || got["q/r"].Scored {
 		t.Errorf("scored: p/r %v, p/s %v, q/r %v; want the policies' (true, true, false)", got["p/r"].Scored, got["p/s"].Scored, got["q/r"].Scored)
 	}
-	m.Upsert(context.Background(), apiresources.BackgroundScanReport, bsr("1795577752,x"))
+	m.in.Upsert(context.Background(), apiresources.BackgroundScanReport, bsr("1795577752,x"))
 	got = final()
 	if got["p/r"].Timestamp.Seconds != 1795577752 || got["p/s"].Timestamp.Seconds != 1700000000 || got["q/r"].Timestamp.Seconds != 1700000000 {
 		t.Errorf("malformed annotation: times %v %v %v, want the readable one, then the creation time", got["p/r"].Timestamp, got["p/s"].Timestamp, got["q/r"].Timestamp)

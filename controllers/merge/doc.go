@@ -16,4 +16,8 @@
 // resources that no longer exist and that the garbage collector cannot see
 // (no ownerReference) are found and deleted by a rate-limited check
 // (orphan.go).
+//
+// The Merger runs these in layers, each calling only those beneath it
+// (Merger's comment names them and their files): no file of the package
+// uses a name of a file above it.
 package merge

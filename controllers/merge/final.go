@@ -17,6 +17,15 @@ import (
 	"github.com/tally-dev/tally/report"
 )
 
+// finalWriter writes the final reports (final.go), puts right those
+// someone else changed (owned.go), and deletes the intermediate reports
+// merged (merged.go).
+type finalWriter struct {
+	*state
+	cl  *cluster
+	out watch.Writer // Merger.Run sets out.Raw when Options.RESTConfig is
+}
+
 // applyReport is the body of a final report as the merger creates it (and
 // the values its JSON patches set): the fields of report.Final's object,
 // marshalled straight from Go values (no unstructured round trip) and
@@ -67,7 +76,7 @@ func metaOf(m metav1.ObjectMeta) applyMeta {
 // has not written it (body is the whole object), else the fields the merger
 // owns replaced by a JSON patch; either way signed with the merger's key
 // (AnnotationSignature over body). It returns the report's resourceVersion.
-func (m *Merger) writeFinal(ctx context.Context, gvr schema.GroupVersionResource, r *applyReport, body []byte, exists bool) (string, error) {
+func (m *finalWriter) writeFinal(ctx context.Context, gvr schema.GroupVersionResource, r *applyReport, body []byte, exists bool) (string, error) {
 	var annotations map[string]string
 	if len(m.opts.Key) > 0 {
 		annotations = map[string]string{AnnotationSignature: signature(m.opts.Key, body)}

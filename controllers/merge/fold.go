@@ -2,25 +2,17 @@ package merge
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
-	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/report"
 )
 
@@ -37,55 +29,16 @@ import (
 // Kyverno's and the final one. Until they are deleted they stay in the API
 // server, so a merger that restarts first reads them again.
 
-// ephemeralKinds are the kinds of Kyverno 1.13+'s admission reports.
-var ephemeralKinds = []schema.GroupVersionResource{apiresources.EphemeralReport, apiresources.ClusterEphemeralReport}
-
-func isEphemeral(gvr schema.GroupVersionResource) bool {
-	return gvr == apiresources.EphemeralReport || gvr == apiresources.ClusterEphemeralReport
-}
-
-// isAdmissionPart says whether reports of gvr hold admission results: an
-// AdmissionReport, or the fold of the admission reports of a resource.
-func isAdmissionPart(gvr schema.GroupVersionResource) bool {
-	return isAdmission(gvr) || isEphemeral(gvr)
-}
-
-// folded says whether the reports of gvr are folded.
-func (m *Merger) folded(gvr schema.GroupVersionResource) bool {
-	return m.opts.Ingest && isAdmissionPart(gvr)
-}
-
-// fold is what the admission reports of one resource say, until the final
-// report holds it and they are deleted.
-type fold struct {
-	// seq counts the changes: the resourceVersion of the admission part it
-	// makes, which deleteMerged compares.
-	seq int64
-	// results are bound to the content hash of their report.
-	results []wgv1alpha2.PolicyReportResult
-	// Of the newest report: the resource's identity, content hash and
-	// audit.kyverno.io/resource.gvr label, and when it was written.
-	owner     metav1.OwnerReference
-	namespace string
-	hash      string
-	gvrLabel  string
-	at        time.Time
-	sources   map[sourceKey]foldSource
-}
-
-type sourceKey struct {
-	gvr             schema.GroupVersionResource
-	namespace, name string
-}
-
-// foldSource is one admission report folded, to delete once merged.
-type foldSource struct {
-	uid             types.UID
-	resourceVersion string
+// intake is the watches' Sink: it records the policies and intermediate
+// reports in the state and queues the resources they concern (sink.go),
+// folds and adopts Kyverno's admission reports (fold.go, adopt.go).
+type intake struct {
+	*state
+	cl *cluster
 }
 
 // upsertFolded folds one admission report into its resource's part.
-func (m *Merger) upsertFolded(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (m *intake) upsertFolded(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	log := logr.FromContextOrDiscard(ctx)
 	labels := u.GetLabels()
 	if u.GetDeletionTimestamp() != nil {
@@ -136,7 +89,7 @@ func (m *Merger) upsertFolded(ctx context.Context, gvr schema.GroupVersionResour
 		log.Info("admission report names no resource of its namespace; deleted without merging it", "kind", gvr.Resource, "namespace", u.GetNamespace(), "name", u.GetName())
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if _, err := m.deleteReport(ctx, sourceKey{gvr, u.GetNamespace(), u.GetName()}, foldSource{uid: u.GetUID(), resourceVersion: u.GetResourceVersion()}); err != nil {
+		if _, err := m.cl.deleteReport(ctx, sourceKey{gvr, u.GetNamespace(), u.GetName()}, foldSource{uid: u.GetUID(), resourceVersion: u.GetResourceVersion()}); err != nil {
 			log.Error(err, "deleting an unusable admission report failed; tried again at its next event")
 		}
 		return
@@ -178,143 +131,4 @@ func (m *Merger) upsertFolded(ctx context.Context, gvr schema.GroupVersionResour
 	m.recordFoldLocked(ctx, uid, f)
 	m.mu.Unlock()
 	m.queue.Add(uid)
-}
-
-// recordFoldLocked makes f the admission part of uid. Callers hold m.mu.
-func (m *Merger) recordFoldLocked(ctx context.Context, uid string, f *fold) {
-	gvr := apiresources.EphemeralReport
-	if f.namespace == "" {
-		gvr = apiresources.ClusterEphemeralReport
-	}
-	meta := &metav1.ObjectMeta{
-		Namespace: f.namespace, Name: uid, ResourceVersion: strconv.FormatInt(f.seq, 10),
-		CreationTimestamp: metav1.NewTime(f.at),
-		Labels:            map[string]string{report.LabelResourceUID: uid, report.LabelResourceHash: f.hash, report.LabelResourceGVR: f.gvrLabel},
-	}
-	// The part's results are the fold's (record keeps what it is given).
-	m.recordLocked(ctx, gvr, meta, f.owner, slices.Clone(f.results))
-	m.states[uid].admission.ref.folded = true
-}
-
-// removeFolded forgets a folded report deleted by someone else than the
-// merger (by the merger: its results are kept, merged.go). When it was the
-// last of its resource's, its results go, as an AdmissionReport's do.
-func (m *Merger) removeFolded(gvr schema.GroupVersionResource, namespace, name string) []string {
-	key := sourceKey{gvr, namespace, name}
-	var touched []string
-	for uid, f := range m.folds {
-		if _, ok := f.sources[key]; !ok {
-			continue
-		}
-		delete(f.sources, key)
-		touched = append(touched, uid)
-		if len(f.sources) > 0 {
-			continue
-		}
-		delete(m.folds, uid)
-		if st := m.states[uid]; st != nil && st.admission.present && !st.admission.retained && st.admission.ref.folded {
-			st.admission = undone(&st.admission)
-			if !st.admission.present && !st.background.present {
-				delete(m.states, uid)
-			}
-		}
-	}
-	return touched
-}
-
-// replaceFolded forgets the folded reports of gvr not in a complete list.
-// Callers hold m.mu.
-func (m *Merger) replaceFolded(gvr schema.GroupVersionResource, present map[string]bool) []string {
-	var gone []sourceKey
-	for _, f := range m.folds {
-		for k := range f.sources {
-			if k.gvr == gvr && !present[k.namespace+"/"+k.name] {
-				gone = append(gone, k)
-			}
-		}
-	}
-	var touched []string
-	for _, k := range gone {
-		touched = append(touched, m.removeFolded(k.gvr, k.namespace, k.name)...)
-	}
-	return touched
-}
-
-// deleteFolded deletes the admission reports folded into uid's part, once
-// the final report holds them; seq, unless empty, must still be the fold's
-// (a report folded since is merged, and deleted, in its turn).
-func (m *Merger) deleteFolded(ctx context.Context, uid, seq string) error {
-	m.mu.Lock()
-	f := m.folds[uid]
-	if f == nil || (seq != "" && strconv.FormatInt(f.seq, 10) != seq) {
-		m.mu.Unlock()
-		return nil
-	}
-	sources := maps.Clone(f.sources)
-	m.mu.Unlock()
-	var errs []error
-	for k, s := range sources {
-		deleted, err := m.deleteReport(ctx, k, s)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if deleted {
-			m.metrics.merged.WithLabelValues(k.gvr.Resource).Inc()
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	m.mu.Lock()
-	if f := m.folds[uid]; f != nil && (seq == "" || strconv.FormatInt(f.seq, 10) == seq) {
-		delete(m.folds, uid)
-	}
-	m.mu.Unlock()
-	return nil
-}
-
-// deleteReport deletes one admission report unless it changed since it was
-// read (its newer content is merged in its turn): deleted says whether it
-// was this call that deleted it. Gone already is no error.
-func (m *Merger) deleteReport(ctx context.Context, k sourceKey, s foldSource) (deleted bool, err error) {
-	opts := metav1.DeleteOptions{}
-	if s.uid != "" {
-		opts.Preconditions = &metav1.Preconditions{UID: &s.uid}
-		if s.resourceVersion != "" {
-			opts.Preconditions.ResourceVersion = &s.resourceVersion
-		}
-	}
-	err = m.client.Resource(k.gvr).Namespace(k.namespace).Delete(ctx, k.name, opts)
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return false, nil
-	default:
-		return false, fmt.Errorf("delete %s %s/%s: %w", k.gvr.Resource, k.namespace, k.name, err)
-	}
-}
-
-// sourceBackgroundScan is the audit.kyverno.io/source of the reports of
-// Kyverno's background scans and of its background controller.
-const sourceBackgroundScan = "background-scan"
-
-// Properties Kyverno's background controller sets on its results: the
-// resources a generate rule (or GeneratingPolicy) made, the target a
-// mutateExisting rule patched.
-const (
-	propertyGeneratedResources = "generated-resources"
-	propertyPatchedTarget      = "patched-target"
-)
-
-// backgroundControllerResult says whether a result is one of Kyverno's
-// background controller (generate, mutateExisting, GeneratingPolicy), which
-// no background scan computes.
-func backgroundControllerResult(r wgv1alpha2.PolicyReportResult) bool {
-	_, generated := r.Properties[propertyGeneratedResources]
-	_, patched := r.Properties[propertyPatchedTarget]
-	// GeneratingPolicies are reported by the background controller only.
-	k, ok := catalog.KindOfSource(r.Source)
-	return generated || patched || (ok && k.Family == catalog.KyvernoOnly)
 }

@@ -43,7 +43,7 @@ func kyvernoEphemeral(name, hash, rule string, result wgv1alpha2.Result, sec int
 
 func ephemeralLeft(t *testing.T, m *Merger) int {
 	t.Helper()
-	list, err := m.client.Resource(apiresources.EphemeralReport).Namespace("ns").List(context.Background(), metav1.ListOptions{})
+	list, err := m.st.client.Resource(apiresources.EphemeralReport).Namespace("ns").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,9 +66,9 @@ func TestKyvernoEphemeralReportsAreFoldedMergedAndDeleted(t *testing.T) {
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
 	// Admission only (background off): no scan recomputes them, so they must
 	// stay once their reports are gone.
-	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r", "r2")}
+	m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "r", "r2")}
 	ctx := context.Background()
-	m.Replace(ctx, apiresources.EphemeralReport, []*unstructured.Unstructured{e1, e2, nameless})
+	m.in.Replace(ctx, apiresources.EphemeralReport, []*unstructured.Unstructured{e1, e2, nameless})
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -79,15 +79,15 @@ func TestKyvernoEphemeralReportsAreFoldedMergedAndDeleted(t *testing.T) {
 	if n := ephemeralLeft(t, m); n != 0 {
 		t.Errorf("%d EphemeralReports left after the merge, want 0 (the one naming no resource included)", n)
 	}
-	if got := testutil.ToFloat64(m.metrics.merged.WithLabelValues("ephemeralreports")); got != 2 {
+	if got := testutil.ToFloat64(m.st.metrics.merged.WithLabelValues("ephemeralreports")); got != 2 {
 		t.Errorf("merged{ephemeralreports} = %v, want 2", got)
 	}
-	if got := testutil.ToFloat64(m.metrics.unusable); got != 1 {
+	if got := testutil.ToFloat64(m.st.metrics.unusable); got != 1 {
 		t.Errorf("unusable = %v, want 1", got)
 	}
 	// The watch tells the deletes: the results stay, nothing is written.
-	m.Remove(ctx, apiresources.EphemeralReport, e1)
-	m.Remove(ctx, apiresources.EphemeralReport, e2)
+	m.in.Remove(ctx, apiresources.EphemeralReport, e1)
+	m.in.Remove(ctx, apiresources.EphemeralReport, e2)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestKyvernoEphemeralReportsAreFoldedMergedAndDeleted(t *testing.T) {
 	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("ns").Create(ctx, e3, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.Upsert(ctx, apiresources.EphemeralReport, e3)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, e3)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +112,12 @@ func TestKyvernoEphemeralReportsAreFoldedMergedAndDeleted(t *testing.T) {
 	if n := ephemeralLeft(t, m); n != 0 {
 		t.Errorf("%d EphemeralReports left, want 0", n)
 	}
-	writes := testutil.ToFloat64(m.metrics.writes.WithLabelValues("create")) + testutil.ToFloat64(m.metrics.writes.WithLabelValues("update"))
+	writes := testutil.ToFloat64(m.st.metrics.writes.WithLabelValues("create")) + testutil.ToFloat64(m.st.metrics.writes.WithLabelValues("update"))
 	if writes != 2 {
 		t.Errorf("%v final report writes, want 2", writes)
 	}
 
-	checkRestartWritesNothing(t, client, Options{Registry: prometheus.NewRegistry(), Ingest: true}, m.policies, want3)
+	checkRestartWritesNothing(t, client, Options{Registry: prometheus.NewRegistry(), Ingest: true}, m.st.policies, want3)
 }
 
 // An EphemeralReport deleted by someone else before it was merged takes
@@ -128,10 +128,10 @@ func TestFoldedReportsDeletedBeforeTheirMerge(t *testing.T) {
 	e1 := kyvernoEphemeral("e1", current, "r", wgv1alpha2.ResultFail, 10)
 	client := fakeClient(stored.DeepCopy())
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
-	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+	m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
 	ctx := context.Background()
-	m.Upsert(ctx, apiresources.EphemeralReport, e1)
-	m.Remove(ctx, apiresources.EphemeralReport, e1)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, e1)
+	m.in.Remove(ctx, apiresources.EphemeralReport, e1)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -158,10 +158,10 @@ func TestEveryAdmissionReportOfAResourceIsFolded(t *testing.T) {
 	bg.SetLabels(labels)
 	client := fakeClient(stored.DeepCopy(), ours.DeepCopy(), legacy.DeepCopy(), eph.DeepCopy(), bg.DeepCopy())
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
-	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+	m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
 	ctx := context.Background()
-	m.Replace(ctx, apiresources.AdmissionReport, []*unstructured.Unstructured{ours, legacy})
-	m.Replace(ctx, apiresources.EphemeralReport, []*unstructured.Unstructured{eph, bg})
+	m.in.Replace(ctx, apiresources.AdmissionReport, []*unstructured.Unstructured{ours, legacy})
+	m.in.Replace(ctx, apiresources.EphemeralReport, []*unstructured.Unstructured{eph, bg})
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -203,10 +203,10 @@ func TestReportsOfCreatesWithoutAUIDAreAdopted(t *testing.T) {
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
 	p := pol(true, true, "r")
 	p.KyvernoOnly = map[string]bool{"add-label": true}
-	m.policies = map[string]PolicyInfo{"p": p}
+	m.st.policies = map[string]PolicyInfo{"p": p}
 	ctx := context.Background()
-	m.Upsert(ctx, apiresources.EphemeralReport, mutate)
-	m.Upsert(ctx, apiresources.EphemeralReport, ghost)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, mutate)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, ghost)
 	for _, key := range []string{adoptPrefix + "ephemeralreports/ns/m1", adoptPrefix + "ephemeralreports/ns/m2", "u1"} {
 		if err := m.reconcile(ctx, key); err != nil {
 			t.Fatalf("%s: %v", key, err)
@@ -218,11 +218,11 @@ func TestReportsOfCreatesWithoutAUIDAreAdopted(t *testing.T) {
 	if n := ephemeralLeft(t, m); n != 0 {
 		t.Errorf("%d EphemeralReports left, want 0 (the adopted one merged, the other given up)", n)
 	}
-	if got := testutil.ToFloat64(m.metrics.unusable); got != 1 {
+	if got := testutil.ToFloat64(m.st.metrics.unusable); got != 1 {
 		t.Errorf("unusable = %v, want 1 (the report of a resource never created)", got)
 	}
-	if len(m.unadopted) != 0 {
-		t.Errorf("reports still waiting for adoption: %v", m.unadopted)
+	if len(m.st.unadopted) != 0 {
+		t.Errorf("reports still waiting for adoption: %v", m.st.unadopted)
 	}
 }
 
@@ -246,10 +246,10 @@ func TestBackgroundControllerResultsAreFolded(t *testing.T) {
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
 	p := pol(true, true, "r")
 	p.KyvernoOnly = map[string]bool{"clone": true}
-	m.policies = map[string]PolicyInfo{"p": p}
+	m.st.policies = map[string]PolicyInfo{"p": p}
 	ctx := context.Background()
-	m.Upsert(ctx, apiresources.EphemeralReport, gen)
-	m.Upsert(ctx, apiresources.EphemeralReport, scanOnly)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, gen)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, scanOnly)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -271,20 +271,20 @@ func TestResultsOfKindsOnlyKyvernoEvaluatesStayWithTheirPolicy(t *testing.T) {
 	results[0].(map[string]any)["policy"] = "add-labels"
 	client := fakeClient(stored.DeepCopy(), e.DeepCopy())
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
-	m.policies = map[string]PolicyInfo{}
-	m.policyKinds = map[string]schema.GroupVersionResource{}
+	m.st.policies = map[string]PolicyInfo{}
+	m.st.policyKinds = map[string]schema.GroupVersionResource{}
 	ctx := context.Background()
 	mpolGVR := schema.GroupVersionResource{Group: "policies.kyverno.io", Version: "v1", Resource: "mutatingpolicies"}
 	mpol := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": map[string]any{"name": "add-labels"}}}
-	m.Upsert(ctx, mpolGVR, mpol)
-	m.Upsert(ctx, apiresources.EphemeralReport, e)
+	m.in.Upsert(ctx, mpolGVR, mpol)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, e)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := finalResults(t, m), "add-labels/=pass admission review;"; got != want {
 		t.Fatalf("final %q, want %q", got, want)
 	}
-	m.Remove(ctx, mpolGVR, mpol)
+	m.in.Remove(ctx, mpolGVR, mpol)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -307,14 +307,14 @@ func TestOneHandlersReportLeavesAnotherHandlersRules(t *testing.T) {
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
 	p := pol(false, true, "r")
 	p.KyvernoOnly = map[string]bool{"add-label": true, "clone": true}
-	m.policies = map[string]PolicyInfo{"p": p}
+	m.st.policies = map[string]PolicyInfo{"p": p}
 	ctx := context.Background()
 	for _, e := range []*unstructured.Unstructured{validate, mutate, generate} {
-		m.Upsert(ctx, apiresources.EphemeralReport, e)
+		m.in.Upsert(ctx, apiresources.EphemeralReport, e)
 		if err := m.reconcile(ctx, "u1"); err != nil {
 			t.Fatal(err)
 		}
-		m.Remove(ctx, apiresources.EphemeralReport, e) // merged and deleted
+		m.in.Remove(ctx, apiresources.EphemeralReport, e) // merged and deleted
 		if err := m.reconcile(ctx, "u1"); err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +329,7 @@ func TestOneHandlersReportLeavesAnotherHandlersRules(t *testing.T) {
 	if _, err := client.Resource(apiresources.EphemeralReport).Namespace("ns").Create(ctx, later, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.Upsert(ctx, apiresources.EphemeralReport, later)
+	m.in.Upsert(ctx, apiresources.EphemeralReport, later)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -355,16 +355,16 @@ func TestSameContentReportsOfOtherHandlersStay(t *testing.T) {
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
 	p := pol(false, true, "r")
 	p.KyvernoOnly = map[string]bool{"add-label": true, "clone": true}
-	m.policies = map[string]PolicyInfo{"p": p}
+	m.st.policies = map[string]PolicyInfo{"p": p}
 	ctx := context.Background()
 	for _, order := range [][]*unstructured.Unstructured{{validate, mutate, generate}, {mutate, validate, generate}} {
-		m.states, m.folds = map[string]*resourceState{}, map[string]*fold{}
+		m.st.states, m.st.folds = map[string]*resourceState{}, map[string]*fold{}
 		for _, e := range order {
-			m.Upsert(ctx, apiresources.EphemeralReport, e)
+			m.in.Upsert(ctx, apiresources.EphemeralReport, e)
 			if err := m.reconcile(ctx, "u1"); err != nil {
 				t.Fatal(err)
 			}
-			m.Remove(ctx, apiresources.EphemeralReport, e) // merged and deleted
+			m.in.Remove(ctx, apiresources.EphemeralReport, e) // merged and deleted
 			if err := m.reconcile(ctx, "u1"); err != nil {
 				t.Fatal(err)
 			}
@@ -403,10 +403,10 @@ func TestOtherHandlersResultsStayInAnyOrder(t *testing.T) {
 			m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: true})
 			p := pol(false, true, "r")
 			p.KyvernoOnly = map[string]bool{"add-label": true, "clone": true, "target": true}
-			m.policies = map[string]PolicyInfo{"p": p}
+			m.st.policies = map[string]PolicyInfo{"p": p}
 			var pending []*unstructured.Unstructured
 			for i, ri := range prefix {
-				m.Upsert(ctx, apiresources.EphemeralReport, reports[ri])
+				m.in.Upsert(ctx, apiresources.EphemeralReport, reports[ri])
 				pending = append(pending, reports[ri])
 				if i < len(prefix)-1 && pattern&(1<<i) == 0 {
 					continue
@@ -415,7 +415,7 @@ func TestOtherHandlersResultsStayInAnyOrder(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, e := range pending {
-					m.Remove(ctx, apiresources.EphemeralReport, e) // merged and deleted
+					m.in.Remove(ctx, apiresources.EphemeralReport, e) // merged and deleted
 				}
 				pending = nil
 				if err := m.reconcile(ctx, "u1"); err != nil {

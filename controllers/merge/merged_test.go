@@ -31,7 +31,7 @@ func storedAdmission(u *unstructured.Unstructured, uid, rv string) *unstructured
 // finalResults reads the final report of u1 as "policy/rule=result process".
 func finalResults(t *testing.T, m *Merger) string {
 	t.Helper()
-	got, err := m.client.Resource(apiresources.PolicyReport).Namespace("ns").Get(context.Background(), "u1", metav1.GetOptions{})
+	got, err := m.st.client.Resource(apiresources.PolicyReport).Namespace("ns").Get(context.Background(), "u1", metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return ""
 	}
@@ -51,7 +51,7 @@ func finalResults(t *testing.T, m *Merger) string {
 
 func admissionReportExists(t *testing.T, m *Merger) bool {
 	t.Helper()
-	_, err := m.client.Resource(apiresources.AdmissionReport).Namespace("ns").Get(context.Background(), "u1", metav1.GetOptions{})
+	_, err := m.st.client.Resource(apiresources.AdmissionReport).Namespace("ns").Get(context.Background(), "u1", metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
@@ -70,11 +70,11 @@ func TestMergedAdmissionReportsGoAndTheirResultsStay(t *testing.T) {
 	client := fakeClient(stored.DeepCopy(), genuine.DeepCopy())
 	now := time.Unix(1000, 0)
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }})
-	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")} // admission only: no scan recomputes it
+	m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "r")} // admission only: no scan recomputes it
 	ctx := context.Background()
 	const want = "p/r=fail admission review;"
 
-	m.Upsert(ctx, apiresources.AdmissionReport, genuine)
+	m.in.Upsert(ctx, apiresources.AdmissionReport, genuine)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +84,12 @@ func TestMergedAdmissionReportsGoAndTheirResultsStay(t *testing.T) {
 	if admissionReportExists(t, m) {
 		t.Fatal("the AdmissionReport outlived its merge")
 	}
-	if got := testutil.ToFloat64(m.metrics.merged.WithLabelValues("admissionreports")); got != 1 {
+	if got := testutil.ToFloat64(m.st.metrics.merged.WithLabelValues("admissionreports")); got != 1 {
 		t.Errorf("merged = %v, want 1", got)
 	}
 	// The watch tells the delete; a later merge (another policy's change)
 	// keeps the results and writes nothing.
-	m.Remove(ctx, apiresources.AdmissionReport, genuine)
+	m.in.Remove(ctx, apiresources.AdmissionReport, genuine)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestMergedAdmissionReportsGoAndTheirResultsStay(t *testing.T) {
 	if _, err := client.Resource(apiresources.AdmissionReport).Namespace("ns").Create(ctx, forged, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.Upsert(ctx, apiresources.AdmissionReport, forged)
+	m.in.Upsert(ctx, apiresources.AdmissionReport, forged)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -124,13 +124,13 @@ func TestMergedAdmissionReportsGoAndTheirResultsStay(t *testing.T) {
 	if got := finalResults(t, m); got != want {
 		t.Fatalf("after the forged report went: final %q, want %q", got, want)
 	}
-	writes := testutil.ToFloat64(m.metrics.writes.WithLabelValues("create")) + testutil.ToFloat64(m.metrics.writes.WithLabelValues("update"))
+	writes := testutil.ToFloat64(m.st.metrics.writes.WithLabelValues("create")) + testutil.ToFloat64(m.st.metrics.writes.WithLabelValues("update"))
 	if writes != 1 {
 		t.Errorf("%v final report writes, want 1", writes)
 	}
 
 	// A restarted merger: no AdmissionReport left, the result read back.
-	checkRestartWritesNothing(t, client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }}, m.policies, want)
+	checkRestartWritesNothing(t, client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }}, m.st.policies, want)
 }
 
 // checkRestartWritesNothing starts a merger afresh on client, as after a
@@ -143,17 +143,17 @@ func checkRestartWritesNothing(t *testing.T, client dynamic.Interface, opts Opti
 	if err := restarted.seed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	restarted.policies = policies
-	restarted.mu.Lock()
-	restarted.seedAdmission() // once every kind is listed
-	restarted.mu.Unlock()
+	restarted.st.policies = policies
+	restarted.st.mu.Lock()
+	restarted.st.seedAdmission() // once every kind is listed
+	restarted.st.mu.Unlock()
 	if err := restarted.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
 	if got := finalResults(t, restarted); got != want {
 		t.Fatalf("after a restart: final %q, want %q", got, want)
 	}
-	if got := testutil.ToFloat64(restarted.metrics.writes.WithLabelValues("update")) + testutil.ToFloat64(restarted.metrics.writes.WithLabelValues("delete")); got != 0 {
+	if got := testutil.ToFloat64(restarted.st.metrics.writes.WithLabelValues("update")) + testutil.ToFloat64(restarted.st.metrics.writes.WithLabelValues("delete")); got != 0 {
 		t.Errorf("a restart with nothing changed wrote %v times", got)
 	}
 }
@@ -166,10 +166,10 @@ func TestSupersededAdmissionResultsAreNotKept(t *testing.T) {
 	ar := storedAdmission(intermediate("AdmissionReport", current, pass, 10), "1", "5")
 	client := fakeClient(stored.DeepCopy(), ar.DeepCopy())
 	m := New(client, Options{Registry: prometheus.NewRegistry()})
-	m.policies = map[string]PolicyInfo{"p": pol(true, true, "r")}
+	m.st.policies = map[string]PolicyInfo{"p": pol(true, true, "r")}
 	ctx := context.Background()
-	m.Upsert(ctx, apiresources.AdmissionReport, ar)
-	m.Upsert(ctx, apiresources.BackgroundScanReport, intermediate("BackgroundScanReport", current, fail, 20))
+	m.in.Upsert(ctx, apiresources.AdmissionReport, ar)
+	m.in.Upsert(ctx, apiresources.BackgroundScanReport, intermediate("BackgroundScanReport", current, fail, 20))
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -179,9 +179,9 @@ func TestSupersededAdmissionResultsAreNotKept(t *testing.T) {
 	if admissionReportExists(t, m) {
 		t.Fatal("the AdmissionReport outlived its merge")
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.states["u1"].admission.present {
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	if m.st.states["u1"].admission.present {
 		t.Error("superseded admission results are kept")
 	}
 }
@@ -194,9 +194,9 @@ func TestRetainedAdmissionResultsOfAGoneResourceAreDropped(t *testing.T) {
 	client := fakeClient(stored.DeepCopy(), ar.DeepCopy())
 	now := time.Unix(1000, 0)
 	m := New(client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }})
-	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+	m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
 	ctx := context.Background()
-	m.Upsert(ctx, apiresources.AdmissionReport, ar)
+	m.in.Upsert(ctx, apiresources.AdmissionReport, ar)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -204,16 +204,16 @@ func TestRetainedAdmissionResultsOfAGoneResourceAreDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(DefaultOrphanGrace)
-	cands := m.orphanCandidates(now)
+	cands := m.orph.orphanCandidates(now)
 	if len(cands) != 1 {
 		t.Fatalf("%d orphan candidates, want the resource with kept results", len(cands))
 	}
-	if err := m.checkOrphan(ctx, cands[0]); err != nil {
+	if err := m.orph.checkOrphan(ctx, cands[0]); err != nil {
 		t.Fatal(err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.states["u1"] != nil {
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	if m.st.states["u1"] != nil {
 		t.Error("the kept results of a gone resource stay")
 	}
 }
@@ -226,9 +226,9 @@ func TestHistorySectionsDoNotHoldAReportBack(t *testing.T) {
 	ar := storedAdmission(withSections(intermediate("AdmissionReport", current, fail, 20), earlier, pass, 10), "1", "5")
 	client := fakeClient(stored.DeepCopy(), ar.DeepCopy())
 	m := New(client, Options{Registry: prometheus.NewRegistry()})
-	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+	m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
 	ctx := context.Background()
-	m.Upsert(ctx, apiresources.AdmissionReport, ar)
+	m.in.Upsert(ctx, apiresources.AdmissionReport, ar)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -264,11 +264,11 @@ func TestSeedKeepsTheResultsNoScanRecomputes(t *testing.T) {
 	if err := m.seed(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.policies = map[string]PolicyInfo{"admission-only": pol(false, true, "r"), "both": pol(true, true, "r", "other")}
-	m.seedAdmission()
-	st := m.states["u1"]
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	m.st.policies = map[string]PolicyInfo{"admission-only": pol(false, true, "r"), "both": pol(true, true, "r", "other")}
+	m.st.seedAdmission()
+	st := m.st.states["u1"]
 	if st == nil || !st.admission.retained {
 		t.Fatalf("no kept admission results: %+v", st)
 	}
@@ -303,11 +303,11 @@ func TestSeededResultsSurviveAForgedReportFoundAtStartUp(t *testing.T) {
 	if err := m.seed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
-	m.Upsert(ctx, apiresources.AdmissionReport, forged) // listed before the policies are all in
-	m.mu.Lock()
-	m.seedAdmission()
-	m.mu.Unlock()
+	m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+	m.in.Upsert(ctx, apiresources.AdmissionReport, forged) // listed before the policies are all in
+	m.st.mu.Lock()
+	m.st.seedAdmission()
+	m.st.mu.Unlock()
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -336,8 +336,8 @@ func TestDeletingAForgedReportKeepsTheRetainedGenuineResults(t *testing.T) {
 			}
 			client := fakeClient(stored.DeepCopy(), genuine.DeepCopy())
 			m := New(client, Options{Registry: prometheus.NewRegistry(), Ingest: kind == "EphemeralReport"})
-			m.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
-			m.Upsert(ctx, gvr, genuine)
+			m.st.policies = map[string]PolicyInfo{"p": pol(false, true, "r")}
+			m.in.Upsert(ctx, gvr, genuine)
 			if err := m.reconcile(ctx, "u1"); err != nil {
 				t.Fatal(err)
 			}
@@ -345,16 +345,16 @@ func TestDeletingAForgedReportKeepsTheRetainedGenuineResults(t *testing.T) {
 			if got := finalResults(t, m); got != want {
 				t.Fatalf("final %q, want %q", got, want)
 			}
-			m.Remove(ctx, gvr, genuine) // merged and deleted by the merger
+			m.in.Remove(ctx, gvr, genuine) // merged and deleted by the merger
 			if kind == "EphemeralReport" {
 				// Beside Kyverno results carry no content hash: a later
 				// report of the same policy stands for it (fold.go). The
 				// forged one is deleted before it is merged.
-				m.Upsert(ctx, gvr, forged)
-				m.Remove(ctx, gvr, forged)
+				m.in.Upsert(ctx, gvr, forged)
+				m.in.Remove(ctx, gvr, forged)
 			} else {
-				m.Upsert(ctx, gvr, forged)
-				m.Remove(ctx, gvr, forged) // deleted by someone else, before its merge
+				m.in.Upsert(ctx, gvr, forged)
+				m.in.Remove(ctx, gvr, forged) // deleted by someone else, before its merge
 			}
 			if err := m.reconcile(ctx, "u1"); err != nil {
 				t.Fatal(err)

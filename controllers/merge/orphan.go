@@ -2,19 +2,13 @@ package merge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/flowcontrol"
-
-	"github.com/tally-dev/tally/report"
 )
 
 // Orphaned intermediate reports.
@@ -36,12 +30,13 @@ import (
 // resourceVersion as preconditions, so a report changed since it was read
 // is never deleted.
 
-// Defaults of the orphan check.
-const (
-	DefaultOrphanGrace   = 2 * time.Minute
-	DefaultOrphanRecheck = time.Hour
-	DefaultOrphanQPS     = 10
-)
+// orphanChecker finds the intermediate reports of resources gone that the
+// garbage collector cannot delete, and deletes them (orphan.go).
+type orphanChecker struct {
+	*state
+	cl *cluster
+	w  *finalWriter
+}
 
 // orphanCandidate is a resource whose unowned reports need a look.
 type orphanCandidate struct {
@@ -50,17 +45,8 @@ type orphanCandidate struct {
 	reports []reportRef
 }
 
-// ownerRef is what the GET of a resource needs.
-type ownerRef struct {
-	gvrLabel   string // audit.kyverno.io/resource.gvr, may be empty
-	apiVersion string
-	kind       string
-	namespace  string
-	name       string
-}
-
 // candidates lists the resources due for an orphan check at now.
-func (m *Merger) orphanCandidates(now time.Time) []orphanCandidate {
+func (m *orphanChecker) orphanCandidates(now time.Time) []orphanCandidate {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []orphanCandidate
@@ -91,7 +77,7 @@ func (m *Merger) orphanCandidates(now time.Time) []orphanCandidate {
 }
 
 // collectOrphans checks the candidates every tick until ctx ends.
-func (m *Merger) collectOrphans(ctx context.Context) {
+func (m *orphanChecker) collectOrphans(ctx context.Context) {
 	log := logr.FromContextOrDiscard(ctx).WithName("orphans")
 	limiter := flowcontrol.NewTokenBucketRateLimiter(float32(m.opts.OrphanQPS), max(1, int(m.opts.OrphanQPS)))
 	defer limiter.Stop()
@@ -117,8 +103,8 @@ func (m *Merger) collectOrphans(ctx context.Context) {
 }
 
 // checkOrphan deletes the reports of c if its resource is gone.
-func (m *Merger) checkOrphan(ctx context.Context, c orphanCandidate) error {
-	gone, err := m.resourceGone(ctx, c.uid, c.subject)
+func (m *orphanChecker) checkOrphan(ctx context.Context, c orphanCandidate) error {
+	gone, err := m.cl.resourceGone(ctx, c.uid, c.subject)
 	if err != nil {
 		m.metrics.checks.WithLabelValues("unknown").Inc()
 		return err
@@ -139,7 +125,7 @@ func (m *Merger) checkOrphan(ctx context.Context, c orphanCandidate) error {
 	m.queue.Add(c.uid) // its final report, if the garbage collector has not deleted it yet, goes
 	for _, r := range c.reports {
 		if r.folded {
-			if err := m.deleteFolded(ctx, c.uid, ""); err != nil {
+			if err := m.w.deleteFolded(ctx, c.uid, ""); err != nil {
 				return err
 			}
 			continue
@@ -158,61 +144,4 @@ func (m *Merger) checkOrphan(ctx context.Context, c orphanCandidate) error {
 		}
 	}
 	return nil
-}
-
-// resourceGone tells whether the resource of uid no longer exists. An error
-// means it could not tell.
-func (m *Merger) resourceGone(ctx context.Context, uid string, o ownerRef) (bool, error) {
-	if o.name == "" {
-		return false, errors.New("report names no resource")
-	}
-	gvr, namespaced, err := m.ownerGVR(o)
-	if err != nil {
-		return false, err
-	}
-	if m.opts.Mapper != nil {
-		// A 404 proves the object gone only if its type is served.
-		if _, err := m.opts.Mapper.KindFor(gvr); err != nil {
-			return false, fmt.Errorf("resource type %s: %w", gvr, err)
-		}
-	}
-	ns := ""
-	if namespaced {
-		ns = o.namespace
-	}
-	obj, err := m.client.Resource(gvr).Namespace(ns).Get(ctx, o.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		// Only "this named object does not exist" counts: a 404 for an
-		// unknown resource type carries no name.
-		var st apierrors.APIStatus
-		if errors.As(err, &st) && st.Status().Details != nil && st.Status().Details.Name == o.name {
-			return true, nil
-		}
-		return false, fmt.Errorf("get %s %s/%s: %w", gvr, ns, o.name, err)
-	}
-	if err != nil {
-		return false, fmt.Errorf("get %s %s/%s: %w", gvr, ns, o.name, err)
-	}
-	return obj.GetUID() != types.UID(uid), nil
-}
-
-// ownerGVR finds the resource type of a report's resource: from its
-// audit.kyverno.io/resource.gvr label, else from apiVersion and kind through
-// the RESTMapper.
-func (m *Merger) ownerGVR(o ownerRef) (schema.GroupVersionResource, bool, error) {
-	if gvr, ok := report.ParseGVRLabel(o.gvrLabel); ok {
-		return gvr, o.namespace != "", nil
-	}
-	if m.opts.Mapper == nil || o.kind == "" {
-		return schema.GroupVersionResource{}, false, fmt.Errorf("no %s label and no way to map %s %s", report.LabelResourceGVR, o.apiVersion, o.kind)
-	}
-	gv, err := schema.ParseGroupVersion(o.apiVersion)
-	if err != nil {
-		return schema.GroupVersionResource{}, false, fmt.Errorf("owner apiVersion %q: %w", o.apiVersion, err)
-	}
-	mapping, err := m.opts.Mapper.RESTMapping(gv.WithKind(o.kind).GroupKind(), gv.Version)
-	if err != nil {
-		return schema.GroupVersionResource{}, false, fmt.Errorf("map %s %s: %w", o.apiVersion, o.kind, err)
-	}
-	return mapping.Resource, mapping.Scope.Name() == meta.RESTScopeNameNamespace, nil
 }

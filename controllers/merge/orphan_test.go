@@ -66,14 +66,14 @@ func TestOrphanCheck(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m := New(client, Options{Registry: prometheus.NewRegistry(), OrphanGrace: time.Minute, Now: func() time.Time { return now }})
 	for _, r := range reports {
-		m.Upsert(context.Background(), apiresources.BackgroundScanReport, r)
+		m.in.Upsert(context.Background(), apiresources.BackgroundScanReport, r)
 	}
 
-	if c := m.orphanCandidates(now.Add(30 * time.Second)); len(c) != 0 {
+	if c := m.orph.orphanCandidates(now.Add(30 * time.Second)); len(c) != 0 {
 		t.Fatalf("reports within the grace period are candidates: %v", c)
 	}
 	now = now.Add(2 * time.Minute)
-	cands := m.orphanCandidates(now)
+	cands := m.orph.orphanCandidates(now)
 	got := map[string]bool{}
 	for _, c := range cands {
 		got[c.uid] = true
@@ -83,7 +83,7 @@ func TestOrphanCheck(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, c := range cands {
-		if err := m.checkOrphan(ctx, c); err != nil {
+		if err := m.orph.checkOrphan(ctx, c); err != nil {
 			t.Fatalf("check %s: %v", c.uid, err)
 		}
 	}
@@ -94,7 +94,7 @@ func TestOrphanCheck(t *testing.T) {
 			t.Errorf("report %s kept = %v, want %v (err %v)", uid, kept, wantKept, err)
 		}
 	}
-	if c := m.orphanCandidates(now.Add(time.Minute)); len(c) != 2 {
+	if c := m.orph.orphanCandidates(now.Add(time.Minute)); len(c) != 2 {
 		// the live one was just found alive; the two deleted ones remain in
 		// the state until their watch events arrive
 		t.Errorf("after the check, %d candidates, want 2", len(c))
@@ -103,7 +103,7 @@ func TestOrphanCheck(t *testing.T) {
 
 func TestOrphanCheckWithoutAnyWayToFindTheKind(t *testing.T) {
 	m := New(dynfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{Registry: prometheus.NewRegistry()})
-	if _, err := m.resourceGone(context.Background(), "u", ownerRef{apiVersion: "example.com/v1", kind: "Widget", namespace: "ns", name: "w"}); err == nil {
+	if _, err := m.cl.resourceGone(context.Background(), "u", ownerRef{apiVersion: "example.com/v1", kind: "Widget", namespace: "ns", name: "w"}); err == nil {
 		t.Error("a report without resource.gvr label and no RESTMapper was judged")
 	}
 }

@@ -38,7 +38,7 @@ import (
 
 // finalReports is the Sink of the final reports' metadata watch.
 type finalReports struct {
-	m *Merger
+	m *state
 	// listed says the first list was seen (seed read the same reports:
 	// deletions are looked for in later lists only). The namespaced and
 	// cluster-scoped kinds' reflectors call Replace concurrently: mu
@@ -75,51 +75,10 @@ func lastWriter(u *unstructured.Unstructured, manager string) bool {
 	return hasOurs && !theirs.After(ours)
 }
 
-// inflight is a final report being written: the resourceVersions the
-// watch showed meanwhile.
-type inflight struct {
-	writes int
-	seen   []string
-}
-
-// startWrite marks a report as being written.
-func (m *Merger) startWrite(uid string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	f := m.writing[uid]
-	if f == nil {
-		f = &inflight{}
-		m.writing[uid] = f
-	}
-	f.writes++
-}
-
-// endWrite ends a write (recorded in m.written, or failed); others says
-// the watch showed a version other than the one written meanwhile.
-func (m *Merger) endWrite(uid string) (others bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	f := m.writing[uid]
-	if f == nil {
-		return false
-	}
-	if f.writes--; f.writes == 0 {
-		delete(m.writing, uid)
-	}
-	rv := m.written[uid].ResourceVersion
-	for _, s := range f.seen {
-		if s != rv {
-			others = true
-		}
-	}
-	f.seen = nil
-	return others
-}
-
 // checkWritten reads a report the watch showed in another version while
 // the merger wrote it: one that is no longer at the version written was
 // changed by someone else, and is put right.
-func (m *Merger) checkWritten(ctx context.Context, gvr schema.GroupVersionResource, namespace, uid, rv string) error {
+func (m *finalWriter) checkWritten(ctx context.Context, gvr schema.GroupVersionResource, namespace, uid, rv string) error {
 	u, err := m.client.Resource(gvr).Namespace(namespace).Get(ctx, uid, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil // deleted since: the watch tells (Remove)
@@ -239,7 +198,7 @@ func (f *finalReports) Listed(context.Context, schema.GroupVersionResource) {}
 // deleted, whether it still exists (its report is then written again);
 // when it is gone its retained admission results go too. Callers hold no
 // lock.
-func (m *Merger) recreateAllowed(ctx context.Context, uid string) (bool, error) {
+func (m *finalWriter) recreateAllowed(ctx context.Context, uid string) (bool, error) {
 	m.mu.Lock()
 	st := m.states[uid]
 	if st == nil || !st.reportDeleted {
@@ -248,8 +207,8 @@ func (m *Merger) recreateAllowed(ctx context.Context, uid string) (bool, error) 
 	}
 	o := subjectRef(st)
 	m.mu.Unlock()
-	gone, err := m.resourceGone(ctx, uid, o)
-	if err != nil && !unverifiable(err) {
+	gone, err := m.cl.resourceGone(ctx, uid, o)
+	if err != nil && !contentUnreadable(err) {
 		return false, err // tried again with backoff
 	}
 	m.mu.Lock()
@@ -264,17 +223,4 @@ func (m *Merger) recreateAllowed(ctx context.Context, uid string) (bool, error) 
 		}
 	}
 	return !gone, nil
-}
-
-// subjectRef locates the resource of a state for a GET (the orphan check,
-// the content check, the check before writing a deleted report again): its
-// type from either report's audit.kyverno.io/resource.gvr label, else from
-// apiVersion and kind. Callers hold m.mu.
-func subjectRef(st *resourceState) ownerRef {
-	label := st.background.ref.gvrLabel
-	if label == "" {
-		label = st.admission.ref.gvrLabel
-	}
-	return ownerRef{gvrLabel: label, apiVersion: st.subject.APIVersion, kind: st.subject.Kind,
-		namespace: st.subject.Namespace, name: st.subject.Name}
 }

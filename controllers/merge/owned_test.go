@@ -55,8 +55,8 @@ func TestFinalReportsArePutRight(t *testing.T) {
 	bg := intermediate("BackgroundScanReport", hashOf(t, stored), fail, 10)
 	client := fakeClient(stored.DeepCopy())
 	m := New(client, Options{Registry: prometheus.NewRegistry()})
-	m.policies = map[string]PolicyInfo{"p": pol(true, true, "r")}
-	m.Upsert(ctx, apiresources.BackgroundScanReport, bg)
+	m.st.policies = map[string]PolicyInfo{"p": pol(true, true, "r")}
+	m.in.Upsert(ctx, apiresources.BackgroundScanReport, bg)
 	if err := m.reconcile(ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestFinalReportsArePutRight(t *testing.T) {
 	if got := finalResults(t, m); got != want {
 		t.Fatalf("final %q, want %q", got, want)
 	}
-	owned := &finalReports{m: m, listed: map[schema.GroupVersionResource]bool{}}
+	owned := &finalReports{m: m.st, listed: map[schema.GroupVersionResource]bool{}}
 
 	// Edited from fail to pass, its last writer someone else.
 	edited := editFinal(t, m, wgv1alpha2.ResultPass)
@@ -132,7 +132,7 @@ func TestFinalReportsArePutRight(t *testing.T) {
 		t.Errorf("the report of a deleted resource was written again: %q", got)
 	}
 	for change, n := range map[string]float64{"edited": 2, "deleted": 2, "created": 1} {
-		if got := testutil.ToFloat64(m.metrics.putRight.WithLabelValues(change)); got != n {
+		if got := testutil.ToFloat64(m.st.metrics.putRight.WithLabelValues(change)); got != n {
 			t.Errorf("put right %s = %v, want %v", change, got, n)
 		}
 	}
@@ -214,11 +214,11 @@ func TestStartUpReadsBackOnlyWhatTheMergerWrote(t *testing.T) {
 			if err := m.seed(ctx); err != nil {
 				t.Fatal(err)
 			}
-			_, seeded := m.seeds["u1"]
+			_, seeded := m.st.seeds["u1"]
 			if seeded != tc.trusted {
 				t.Errorf("read back = %v, want %v", seeded, tc.trusted)
 			}
-			if w := m.written["u1"]; !tc.trusted && w.Digest != 0 {
+			if w := m.st.written["u1"]; !tc.trusted && w.Digest != 0 {
 				t.Error("an untrusted report's content counts as what the merger wrote")
 			}
 		})
@@ -230,7 +230,7 @@ func TestStartUpReadsBackOnlyWhatTheMergerWrote(t *testing.T) {
 		if err := m.seed(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := m.seeds["u1"].results[0].seconds; got != now.Unix() {
+		if got := m.st.seeds["u1"].results[0].seconds; got != now.Unix() {
 			t.Errorf("read back at %d, want clamped to %d", got, now.Unix())
 		}
 	})
@@ -241,14 +241,14 @@ func TestStartUpReadsBackOnlyWhatTheMergerWrote(t *testing.T) {
 func editFinal(t *testing.T, m *Merger, result wgv1alpha2.Result) *unstructured.Unstructured {
 	t.Helper()
 	ctx := context.Background()
-	u, err := m.client.Resource(apiresources.PolicyReport).Namespace("ns").Get(ctx, "u1", metav1.GetOptions{})
+	u, err := m.st.client.Resource(apiresources.PolicyReport).Namespace("ns").Get(ctx, "u1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	results, _, _ := unstructured.NestedSlice(u.Object, "results")
 	results[0].(map[string]any)["result"] = string(result)
 	_ = unstructured.SetNestedSlice(u.Object, results, "results") // a slice of JSON values always sets
-	out, err := m.client.Resource(apiresources.PolicyReport).Namespace("ns").Update(ctx, u, metav1.UpdateOptions{})
+	out, err := m.st.client.Resource(apiresources.PolicyReport).Namespace("ns").Update(ctx, u, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func editFinal(t *testing.T, m *Merger, result wgv1alpha2.Result) *unstructured.
 func TestFinalReportsListedConcurrently(t *testing.T) {
 	ctx := context.Background()
 	m := New(fakeClient(), Options{Registry: prometheus.NewRegistry()})
-	owned := &finalReports{m: m, listed: map[schema.GroupVersionResource]bool{}}
+	owned := &finalReports{m: m.st, listed: map[schema.GroupVersionResource]bool{}}
 	var wg sync.WaitGroup
 	for _, gvr := range []schema.GroupVersionResource{apiresources.PolicyReport, apiresources.ClusterPolicyReport} {
 		wg.Add(1)

@@ -61,14 +61,14 @@ func TestAShardsMergerLeavesOtherShardsReportsAlone(t *testing.T) {
 	if n := testutilCounter(t, reg, metricWrites, "delete"); n != 1 {
 		t.Errorf("%v deletes, want 1 (the shard's own)", n)
 	}
-	m.Upsert(ctx, apiresources.AdmissionReport, &unstructured.Unstructured{Object: map[string]any{
+	m.in.Upsert(ctx, apiresources.AdmissionReport, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kyverno.io/v2", "kind": "AdmissionReport",
 		"metadata": map[string]any{"name": "x", "namespace": "theirs", "labels": map[string]any{report.LabelResourceUID: "u9"}},
 		"spec":     map[string]any{"owner": map[string]any{"apiVersion": "v1", "kind": "Pod", "name": "q", "uid": "u9"}, "results": []any{}},
 	}})
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.states["u9"] != nil {
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	if m.st.states["u9"] != nil {
 		t.Errorf("an AdmissionReport of another shard was taken in")
 	}
 }

@@ -1,12 +1,8 @@
 package merge
 
 import (
-	"cmp"
 	"context"
 	"maps"
-	"slices"
-	"strings"
-	"time"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,38 +10,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/tally-dev/tally/api/apiresources"
 	kyvernov2 "github.com/tally-dev/tally/api/kyverno/v2"
-	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
-	"github.com/tally-dev/tally/controllers/catalog"
 	"github.com/tally-dev/tally/controllers/watch"
 	"github.com/tally-dev/tally/report"
 )
 
-var _ watch.StreamingSink = (*Merger)(nil)
-
-func isPolicy(gvr schema.GroupVersionResource) bool {
-	_, ok := catalog.KindOf(gvr)
-	return ok
-}
-
-// policyKeyOf is the key of a policy object in Input.Policies, and the
-// policy name its results carry.
-func policyKeyOf(gvr schema.GroupVersionResource, u *unstructured.Unstructured) (key, name string) {
-	k, ok := catalog.KindOf(gvr)
-	if !ok {
-		return u.GetName(), u.GetName()
-	}
-	name = k.ReportName(u.GetNamespace(), u.GetName())
-	return PolicyKey(k.Source, name), name
-}
-
-func isAdmission(gvr schema.GroupVersionResource) bool {
-	return gvr == apiresources.AdmissionReport || gvr == apiresources.ClusterAdmissionReport
-}
+var _ watch.StreamingSink = (*intake)(nil)
 
 // Upsert records a policy or an intermediate report.
-func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (m *intake) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	if isPolicy(gvr) {
 		key, info, err := policyInfo(gvr, u)
 		if err != nil {
@@ -106,99 +79,8 @@ func (m *Merger) Upsert(ctx context.Context, gvr schema.GroupVersionResource, u 
 	m.queue.Add(string(owner.UID))
 }
 
-// recordLocked makes an intermediate report the admission or background
-// part of its resource, owner. Callers hold m.mu and queue the resource.
-func (m *Merger) recordLocked(_ context.Context, gvr schema.GroupVersionResource, u metav1.Object, owner metav1.OwnerReference, results []wgv1alpha2.PolicyReportResult) {
-	labels := u.GetLabels()
-	uid := string(owner.UID)
-	owned := false
-	for _, o := range u.GetOwnerReferences() {
-		owned = owned || string(o.UID) == uid
-	}
-	st := m.states[uid]
-	if st == nil {
-		st = &resourceState{}
-		m.states[uid] = st
-	}
-	st.subject = report.Subject{APIVersion: m.intern(owner.APIVersion), Kind: m.intern(owner.Kind),
-		Namespace: m.intern(u.GetNamespace()), Name: owner.Name, UID: owner.UID}
-	part := &st.background
-	var sections []section
-	if isAdmissionPart(gvr) {
-		part = &st.admission
-		// An admission result says so (Kyverno's do; older writers' may
-		// not): the merger tells by it what a scan cannot recompute.
-		sections = m.sections(report.WithProcess(results, report.ProcessAdmission), labels[report.LabelResourceHash])
-	} else {
-		// The scanner leaves out what every background result has.
-		results = report.WithProcess(results, report.ProcessBackground)
-	}
-	prev := *part
-	// What to go back to if this report is deleted before its merge
-	// (merged.go's undone): the retained part it replaces.
-	var before *reportPart
-	switch {
-	case isAdmissionPart(gvr) && prev.present && prev.retained:
-		before = &prev
-	case isAdmissionPart(gvr) && prev.present:
-		before = prev.before
-	}
-	*part = reportPart{
-		before:   before,
-		present:  true,
-		hash:     labels[report.LabelResourceHash],
-		sections: sections,
-		ref: reportRef{
-			gvr: gvr, namespace: st.subject.Namespace, name: u.GetName(), uid: u.GetUID(),
-			resourceVersion: u.GetResourceVersion(), gvrLabel: m.intern(labels[report.LabelResourceGVR]), owned: owned,
-		},
-		// What counted before stays known (verify.go), and a check of the
-		// same sections need not be made again.
-		lastGood: prev.lastGood, lastGoodHash: prev.lastGoodHash,
-	}
-	if isAdmissionPart(gvr) {
-		sections = carryRetained(&prev, sections, m.ownHandlerLocked)
-		part.sections = sections
-	}
-	if sections == nil {
-		part.results = m.compact(results)
-	}
-	for _, sec := range sections {
-		part.results = append(part.results, sec.results...)
-	}
-	if prev.checkedHash == admissionKey(part) {
-		part.checkedHash, part.contentHash, part.unverifiable = prev.checkedHash, prev.contentHash, prev.unverifiable
-	}
-	st.updated, st.checked = m.opts.Now(), time.Time{}
-}
-
-// sections splits admission results by the content hash they are bound to
-// (those without one: the report's hash label), newest first, and compacts
-// them (their compact form leaves the hash property out). Callers hold m.mu.
-func (m *Merger) sections(results []wgv1alpha2.PolicyReportResult, labelHash string) []section {
-	split := report.Sections(results, labelHash)
-	out := make([]section, len(split))
-	for i, s := range split {
-		out[i] = section{hash: m.intern(s.Hash), results: m.compact(s.Results)}
-		for _, r := range s.Results {
-			if after(r.Timestamp, out[i].newest) {
-				out[i].newest = r.Timestamp
-			}
-		}
-	}
-	sortNewestFirst(out)
-	return out
-}
-
-// sortNewestFirst orders sections by their newest result, newest first.
-func sortNewestFirst(sections []section) {
-	slices.SortStableFunc(sections, func(a, b section) int {
-		return cmp.Or(cmp.Compare(b.newest.Seconds, a.newest.Seconds), cmp.Compare(b.newest.Nanos, a.newest.Nanos))
-	})
-}
-
 // Remove forgets a policy or an intermediate report.
-func (m *Merger) Remove(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+func (m *intake) Remove(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
 	if isPolicy(gvr) {
 		key, _ := policyKeyOf(gvr, u)
 		m.removePolicy(key)
@@ -231,33 +113,14 @@ func (m *Merger) Remove(ctx context.Context, gvr schema.GroupVersionResource, u 
 	m.queue.Add(uid)
 }
 
-// removeLocked forgets the intermediate report gvr namespace/name of uid.
-func (m *Merger) removeLocked(uid string, gvr schema.GroupVersionResource, namespace, name string) {
-	st := m.states[uid]
-	if st == nil {
-		return
-	}
-	for _, part := range []*reportPart{&st.admission, &st.background} {
-		// A retained part's report was deleted by the merger once merged:
-		// its results stay (merged.go). Another goes back to what it was
-		// before its report came (undone).
-		if part.present && !part.retained && part.ref.gvr == gvr && part.ref.namespace == namespace && part.ref.name == name {
-			*part = undone(part)
-		}
-	}
-	if !st.admission.present && !st.background.present {
-		delete(m.states, uid)
-	}
-}
-
 // StreamsLists makes the watch deliver listed objects one by one through
 // Upsert and hand Replace only stubs (watch.StreamingSink): 10,000 reports
 // are never held whole in memory while they are listed.
-func (m *Merger) StreamsLists() {}
+func (m *intake) StreamsLists() {}
 
 // Replace makes objs the complete list of a kind. Objects already delivered
 // through Upsert come as stubs (metadata only); full ones are recorded here.
-func (m *Merger) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
+func (m *intake) Replace(ctx context.Context, gvr schema.GroupVersionResource, objs []*unstructured.Unstructured) {
 	present := make(map[string]bool, len(objs))
 	for _, u := range objs {
 		if _, full := u.Object["spec"]; full {
@@ -319,7 +182,7 @@ func (m *Merger) Replace(ctx context.Context, gvr schema.GroupVersionResource, o
 // Listed records that a kind was listed once. Once every kind was, the
 // workers start, and the final reports found at start-up whose resource has
 // no intermediate report left are queued: they go (R19).
-func (m *Merger) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
+func (m *intake) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.listed[gvr] {
@@ -338,58 +201,4 @@ func (m *Merger) Listed(ctx context.Context, gvr schema.GroupVersionResource) {
 		}
 	}
 	close(m.allListed)
-}
-
-// removePolicy forgets a policy (by its key): its results go from the
-// reports of the resources that have them.
-func (m *Merger) removePolicy(key string) {
-	m.mu.Lock()
-	next := maps.Clone(m.policies)
-	delete(next, key)
-	m.policies = next
-	delete(m.policyKinds, key)
-	m.mu.Unlock()
-	name := key
-	if _, n, ok := strings.Cut(key, "\x00"); ok {
-		name = n // a CEL policy's results carry its name alone
-	}
-	m.enqueuePolicy(name)
-}
-
-// enqueuePolicy enqueues every resource with results of the policy.
-func (m *Merger) enqueuePolicy(name string) {
-	m.mu.Lock()
-	var uids []string
-	for uid, st := range m.states {
-		if hasPolicy(st, name) {
-			uids = append(uids, uid)
-		}
-	}
-	m.mu.Unlock()
-	for _, uid := range uids {
-		m.queue.Add(uid)
-	}
-}
-
-func hasPolicy(st *resourceState, name string) bool {
-	for _, r := range st.admission.results {
-		if r.meta.policy == name {
-			return true
-		}
-	}
-	for _, r := range st.background.results {
-		if r.meta.policy == name {
-			return true
-		}
-	}
-	return false
-}
-
-// ownHandlerLocked says whether a result is of a rule Kyverno writes from
-// another handler than its validate rules' (PolicyInfo.KyvernoOnly and
-// OtherHandler).
-// Callers hold m.mu.
-func (m *Merger) ownHandlerLocked(source, policy, rule string) bool {
-	p, ok := m.policies[PolicyKey(source, policy)]
-	return ok && (p.KyvernoOnly[rule] || p.OtherHandler[rule])
 }

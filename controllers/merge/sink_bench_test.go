@@ -32,9 +32,9 @@ func BenchmarkUpsertAdmissionReport(b *testing.B) {
 	m := New(nil, Options{Registry: prometheus.NewRegistry()})
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Upsert(context.Background(), apiresources.AdmissionReport, report)
+		m.in.Upsert(context.Background(), apiresources.AdmissionReport, report)
 	}
-	if st := m.states["u1"]; st == nil || len(st.admission.results) != 19 {
+	if st := m.st.states["u1"]; st == nil || len(st.admission.results) != 19 {
 		b.Fatal("the report's results were not recorded")
 	}
 }

@@ -27,10 +27,10 @@ func TestCompactKeepsWhatTheMergeNeeds(t *testing.T) {
 	}
 	withResources := append([]wgv1alpha2.PolicyReportResult(nil), in...)
 	withResources[2].Resources = []corev1.ObjectReference{{Kind: "Pod", Name: "x"}}
-	m.mu.Lock()
-	c1 := m.compact(withResources)
-	c2 := m.compact([]wgv1alpha2.PolicyReportResult{entry("a", fail, "validation error: y", map[string]string{"process": "background scan"})})
-	m.mu.Unlock()
+	m.st.mu.Lock()
+	c1 := m.st.compact(withResources)
+	c2 := m.st.compact([]wgv1alpha2.PolicyReportResult{entry("a", fail, "validation error: y", map[string]string{"process": "background scan"})})
+	m.st.mu.Unlock()
 	if got := expand(c1); !reflect.DeepEqual(got, in) {
 		t.Errorf("round trip:\n%+v\nwant\n%+v", got, in)
 	}
@@ -46,28 +46,28 @@ const skip = wgv1alpha2.ResultSkip
 
 func TestInternedValuesOfGoneReportsAreReleased(t *testing.T) {
 	m := New(dynfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{Registry: prometheus.NewRegistry()})
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
 	// 50,000 generations of one resource's report, each by a new policy with
 	// a new message: what a day of policy churn leaves behind.
 	for i := range 50000 {
 		st := &resourceState{}
 		st.background.present = true
-		st.background.results = m.compact([]wgv1alpha2.PolicyReportResult{{
+		st.background.results = m.st.compact([]wgv1alpha2.PolicyReportResult{{
 			Source: "kyverno", Policy: fmt.Sprintf("policy-%d", i), Rule: "r", Result: fail, Message: fmt.Sprintf("message %d", i),
 		}})
-		m.states["uid"] = st
+		m.st.states["uid"] = st
 	}
-	if n := len(m.strings) + len(m.metas); n > 2*internSlack+100 {
+	if n := len(m.st.strings) + len(m.st.metas); n > 2*internSlack+100 {
 		t.Errorf("the intern tables hold %d entries for one live result: unused ones are never released", n)
 	}
-	got := expand(m.states["uid"].background.results)
+	got := expand(m.st.states["uid"].background.results)
 	if got[0].Policy != "policy-49999" || got[0].Message != "message 49999" {
 		t.Errorf("live result changed: %+v", got[0])
 	}
 	// What is live stays shared with new copies.
-	again := m.compact([]wgv1alpha2.PolicyReportResult{{Source: "kyverno", Policy: "policy-49999", Rule: "r", Result: fail, Message: "message 49999"}})
-	if again[0].meta != m.states["uid"].background.results[0].meta {
+	again := m.st.compact([]wgv1alpha2.PolicyReportResult{{Source: "kyverno", Policy: "policy-49999", Rule: "r", Result: fail, Message: "message 49999"}})
+	if again[0].meta != m.st.states["uid"].background.results[0].meta {
 		t.Error("the live metadata is no longer shared")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,27 +50,11 @@ import (
 // was never stored, or is gone: UIDs are never reused), are the results
 // taken as those of content the resource does not have.
 
-// unhashed is the key an admission report without hashed sections is
-// checked under.
-const unhashed = "(no hash)"
-
-// admissionKey is what an admission report's check is keyed by: the
-// hashes of its sections.
-func admissionKey(a *reportPart) string {
-	var key strings.Builder
-	for _, s := range a.sections {
-		if s.hash == "" {
-			continue
-		}
-		if key.Len() > 0 {
-			key.WriteByte(',')
-		}
-		key.WriteString(s.hash)
-	}
-	if key.Len() == 0 {
-		return unhashed
-	}
-	return key.String()
+// verifier checks that an admission report's results are of its
+// resource's current content before they count (verify.go).
+type verifier struct {
+	*state
+	cl *cluster
 }
 
 // Reasons admission results are withheld (the metric's label).
@@ -97,7 +80,7 @@ func admissionVerification(st *resourceState) *verification {
 
 // verify reads the resource and records whether v.hash is its content. It
 // returns a *notYetError when the content may still come (see above).
-func (m *Merger) verify(ctx context.Context, uid string, v *verification) error {
+func (m *verifier) verify(ctx context.Context, uid string, v *verification) error {
 	current, missing, err := m.currentHash(ctx, uid, v.owner)
 	if err != nil {
 		return err
@@ -150,7 +133,7 @@ func recheckDelay(n int) time.Duration {
 // while its report is younger than OrphanGrace, a resource not found may
 // not be stored yet, and one without the content of any hashed section may
 // not have its admitted update stored yet. Callers hold m.mu.
-func (m *Merger) awaitContent(st *resourceState, current string, missing bool) bool {
+func (m *verifier) awaitContent(st *resourceState, current string, missing bool) bool {
 	if m.opts.Now().Sub(st.updated) >= m.opts.OrphanGrace {
 		return false
 	}
@@ -179,8 +162,8 @@ func (m *Merger) awaitContent(st *resourceState, current string, missing bool) b
 // currentHash is the content hash of the resource now: "" when it does not
 // exist, with missing set when no object of its name exists at all (rather
 // than one of another UID).
-func (m *Merger) currentHash(ctx context.Context, uid string, o ownerRef) (hash string, missing bool, err error) {
-	gvr, namespaced, err := m.ownerGVR(o)
+func (m *verifier) currentHash(ctx context.Context, uid string, o ownerRef) (hash string, missing bool, err error) {
+	gvr, namespaced, err := m.cl.ownerGVR(o)
 	if err != nil {
 		return "", false, fmt.Errorf("verify admission results of %s: %w: %w", uid, errCannotLocate, err)
 	}
@@ -207,11 +190,11 @@ func (m *Merger) currentHash(ctx context.Context, uid string, o ownerRef) (hash 
 // errCannotLocate: the resource's type cannot be told from the report.
 var errCannotLocate = errors.New("the resource's type cannot be told")
 
-// unverifiable says whether a verification error means the content can
+// contentUnreadable says whether a verification error means the content can
 // never be read (its type cannot be told or is not served, or the merger
 // may not read it): the admission results are then used as they are,
 // rather than never.
-func unverifiable(err error) bool {
+func contentUnreadable(err error) bool {
 	return apierrors.IsForbidden(err) || meta.IsNoMatchError(err) || errors.Is(err, errCannotLocate)
 }
 
@@ -221,7 +204,7 @@ func unverifiable(err error) bool {
 // withheld: one the scan may still catch up with (a section older than the
 // one that counts is the history of earlier content, which never counts
 // again). It remembers the last results that counted. Callers hold m.mu.
-func (m *Merger) admissionResults(st *resourceState) ([]compactResult, string, bool) {
+func (m *verifier) admissionResults(st *resourceState) ([]compactResult, string, bool) {
 	a := &st.admission
 	if !a.present || len(a.sections) == 0 {
 		return nil, "", false

@@ -123,32 +123,32 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 			client := dynfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
 			now := time.Unix(1000, 0)
 			m := New(client, Options{Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }})
-			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
+			m.st.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
 			if tc.background != nil {
-				m.Upsert(context.Background(), apiresources.BackgroundScanReport, tc.background)
+				m.in.Upsert(context.Background(), apiresources.BackgroundScanReport, tc.background)
 			}
 			merge := func() string {
-				m.mu.Lock()
-				v := admissionVerification(m.states["u1"])
-				m.mu.Unlock()
+				m.st.mu.Lock()
+				v := admissionVerification(m.st.states["u1"])
+				m.st.mu.Unlock()
 				if v != nil {
-					err := m.verify(context.Background(), "u1", v)
+					err := m.ver.verify(context.Background(), "u1", v)
 					var notYet *notYetError
 					if errors.As(err, &notYet) {
 						// The verdict once the resource had its time
 						// to be stored (TestAdmissionReportsWaitForTheirResource).
-						now = now.Add(m.opts.OrphanGrace)
-						err = m.verify(context.Background(), "u1", v)
+						now = now.Add(m.st.opts.OrphanGrace)
+						err = m.ver.verify(context.Background(), "u1", v)
 					}
 					if err != nil {
 						t.Fatal(err)
 					}
 				}
-				m.mu.Lock()
-				defer m.mu.Unlock()
-				st := m.states["u1"]
-				admission, boundTo, _ := m.admissionResults(st)
-				out := Merge(Input{Policies: m.policies, Admission: expand(admission), Background: expand(st.background.results),
+				m.st.mu.Lock()
+				defer m.st.mu.Unlock()
+				st := m.st.states["u1"]
+				admission, boundTo, _ := m.ver.admissionResults(st)
+				out := Merge(Input{Policies: m.st.policies, Admission: expand(admission), Background: expand(st.background.results),
 					BackgroundCurrent: st.background.present && (len(admission) == 0 || st.background.hash == boundTo)})
 				s := ""
 				for _, r := range out {
@@ -160,10 +160,10 @@ func TestAdmissionResultsCountOnlyForTheCurrentContent(t *testing.T) {
 				return s
 			}
 			if tc.earlier != nil {
-				m.Upsert(context.Background(), apiresources.AdmissionReport, tc.earlier)
+				m.in.Upsert(context.Background(), apiresources.AdmissionReport, tc.earlier)
 				merge()
 			}
-			m.Upsert(context.Background(), apiresources.AdmissionReport, tc.admission)
+			m.in.Upsert(context.Background(), apiresources.AdmissionReport, tc.admission)
 			if got := merge(); got != tc.wantResults {
 				t.Errorf("final results = %q, want %q", got, tc.wantResults)
 			}
@@ -190,20 +190,20 @@ func TestRefusedFinalReportWritesAreDropped(t *testing.T) {
 				client.PrependReactor(verb, "policyreports", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
 			}
 			m := New(client, Options{Registry: prometheus.NewRegistry()})
-			m.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
-			m.Upsert(context.Background(), apiresources.BackgroundScanReport, intermediate("BackgroundScanReport", "h", fail, 10))
+			m.st.policies = map[string]PolicyInfo{"p": {Background: true, Admission: true, Rules: map[string]bool{"r": true}, Scored: true}}
+			m.in.Upsert(context.Background(), apiresources.BackgroundScanReport, intermediate("BackgroundScanReport", "h", fail, 10))
 			err := m.reconcile(context.Background(), "u1")
 			if tc.dropped {
 				if err != nil {
 					t.Errorf("reconcile = %v: a refused write is not retried", err)
 				}
-				if got := testutil.ToFloat64(m.metrics.dropped); got != 1 {
+				if got := testutil.ToFloat64(m.st.metrics.dropped); got != 1 {
 					t.Errorf("dropped = %v, want 1", got)
 				}
 			} else if err == nil {
 				t.Error("a transient failure was not returned for a retry")
 			}
-			if _, ok := m.written["u1"]; ok {
+			if _, ok := m.st.written["u1"]; ok {
 				t.Error("a write that failed is remembered as written")
 			}
 		})
