@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 	restfake "k8s.io/client-go/rest/fake"
@@ -68,15 +69,15 @@ func running(t *testing.T, onChange func([]string), objs ...runtime.Object) (*Lo
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	for { // Run has stored its context
+	// Run has stored its context.
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		l.mu.Lock()
-		ok := l.ctx != nil
-		l.mu.Unlock()
-		if ok {
-			return l, &calls, clk
-		}
-		time.Sleep(time.Millisecond)
+		defer l.mu.Unlock()
+		return l.ctx != nil, nil
+	}); err != nil {
+		t.Fatal("the loader's Run did not start")
 	}
+	return l, &calls, clk
 }
 
 func entry(t *testing.T, manifest string) kyvernov1.ContextEntry {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	dynfake "k8s.io/client-go/dynamic/fake"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
@@ -42,17 +43,12 @@ func TestStartUpRemovesStaleFinalReports(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := client.Resource(apiresources.PolicyReport).Namespace("ns").Get(ctx, "gone-uid", metav1.GetOptions{})
-		if err != nil && testutilCounter(t, reg, metricWrites, "delete") == 1 {
-			break // deleted, and counted
-		}
-		if time.Now().After(deadline) {
-			m.st.mu.Lock()
-			t.Fatalf("the stale final report was not deleted (listed %v, written %v)", m.st.listed, m.st.written)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err != nil && testutilCounter(t, reg, metricWrites, "delete") == 1, nil // deleted, and counted
+	}); err != nil {
+		m.st.mu.Lock()
+		t.Fatalf("the stale final report was not deleted (listed %v, written %v)", m.st.listed, m.st.written)
 	}
 }
 
@@ -161,16 +157,11 @@ func TestStartUpSelectsFinalReportsByTheConfiguredManagedBy(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := client.Resource(apiresources.PolicyReport).Namespace("ns").Get(ctx, "kyverno-uid", metav1.GetOptions{})
-		if err != nil && testutilCounter(t, reg, metricWrites, "delete") == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stale final report labelled kyverno was not deleted")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err != nil && testutilCounter(t, reg, metricWrites, "delete") == 1, nil
+	}); err != nil {
+		t.Fatal("the stale final report labelled kyverno was not deleted")
 	}
 	if _, err := client.Resource(apiresources.PolicyReport).Namespace("ns").Get(ctx, "tally-uid", metav1.GetOptions{}); err != nil {
 		t.Errorf("the report labelled tally, not this merger's, was touched: %v", err)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
 
@@ -40,20 +41,17 @@ func TestAShardsMergerLeavesOtherShardsReportsAlone(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(20 * time.Second)
-	for testutilCounter(t, reg, metricWrites, "delete") < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the stale final report of the shard was not deleted")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return testutilCounter(t, reg, metricWrites, "delete") >= 1, nil
+	}); err != nil {
+		t.Fatal("the stale final report of the shard was not deleted")
 	}
 	// Once every kind is listed and no work is left, a wrong delete of the
 	// other shard's report would have been made.
-	for !m.Synced() {
-		if time.Now().After(deadline) {
-			t.Fatal("the merger did not settle")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return m.Synced(), nil
+	}); err != nil {
+		t.Fatal("the merger did not settle")
 	}
 	if _, err := client.Resource(apiresources.PolicyReport).Namespace("theirs").Get(ctx, "theirs-uid", metav1.GetOptions{}); err != nil {
 		t.Errorf("another shard's final report was deleted: %v", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 type notes struct {
@@ -51,12 +52,10 @@ func TestQueueBoundsAndForwardsInOrder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { q.Run(ctx); close(done) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for q.Len() > 0 || len(scan.list()) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("not sent: %d waiting, sent %v", q.Len(), scan.list())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return q.Len() == 0 && len(scan.list()) >= 3, nil
+	}); err != nil {
+		t.Fatalf("not sent: %d waiting, sent %v", q.Len(), scan.list())
 	}
 	cancel()
 	<-done

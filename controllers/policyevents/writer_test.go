@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	typedeventsv1 "k8s.io/client-go/kubernetes/typed/events/v1"
 	k8stesting "k8s.io/client-go/testing"
@@ -129,10 +130,9 @@ func TestTheWriterBoundsItsCreations(t *testing.T) {
 		}
 		close(done)
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for h.running.Load() < DefaultInflightEvents && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return h.running.Load() >= DefaultInflightEvents, nil
+	}) // judged below
 	select {
 	case <-done:
 		t.Fatal("Eventf returned for every Event while the creations were held")

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -86,18 +87,21 @@ func TestFollowServedFindsKindsServedLater(t *testing.T) {
 		defer close(done)
 		FollowServed(ctx, lockedDiscovery{disc, &mu}, clk, []schema.GroupVersionResource{apiresources.ValidatingPolicy, apiresources.ImageValidatingPolicy}, func(gvr schema.GroupVersionResource) { found <- gvr })
 	}()
-	step := func() {
-		for !clk.HasWaiters() {
-			time.Sleep(time.Millisecond)
+	waiting := func() { // until FollowServed waits on the clock
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return clk.HasWaiters(), nil
+		}); err != nil {
+			t.Fatal("FollowServed never waited on its clock")
 		}
+	}
+	step := func() {
+		waiting()
 		clk.Step(ServedRetryMax)
 	}
 	step()
 	// The look after that step is over once FollowServed waits again: no
 	// kind was found in it (a found kind is sent before it waits).
-	for !clk.HasWaiters() {
-		time.Sleep(time.Millisecond)
-	}
+	waiting()
 	if len(found) != 0 {
 		t.Fatalf("%v found before it was served", <-found)
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clientfeatures "k8s.io/client-go/features"
@@ -71,19 +72,14 @@ func listOnce(t *testing.T, sink Sink) *recorder {
 	src := Start(ctx, client, gvrPods, sink)
 	defer src.Stop()
 	rec := sink.(interface{ get() *recorder }).get()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		rec.mu.Lock()
-		done := rec.listed
-		rec.mu.Unlock()
-		if done {
-			return rec
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the kind was never listed")
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer rec.mu.Unlock()
+		return rec.listed, nil
+	}); err != nil {
+		t.Fatal("the kind was never listed")
 	}
+	return rec
 }
 
 func (r *recorder) get() *recorder { return r }
@@ -191,8 +187,11 @@ func TestFilterEndsWhenStoppedWithAnEventUnread(t *testing.T) {
 	upstream := watch.NewFakeWithChanSize(1, false)
 	fw := filter(upstream, func(e watch.Event) (watch.Event, bool) { return e, true })
 	upstream.Add(&unstructured.Unstructured{})
-	for len(upstream.ResultChan()) > 0 { // the filter took it, and nobody reads it
-		time.Sleep(time.Millisecond)
+	// The filter took it, and nobody reads it.
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(upstream.ResultChan()) == 0, nil
+	}); err != nil {
+		t.Fatal("the filter never took the event")
 	}
 	fw.Stop()
 	// The event in flight may still be delivered to a reader that comes;
