@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
@@ -102,18 +104,38 @@ func TestAPairRunsAndStopsWhole(t *testing.T) {
 				_ = resp.Body.Close() // read nothing of it
 				return resp.StatusCode == http.StatusOK
 			}
-			deadline := time.Now().Add(90 * time.Second)
-			for !ready("http://" + handoverAddr + "/readyz") {
-				if time.Now().After(deadline) {
-					t.Fatal("the hand-over was not ready within 90 s")
-				}
-				select {
-				case err := <-done:
-					stopped = true
-					t.Fatalf("RunScanner returned before it was stopped: %v", err)
-				case <-time.After(200 * time.Millisecond):
+			// awaitReady polls a process's url until it answers 200, failing
+			// when the process returns first or after limit; stop ends it and
+			// waits for it to return.
+			awaitReady := func(what, url string, limit time.Duration, done chan error, stopped *bool) {
+				t.Helper()
+				err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, limit, true, func(context.Context) (bool, error) {
+					select {
+					case err := <-done:
+						*stopped = true
+						return false, fmt.Errorf("it returned before it was stopped: %v", err)
+					default:
+						return ready(url), nil
+					}
+				})
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
 				}
 			}
+			stop := func(what string, cancel func(), done chan error, stopped *bool) {
+				t.Helper()
+				cancel()
+				select {
+				case err := <-done:
+					*stopped = true
+					if err != nil {
+						t.Errorf("%s stopped with %v, want nil", what, err)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatalf("%s did not return within 30 s of its context's end", what)
+				}
+			}
+			awaitReady("the hand-over, within 90 s", "http://"+handoverAddr+"/readyz", 90*time.Second, done, &stopped)
 			if _, err := kube.CoordinationV1().Leases(namespace).Get(ctx, shard.LeaseName(identity), metav1.GetOptions{}); err != nil {
 				t.Fatalf("the membership Lease of a sharded scanner: %v", err)
 			}
@@ -122,39 +144,9 @@ func TestAPairRunsAndStopsWhole(t *testing.T) {
 			}
 			// The merger follows the ready scanner, lists everything and is
 			// ready in turn.
-			deadline = time.Now().Add(60 * time.Second)
-			for !ready("http://" + mergerProbes + "/readyz") {
-				if time.Now().After(deadline) {
-					t.Fatal("the merger beside a ready scanner was not ready within 60 s")
-				}
-				select {
-				case err := <-mergerDone:
-					mergerStopped = true
-					t.Fatalf("RunMerger returned before it was stopped: %v", err)
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
-			cancelMerger()
-			select {
-			case err := <-mergerDone:
-				mergerStopped = true
-				if err != nil {
-					t.Errorf("RunMerger stopped with %v, want nil", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("RunMerger did not return within 30 s of its context's end")
-			}
-
-			cancel()
-			select {
-			case err := <-done:
-				stopped = true
-				if err != nil {
-					t.Errorf("RunScanner stopped with %v, want nil", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("RunScanner did not return within 30 s of its context's end")
-			}
+			awaitReady("the merger beside a ready scanner, within 60 s", "http://"+mergerProbes+"/readyz", 60*time.Second, mergerDone, &mergerStopped)
+			stop("RunMerger", cancelMerger, mergerDone, &mergerStopped)
+			stop("RunScanner", cancel, done, &stopped)
 			// Returned: every part has stopped.
 			if _, err := kube.CoordinationV1().Leases(namespace).Get(ctx, shard.LeaseName(identity), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("the membership Lease after the scanner stopped: %v, want it deleted", err)

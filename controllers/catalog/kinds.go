@@ -124,10 +124,12 @@ var kinds = []*Kind{
 		Source: engine.SourceImageValidatingPolicy, Admission: true, LabelPrefix: "ivpol.kyverno.io/", read: readImageValidating, modes: imageValidatingModes},
 	{GVR: apiresources.ValidatingAdmissionPolicy, Name: "ValidatingAdmissionPolicy", Family: AdmissionPolicy,
 		Source: engine.SourceValidatingAdmissionPolicy, Binding: apiresources.ValidatingAdmissionPolicyBinding, OptIn: LabelReportsEnabled,
-		compileBound: compileValidatingAdmissionPolicy},
+		compileBound: compileWithBindings[admissionregistrationv1.ValidatingAdmissionPolicy, admissionregistrationv1.ValidatingAdmissionPolicyBinding](
+			admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"), engine.CompileValidatingAdmissionPolicy)},
 	{GVR: apiresources.MutatingAdmissionPolicy, Name: "MutatingAdmissionPolicy", Family: AdmissionPolicy,
 		Source: engine.SourceMutatingAdmissionPolicy, Binding: apiresources.MutatingAdmissionPolicyBinding,
-		ReportsFlag: "mutating-admission-policy-reports", compileBound: compileMutatingAdmissionPolicy},
+		ReportsFlag: "mutating-admission-policy-reports", compileBound: compileWithBindings[admissionregistrationv1beta1.MutatingAdmissionPolicy, admissionregistrationv1beta1.MutatingAdmissionPolicyBinding](
+			admissionregistrationv1beta1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicy"), engine.CompileMutatingAdmissionPolicy)},
 	{GVR: policiesv1.GroupVersion.WithResource("generatingpolicies"), Versions: kyvernoOnlyVersions, Name: "GeneratingPolicy",
 		Family: KyvernoOnly, Source: policiesv1.SourceGeneratingPolicy, NotReported: kyvernoOnlyNotReported},
 	{GVR: policiesv1.GroupVersion.WithResource("namespacedgeneratingpolicies"), Versions: kyvernoOnlyVersions, Name: "NamespacedGeneratingPolicy",
@@ -338,24 +340,22 @@ func readImageValidating(u *unstructured.Unstructured) (*Policy, error) {
 	return p, err
 }
 
-func compileValidatingAdmissionPolicy(ctx context.Context, u *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
-	var p admissionregistrationv1.ValidatingAdmissionPolicy
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-		return nil, nil, err
+// compileWithBindings makes the compile function of an admission policy
+// kind: the policy converted into its type P (kind gvk), compiled with its
+// bindings of type B.
+func compileWithBindings[P, B any, PP interface {
+	*P
+	runtime.Object
+}](gvk schema.GroupVersionKind, compile func(PP, []*B) (*engine.Policy, error)) func(context.Context, *unstructured.Unstructured, []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
+	return func(ctx context.Context, u *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
+		p := PP(new(P))
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
+			return nil, nil, err
+		}
+		p.GetObjectKind().SetGroupVersionKind(gvk)
+		compiled, err := compile(p, convertBindings[B](ctx, bindings))
+		return p, compiled, err
 	}
-	p.APIVersion, p.Kind = admissionregistrationv1.SchemeGroupVersion.String(), "ValidatingAdmissionPolicy"
-	compiled, err := engine.CompileValidatingAdmissionPolicy(&p, convertBindings[admissionregistrationv1.ValidatingAdmissionPolicyBinding](ctx, bindings))
-	return &p, compiled, err
-}
-
-func compileMutatingAdmissionPolicy(ctx context.Context, u *unstructured.Unstructured, bindings []*unstructured.Unstructured) (runtime.Object, *engine.Policy, error) {
-	var p admissionregistrationv1beta1.MutatingAdmissionPolicy
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
-		return nil, nil, err
-	}
-	p.APIVersion, p.Kind = admissionregistrationv1beta1.SchemeGroupVersion.String(), "MutatingAdmissionPolicy"
-	compiled, err := engine.CompileMutatingAdmissionPolicy(&p, convertBindings[admissionregistrationv1beta1.MutatingAdmissionPolicyBinding](ctx, bindings))
-	return &p, compiled, err
 }
 
 // convertBindings converts bindings; one that cannot be read binds nothing
