@@ -318,15 +318,50 @@ func (s *Scanner) RescanAll(ctx context.Context) error {
 	return nil
 }
 
-// watchUnevaluated watches the unevaluated kinds discovery serves, until
-// ctx ends; the returned function waits for the watches to stop.
+// watchUnevaluated watches the unevaluated kinds discovery serves, each
+// in its newest served version, and follows those not served yet (Kyverno
+// installed after tally): each is watched once served, in the first of its
+// versions served then. The returned function ends the following and waits
+// for the watches to stop.
 func (s *Scanner) watchUnevaluated(ctx context.Context) (stop func()) {
 	sink := &unevaluatedSink{recorder: s.opts.Recorder, metrics: s.handlers.metrics}
+	var mu sync.Mutex
 	var sources []*watch.Source
-	for _, gvr := range s.handlers.kinds.servedUnevaluatedKinds() {
+	watched := map[string]bool{} // by resource
+	start := func(gvr schema.GroupVersionResource) {
+		mu.Lock()
+		defer mu.Unlock()
+		if watched[gvr.Resource] || ctx.Err() != nil {
+			return
+		}
+		watched[gvr.Resource] = true
 		sources = append(sources, watch.Start(ctx, s.client, gvr, sink))
 	}
+	for _, gvr := range s.handlers.kinds.servedUnevaluatedKinds() {
+		start(gvr)
+	}
+	var later []schema.GroupVersionResource
+	for _, k := range catalog.Kinds(catalog.KyvernoOnly) {
+		if watched[k.GVR.Resource] {
+			continue
+		}
+		for _, v := range k.Versions {
+			later = append(later, schema.GroupVersionResource{Group: k.GVR.Group, Version: v, Resource: k.GVR.Resource})
+		}
+	}
+	followCtx, endFollow := context.WithCancel(ctx)
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		if len(later) > 0 {
+			watch.FollowServed(followCtx, s.handlers.kinds.disc, s.opts.Clock, later, start)
+		}
+	}()
 	return func() {
+		endFollow()
+		<-followed
+		mu.Lock()
+		defer mu.Unlock()
 		for _, src := range sources {
 			src.Stop()
 		}
