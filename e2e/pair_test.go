@@ -14,11 +14,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
+	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/controllers/data"
 	"github.com/tally-dev/tally/controllers/merge"
 	"github.com/tally-dev/tally/controllers/pair"
@@ -34,7 +37,8 @@ import (
 // and hands over a ready hand-over; the merger beside it follows that
 // scanner and becomes ready. Once their contexts end, both return with
 // every part stopped: the Lease deleted, the hand-over's and the probes'
-// ports closed, no goroutine left.
+// ports closed, no goroutine left. Meanwhile, together, they give a
+// resource a policy fails its final report.
 func TestAPairRunsAndStopsWhole(t *testing.T) {
 	f := features.New("pair.RunScanner and pair.RunMerger").
 		Assess("runs sharded, and stops wholly", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -145,6 +149,44 @@ func TestAPairRunsAndStopsWhole(t *testing.T) {
 			// The merger follows the ready scanner, lists everything and is
 			// ready in turn.
 			awaitReady("the merger beside a ready scanner, within 60 s", "http://"+mergerProbes+"/readyz", 60*time.Second, mergerDone, &mergerStopped)
+			// The two together report: a Policy of the namespace and a
+			// ConfigMap it fails give the ConfigMap a final PolicyReport,
+			// written by the merger from the scanner's hand-over.
+			dyn, err := dynamic.NewForConfig(cfg.Client().RESTConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			policy := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "kyverno.io/v1", "kind": "Policy",
+				"metadata": map[string]any{"name": "pair-require-team", "namespace": namespace},
+				"spec": map[string]any{"background": true, "rules": []any{map[string]any{
+					"name":     "require-team",
+					"match":    map[string]any{"any": []any{map[string]any{"resources": map[string]any{"kinds": []any{"ConfigMap"}, "names": []any{"pair-cm"}}}}},
+					"validate": map[string]any{"message": "label team is required", "pattern": map[string]any{"metadata": map[string]any{"labels": map[string]any{"team": "?*"}}}},
+				}}},
+			}}
+			if _, err := dyn.Resource(apiresources.Policy).Namespace(namespace).Create(ctx, policy, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+			cm, err := kube.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pair-cm"}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last any
+			err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+				r, err := dyn.Resource(apiresources.PolicyReport).Namespace(namespace).Get(ctx, string(cm.UID), metav1.GetOptions{})
+				if err != nil {
+					last = err
+					return false, nil
+				}
+				results, _, _ := unstructured.NestedSlice(r.Object, "results")
+				last = results
+				return r.GetLabels()[report.LabelManagedBy] == "tally-pair-test" && len(results) == 1 &&
+					results[0].(map[string]any)["result"] == "fail", nil
+			})
+			if err != nil {
+				t.Fatalf("no final report of the pair for the ConfigMap within 90 s (last: %v)", last)
+			}
 			stop("RunMerger", cancelMerger, mergerDone, &mergerStopped)
 			stop("RunScanner", cancel, done, &stopped)
 			// Returned: every part has stopped.

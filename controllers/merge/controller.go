@@ -120,6 +120,11 @@ func New(client dynamic.Interface, opts Options) *Merger {
 func (m *Merger) reset() {
 	m.st.mu.Lock()
 	defer m.st.mu.Unlock()
+	if m.st.queue != nil {
+		// The last Run's queue is shut down already; the one New made,
+		// never run, is not: its delaying goroutine ends here.
+		m.st.queue.ShutDown()
+	}
 	m.st.queue = watch.NewQueue("tally-merge")
 	m.st.listed = map[schema.GroupVersionResource]bool{}
 	m.st.sources = nil
@@ -225,6 +230,14 @@ func (m *Merger) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// Close releases what New made for a Merger that may never have run (its
+// queue's goroutine); a Merger is not run after it.
+func (m *Merger) Close() {
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	m.st.queue.ShutDown()
 }
 
 // Synced reports whether every watched kind was listed and the queue is empty.

@@ -51,5 +51,7 @@ func RunMerger(ctx context.Context, o MergerOptions) error {
 	}
 	// The hand-over's client is made for each run of the scanner followed
 	// (under its incarnation).
-	return process.Run(ctx, o.Options, env.Config, env.Registry, NewFollower(merge.New(env.Dynamic, mo), o.ScannerURL, env.Clock), nil)
+	m := merge.New(env.Dynamic, mo)
+	defer m.Close()
+	return process.Run(ctx, o.Options, env.Config, env.Registry, NewFollower(m, o.ScannerURL, env.Clock), nil)
 }
