@@ -168,6 +168,13 @@ func TestAPairRunsAndStopsWhole(t *testing.T) {
 			if _, err := dyn.Resource(apiresources.Policy).Namespace(namespace).Create(ctx, policy, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatal(err)
 			}
+			// The policy and its ConfigMap go with the test: the other tests
+			// of this control plane see no policy of it (a webhook's rules
+			// follow every policy).
+			defer func() {
+				_ = dyn.Resource(apiresources.Policy).Namespace(namespace).Delete(context.Background(), "pair-require-team", metav1.DeleteOptions{})
+				_ = kube.CoreV1().ConfigMaps(namespace).Delete(context.Background(), "pair-cm", metav1.DeleteOptions{})
+			}()
 			cm, err := kube.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pair-cm"}}, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
