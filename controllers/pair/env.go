@@ -1,9 +1,6 @@
 package pair
 
 import (
-	"context"
-
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -17,13 +14,12 @@ import (
 
 // Env is what every component of one process of a pair (the scanner's or
 // the merger's container) takes from that process rather than making its
-// own: the clock, the logger, the metrics registry and the clients of the
-// API server. RunScanner and RunMerger each build one with newEnv and hand
+// own: the clock, the metrics registry and the clients of the API server
+// (the logger is the context's). RunScanner and RunMerger each build one with newEnv and hand
 // its parts down; nothing below reads the time or the configuration on its
 // own.
 type Env struct {
 	Clock     clock.WithTicker
-	Log       logr.Logger
 	Registry  *prometheus.Registry
 	Config    *rest.Config
 	Dynamic   dynamic.Interface
@@ -42,10 +38,9 @@ type envOptions struct {
 	SharedRateLimit bool
 }
 
-// newEnv builds a process's environment from its flags. The logger is
-// ctx's.
-func newEnv(ctx context.Context, o *process.Options, eo envOptions) (*Env, error) {
-	e := &Env{Clock: eo.Clock, Log: logr.FromContextOrDiscard(ctx), Registry: prometheus.NewRegistry()}
+// newEnv builds a process's environment from its flags.
+func newEnv(o *process.Options, eo envOptions) (*Env, error) {
+	e := &Env{Clock: eo.Clock, Registry: prometheus.NewRegistry()}
 	if e.Clock == nil {
 		e.Clock = clock.RealClock{}
 	}

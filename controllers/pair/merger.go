@@ -34,7 +34,7 @@ type MergerOptions struct {
 // RunScanner it takes its clock, logger, registry and clients from one
 // environment, and returns once every goroutine it started has ended.
 func RunMerger(ctx context.Context, o MergerOptions) error {
-	env, err := newEnv(ctx, &o.Options, envOptions{Clock: o.Clock, SharedRateLimit: true})
+	env, err := newEnv(&o.Options, envOptions{Clock: o.Clock, SharedRateLimit: true})
 	if err != nil {
 		return err
 	}

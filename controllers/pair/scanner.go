@@ -133,7 +133,7 @@ func RunScanner(ctx context.Context, o ScannerOptions) error {
 	if err != nil {
 		return fmt.Errorf("--report-api: %w", err)
 	}
-	env, err := newEnv(ctx, &o.Options, envOptions{Clock: o.Clock})
+	env, err := newEnv(&o.Options, envOptions{Clock: o.Clock})
 	if err != nil {
 		return err
 	}
