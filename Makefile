@@ -73,16 +73,65 @@ lint:
 controlplane:
 	@bash hack/controlplane/build.sh
 
-## test: everything CI runs: generated files fresh, lint, a short run of every fuzz target, unit and integration tests on a real API server (Kyverno's own CLI, built by hack/kyverno/build.sh cli, judging tally's engine on random resources), then the conformance suite again with tally beside the real Kyverno 1.19 (its admission and background controllers built from the Go module proxy by hack/kyverno/build.sh, cached, run as processes), the reference comparison (one scenario beside the real Kyverno, once with Kyverno's reports controller and once with tally, the final reports compared result by result), with three scanner pairs sharding the namespaces (and the shard fault cases), its matrix and lifecycle cases with OpenReports, its report cases beside the real Kyverno with reports-server storing the reports (and Kyverno's EphemeralReports), its forged-review cases with the webhook's client authentication off, and the whole suite on kind with reports-server and policy-reporter, the report cases again on reports-server's PostgreSQL in OpenReports (e2e-kind)
-test: verify-generate lint lint-chart fuzz-short
-	TALLY_KYVERNO_CLI=$$(bash hack/kyverno/build.sh cli)/bin/cli TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) $(GO) test -count=1 -timeout 60m ./...
-	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
-	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_REFERENCE_COMPARISON=1 $(GO) test -count=1 -timeout 30m ./conformance/reference/
-	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-sharded $(GO) test -count=1 -timeout 40m ./conformance/
-	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -count=1 -timeout 20m ./conformance/ -ginkgo.focus '$(OPENREPORTS_CASES)'
-	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_PROVIDER=local-kyverno TALLY_CONFORMANCE_REPORTS_SERVER=etcd $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)|$(BESIDE_REPORTS_SERVER_CASES)'
-	TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh) TALLY_CONFORMANCE_WEBHOOK_AUTH=off $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(FORGED_CASES)'
-	$(MAKE) e2e-kind
+## test: everything CI runs, its stages side by side as their inputs are ready (TEST_JOBS at once; each stage's output is printed whole when it ends, then a table of the stages' times): generated files fresh, lint, a short run of every fuzz target; unit and integration tests on a real API server (Kyverno's own CLI, built by hack/kyverno/build.sh cli, judging tally's engine on random resources); the conformance suite again with tally beside the real Kyverno 1.19 (its admission and background controllers built from the Go module proxy by hack/kyverno/build.sh, cached, run as processes); the reference comparison (one scenario beside the real Kyverno, once with Kyverno's reports controller and once with tally, the final reports compared result by result); the suite with three scanner pairs sharding the namespaces (and the shard fault cases); its matrix and lifecycle cases with OpenReports; its report cases beside the real Kyverno with reports-server storing the reports (and Kyverno's EphemeralReports); its forged-review cases with the webhook's client authentication off; the whole suite on kind with reports-server and policy-reporter, and, on a second kind cluster at the same time, the report cases on reports-server's PostgreSQL in OpenReports
+test:
+	@rm -rf $(STAGE_DIR) && mkdir -p $(STAGE_DIR) && date +%s >$(STAGE_DIR)/start
+	@trap 'bash hack/kind/docker.sh down' EXIT; rc=0; \
+	$(MAKE) --no-print-directory -k -j$(TEST_JOBS) test-stages || rc=$$?; \
+	STAGE_DIR=$(STAGE_DIR) bash hack/stage.sh summary; exit $$rc
+
+# The stages of make test, and what each waits for: whatever compiles tally's
+# tree waits for the generated files to be checked (make generate rewrites
+# them). Builds that only the kind
+# stages need run at a lower priority (nice), beside the tests on the local
+# control plane, which mostly wait; the stages on the local control plane run
+# in two chains beside the unit and integration tests.
+STAGE_DIR ?= $(CURDIR)/$(BIN)/stages
+TEST_JOBS ?= 8
+STAGE = STAGE_DIR=$(STAGE_DIR) bash hack/stage.sh run
+CONTROLPLANE = TALLY_CONTROLPLANE_ASSETS=$$(bash hack/controlplane/build.sh)
+LATER = nice -n 5
+
+.PHONY: test-stages stage-generate stage-checks stage-controlplane stage-kyverno stage-docker stage-node-image stage-reports-server-build stage-policy-reporter-build stage-postgres-image stage-unit stage-beside-kyverno stage-reference stage-sharded stage-openreports stage-reports-server stage-forged stage-kind stage-kind-postgres
+
+test-stages: stage-checks stage-unit stage-beside-kyverno stage-reference stage-sharded stage-openreports stage-reports-server stage-forged stage-kind stage-kind-postgres
+
+stage-generate:
+	@$(STAGE) generate $(MAKE) --no-print-directory verify-generate
+stage-checks: stage-generate
+	@$(STAGE) checks $(MAKE) --no-print-directory -j1 lint lint-chart fuzz-short
+stage-controlplane:
+	@$(STAGE) build-controlplane bash hack/controlplane/build.sh
+stage-kyverno: stage-controlplane
+	@$(STAGE) build-kyverno bash hack/kyverno/build.sh
+stage-docker: stage-generate
+	@$(STAGE) docker bash hack/kind/docker.sh up
+stage-node-image: stage-docker stage-controlplane
+	@$(STAGE) build-node-image $(LATER) bash hack/kind/node-image.sh
+stage-reports-server-build:
+	@$(STAGE) build-reports-server $(LATER) bash hack/thirdparty/build.sh reports-server
+stage-policy-reporter-build: stage-reports-server-build
+	@$(STAGE) build-policy-reporter $(LATER) bash hack/thirdparty/build.sh policy-reporter
+stage-postgres-image: stage-docker
+	@$(STAGE) build-postgres-image $(LATER) bash hack/thirdparty/postgres-image.sh tally.local/postgresql:e2e
+stage-unit: stage-generate stage-controlplane stage-kyverno
+	@$(STAGE) unit-integration env TALLY_KYVERNO_CLI=$$(bash hack/kyverno/build.sh cli)/bin/cli $(CONTROLPLANE) $(GO) test -count=1 -timeout 60m ./...
+stage-beside-kyverno: stage-generate stage-controlplane stage-kyverno
+	@$(STAGE) beside-kyverno env $(CONTROLPLANE) TALLY_CONFORMANCE_PROVIDER=local-kyverno $(GO) test -count=1 -timeout 40m ./conformance/
+stage-reference: stage-beside-kyverno
+	@$(STAGE) reference env $(CONTROLPLANE) TALLY_REFERENCE_COMPARISON=1 $(GO) test -count=1 -timeout 30m ./conformance/reference/
+stage-reports-server: stage-reference stage-reports-server-build
+	@$(STAGE) reports-server env $(CONTROLPLANE) TALLY_CONFORMANCE_PROVIDER=local-kyverno TALLY_CONFORMANCE_REPORTS_SERVER=etcd $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)|$(BESIDE_REPORTS_SERVER_CASES)'
+stage-forged: stage-reports-server
+	@$(STAGE) forged env $(CONTROLPLANE) TALLY_CONFORMANCE_WEBHOOK_AUTH=off $(GO) test -count=1 -timeout 20m ./conformance/ -run TestConformance -ginkgo.focus '$(FORGED_CASES)'
+stage-sharded: stage-generate stage-controlplane
+	@$(STAGE) sharded env $(CONTROLPLANE) TALLY_CONFORMANCE_PROVIDER=local-sharded $(GO) test -count=1 -timeout 40m ./conformance/
+stage-openreports: stage-sharded
+	@$(STAGE) openreports env $(CONTROLPLANE) TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -count=1 -timeout 20m ./conformance/ -ginkgo.focus '$(OPENREPORTS_CASES)'
+stage-kind: stage-node-image stage-reports-server-build stage-policy-reporter-build
+	@$(STAGE) kind env TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) TALLY_KIND_REPORTS_SERVER=etcd $(GO) test -v -count=1 -timeout 60m ./conformance/ -run TestConformance
+stage-kind-postgres: stage-node-image stage-reports-server-build stage-postgres-image
+	@$(STAGE) kind-postgres env TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER)-postgres TALLY_KIND_REPORTS_SERVER=postgres TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -v -count=1 -timeout 30m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)'
 
 # The forged-review cases, run again with tally's webhook answering any
 # caller (no client authentication): what docs/security.md says still holds.
