@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
@@ -26,6 +27,7 @@ import (
 )
 
 type applyOptions struct {
+	clock                           clock.PassiveClock // the reports' timestamps
 	policies, resources, exceptions []string
 	policyReport, auditWarn         bool
 	detailed, table, removeColor    bool
@@ -132,8 +134,8 @@ func (in *dataInputs) request(req *engine.Request, res map[string]any) {
 	}
 }
 
-func newApplyCommand() *cobra.Command {
-	var o applyOptions
+func newApplyCommand(clk clock.PassiveClock) *cobra.Command {
+	o := applyOptions{clock: clk}
 	cmd := &cobra.Command{
 		Use:   "apply [POLICY...] -r RESOURCE...",
 		Short: "Evaluate policies against manifests and print the results or the PolicyReports",
@@ -316,7 +318,7 @@ func runApply(cmd *cobra.Command, o applyOptions) error {
 		}
 	}
 	if o.policyReport {
-		err = printReports(cmd.OutOrStdout(), o.output, reportAPI, out)
+		err = printReports(cmd.OutOrStdout(), o.output, reportAPI, out, o.clock.Now())
 	} else {
 		err = printResults(cmd.OutOrStdout(), o.output, out, o.detailed)
 	}
@@ -482,7 +484,7 @@ func printResults(w io.Writer, format string, out []applied, detailed bool) erro
 // named after it. YAML documents are separated by "---"; JSON is one
 // object after the other. The merged report is printed even when empty,
 // so that there is always a report to read.
-func printReports(w io.Writer, format string, api report.API, out []applied) error {
+func printReports(w io.Writer, format string, api report.API, out []applied, now time.Time) error {
 	switch format {
 	case "yaml", "table", "":
 		format = "yaml"
@@ -490,7 +492,7 @@ func printReports(w io.Writer, format string, api report.API, out []applied) err
 	default:
 		return exitError{code: exitCouldNotRun, msg: fmt.Sprintf("unknown output %q (want yaml or json)", format)}
 	}
-	objs, err := policyReports(api, out, time.Now())
+	objs, err := policyReports(api, out, now)
 	if err != nil {
 		return err
 	}

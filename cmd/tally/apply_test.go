@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 const auditPolicy = `apiVersion: kyverno.io/v1
@@ -286,6 +292,30 @@ func TestApplyFlagsAndExitCodes(t *testing.T) {
 				t.Errorf("Go field names in the output:\n%s", out)
 			}
 		})
+	}
+}
+
+// The CLI's reports and scans take their time from its clock, not the
+// machine's: the results' timestamps are the clock's.
+func TestReportsTakeTheCLIsClock(t *testing.T) {
+	dir := t.TempDir()
+	for name, data := range map[string]string{"good.yaml": goodPolicy, "pod.yaml": pod} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Date(2031, 2, 3, 4, 5, 6, 0, time.UTC)
+	for _, args := range [][]string{
+		{"apply", filepath.Join(dir, "good.yaml"), "-r", filepath.Join(dir, "pod.yaml"), "-p"},
+		{"scan", dir, "-o", "yaml"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := runWith(context.Background(), args, strings.NewReader(""), &stdout, &stderr, clocktesting.NewFakePassiveClock(at)); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+		}
+		if want := fmt.Sprintf("seconds: %d", at.Unix()); !strings.Contains(stdout.String(), want) {
+			t.Errorf("%v: no %q in\n%s", args, want, stdout.String())
+		}
 	}
 }
 

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/utils/clock"
 
 	"github.com/tally-dev/tally/conformance"
 )
 
-func newConformanceCommand() *cobra.Command {
+func newConformanceCommand(clk clock.PassiveClock) *cobra.Command {
 	var (
 		kubeconfig string
 		casesDir   string
@@ -71,7 +72,7 @@ Exit codes: 0 every case passed or was skipped, 2 some failed, 1 could not run.`
 				if filter != nil && !filter.MatchString(c.Name) {
 					continue
 				}
-				start := time.Now()
+				start := clk.Now()
 				err := r.Run(cmd.Context(), c)
 				res := conformance.CaseResult{Name: c.Name, Rules: c.Rules}
 				status := "PASS"
@@ -83,7 +84,7 @@ Exit codes: 0 every case passed or was skipped, 2 some failed, 1 could not run.`
 					res.Err, status = err, "FAIL"
 					failed++
 				}
-				fmt.Fprintf(out, "%-5s %s (%s)\n", status, c.Name, time.Since(start).Round(100*time.Millisecond))
+				fmt.Fprintf(out, "%-5s %s (%s)\n", status, c.Name, clk.Since(start).Round(100*time.Millisecond))
 				if err != nil && !res.Skipped {
 					// extension cases too: what the other implementation did
 					fmt.Fprintf(out, "      %v\n", err)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"k8s.io/utils/clock"
 )
 
 func main() {
@@ -36,7 +38,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runIO is run with its standard input given.
 func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root := newRootCommand(stdout, stderr)
+	return runWith(ctx, args, stdin, stdout, stderr, clock.RealClock{})
+}
+
+// runWith is runIO with the CLI's clock given.
+func runWith(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, clk clock.PassiveClock) int {
+	root := newRootCommand(stdout, stderr, clk)
 	root.SetIn(stdin)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"k8s.io/utils/clock"
 
 	"github.com/tally-dev/tally/internal/version"
 )
@@ -37,7 +38,9 @@ func plural(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+// newRootCommand is the CLI; clk is its only clock (reports' timestamps, a
+// Lease's liveness, a case's duration).
+func newRootCommand(stdout, stderr io.Writer, clk clock.PassiveClock) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "tally",
 		Short: "Kubernetes policy reports from Kyverno policies, with a fraction of the cost",
@@ -51,7 +54,7 @@ expectations, or apply them to manifests.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCommand(), newTestCommand(), newApplyCommand(), newScanCommand(), newReportCommand(), newConformanceCommand(), newShardsCommand())
+	root.AddCommand(newVersionCommand(), newTestCommand(), newApplyCommand(clk), newScanCommand(clk), newReportCommand(), newConformanceCommand(clk), newShardsCommand(clk))
 	return root
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/utils/clock"
 
 	wgv1alpha2 "github.com/tally-dev/tally/api/wgpolicyk8s/v1alpha2"
 	"github.com/tally-dev/tally/controllers/merge"
@@ -19,7 +20,7 @@ import (
 	"github.com/tally-dev/tally/tester"
 )
 
-func newScanCommand() *cobra.Command {
+func newScanCommand(clk clock.PassiveClock) *cobra.Command {
 	var output string
 	var data dataOptions
 	cmd := &cobra.Command{
@@ -31,7 +32,7 @@ would, merge the results exactly as tally-merger does, and print the final
 PolicyReports and ClusterPolicyReports: a table by default, or -o yaml|json.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runScan(cmd, args, output, data)
+			return runScan(cmd, args, output, data, clk.Now())
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
@@ -134,7 +135,7 @@ func readScanInput(paths []string, stderr io.Writer) (*scanInput, error) {
 	return in, nil
 }
 
-func runScan(cmd *cobra.Command, paths []string, output string, data dataOptions) error {
+func runScan(cmd *cobra.Command, paths []string, output string, data dataOptions, now time.Time) error {
 	in, err := readScanInput(paths, cmd.ErrOrStderr())
 	if err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
@@ -142,7 +143,7 @@ func runScan(cmd *cobra.Command, paths []string, output string, data dataOptions
 	if in.data, err = data.read(); err != nil {
 		return exitError{code: exitCouldNotRun, msg: err.Error()}
 	}
-	if err := scan(cmd, in, output); err != nil {
+	if err := scan(cmd, in, output, now); err != nil {
 		return err
 	}
 	if in.invalid > 0 {
@@ -153,11 +154,10 @@ func runScan(cmd *cobra.Command, paths []string, output string, data dataOptions
 	return nil
 }
 
-func scan(cmd *cobra.Command, in *scanInput, output string) error {
+func scan(cmd *cobra.Command, in *scanInput, output string, now time.Time) error {
 	if len(in.policies) == 0 || len(in.resources) == 0 {
 		return exitError{code: exitCouldNotRun, msg: "nothing to scan: " + plural(len(in.policies), "valid policy", "valid policies") + ", " + plural(len(in.resources), "resource", "resources")}
 	}
-	now := time.Now()
 	var objs []any
 	var rows [][]string
 	for _, res := range in.resources {

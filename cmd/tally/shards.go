@@ -14,6 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
 
 	"github.com/tally-dev/tally/api/apiresources"
 	"github.com/tally-dev/tally/controllers/shard"
@@ -34,7 +35,7 @@ type shardMember struct {
 	Cluster bool `json:"clusterScoped"`
 }
 
-func newShardsCommand() *cobra.Command {
+func newShardsCommand(clk clock.PassiveClock) *cobra.Command {
 	var o shardsOptions
 	cmd := &cobra.Command{
 		Use:   "shards [NAMESPACE...]",
@@ -52,7 +53,7 @@ early).`,
   tally shards -o json
   tally shards prod payments`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := runShards(cmd.Context(), cmd.OutOrStdout(), o, args, time.Now()); err != nil {
+			if err := runShards(cmd.Context(), cmd.OutOrStdout(), o, args, clk.Now()); err != nil {
 				return exitError{code: exitCouldNotRun, msg: err.Error()}
 			}
 			return nil
