@@ -36,20 +36,25 @@ run)
 	;;
 summary)
 	t0=$(cat "$dir/start" 2>/dev/null || echo 0)
-	now=$(date +%s)
-	echo "make test: stages (start and time in seconds from the start, $((now - t0)) s in all)"
-	printf '  %-20s %7s %7s  %s\n' stage start time result
+	last=$t0
+	for f in "$dir"/*.time; do
+		[[ -e $f ]] || continue
+		read -r _ e _ <"$f"
+		((e > last)) && last=$e
+	done
+	echo "make test: stages (start and time in seconds from the start; the last ended at $((last - t0)) s)"
+	printf '  %-22s %7s %7s  %s\n' stage start time result
 	for f in "$dir"/*.time; do
 		[[ -e $f ]] || continue
 		read -r s e rc <"$f"
 		r=ok
 		[[ $rc == 0 ]] || r="FAILED (exit $rc)"
-		printf '  %-20s %7d %7d  %s\n' "$(basename "$f" .time)" $((s - t0)) $((e - s)) "$r"
+		printf '  %-22s %7d %7d  %s\n' "$(basename "$f" .time)" $((s - t0)) $((e - s)) "$r"
 	done | sort -k2,2n
 	for f in "$dir"/*.log; do
 		[[ -e $f ]] || continue
 		n=$(basename "$f" .log)
-		[[ -e "$dir/$n.time" ]] || printf '  %-20s %7s %7s  %s\n' "$n" - - "did not end"
+		[[ -e "$dir/$n.time" ]] || printf '  %-22s %7s %7s  %s\n' "$n" - - "did not end"
 	done
 	;;
 *)
