@@ -82,10 +82,10 @@ test:
 
 # The stages of make test, and what each waits for: whatever compiles tally's
 # tree waits for the generated files to be checked (make generate rewrites
-# them). Builds that only the kind
-# stages need run at a lower priority (nice), beside the tests on the local
-# control plane, which mostly wait; the stages on the local control plane run
-# in two chains beside the unit and integration tests.
+# them). Builds that only the kind stages need run at a lower priority (nice),
+# beside the tests on the local control plane, which mostly wait; the stages
+# on the local control plane run in two chains beside the unit and
+# integration tests. Times: CONTRIBUTING.md, "What make test needs and does".
 STAGE_DIR ?= $(CURDIR)/$(BIN)/stages
 TEST_JOBS ?= 8
 STAGE = STAGE_DIR=$(STAGE_DIR) bash hack/stage.sh run

@@ -72,6 +72,10 @@ func BuildStaticImage(ctx context.Context, root, image string, pkgs []string, en
 // image holds at Path.
 type ImageFile struct{ Path, Source string }
 
+// imageLabel marks the images ImportImage makes: hack/kind/docker.sh down
+// removes those a later import left dangling (each run imports its own).
+const imageLabel = "dev.tally.e2e-image=true"
+
 // ImportImage `docker import`s an image of no base holding files (and an
 // empty /tmp), run as user ("" for root) in workdir ("" for /) with
 // entrypoint: tally's own images, and the third-party ones the kind runs
@@ -89,7 +93,7 @@ func ImportImage(ctx context.Context, image string, files []ImageFile, user, wor
 	if err != nil {
 		return err
 	}
-	args := []string{"import", "--change", "ENTRYPOINT " + string(ep)}
+	args := []string{"import", "--change", "ENTRYPOINT " + string(ep), "--change", "LABEL " + imageLabel}
 	if user != "" {
 		args = append(args, "--change", "USER "+user)
 	}

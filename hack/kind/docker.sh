@@ -19,6 +19,8 @@ repo=$(cd "$here/../.." && pwd)
 cache_root=${TALLY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tally}
 state="$cache_root/kind/dockerd"
 pidfile="$state/dockerd.pid"
+# The label of e2e/kind.ImportImage's images (e2e/kind/image.go: imageLabel).
+e2e_image_label=dev.tally.e2e-image=true
 
 say() { echo "docker.sh: $*" >&2; }
 fail() { echo "docker.sh: $*" >&2; exit 1; }
@@ -62,6 +64,13 @@ up() {
 }
 
 down() {
+	# The images the kind runs import (e2e/kind.ImportImage) are labelled; a
+	# later run's import takes their tag and leaves the old one dangling:
+	# those are removed here, when no run uses them any more.
+	if engine_runs; then
+		docker image prune --force --filter "label=$e2e_image_label" >/dev/null ||
+			say "could not remove the dangling images of earlier runs"
+	fi
 	[[ -f $pidfile ]] || return 0
 	local pid
 	pid=$(cat "$pidfile")
