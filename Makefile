@@ -129,9 +129,9 @@ stage-sharded: stage-generate stage-controlplane
 stage-openreports: stage-sharded
 	@$(STAGE) openreports env $(CONTROLPLANE) TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -count=1 -timeout 20m ./conformance/ -ginkgo.focus '$(OPENREPORTS_CASES)'
 stage-kind: stage-node-image stage-reports-server-build stage-policy-reporter-build
-	@$(STAGE) kind env TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) TALLY_KIND_REPORTS_SERVER=etcd $(GO) test -v -count=1 -timeout 60m ./conformance/ -run TestConformance
+	@$(STAGE) kind $(KIND_SUITE)
 stage-kind-postgres: stage-node-image stage-reports-server-build stage-postgres-image
-	@$(STAGE) kind-postgres env TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER)-postgres TALLY_KIND_REPORTS_SERVER=postgres TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -v -count=1 -timeout 30m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)'
+	@$(STAGE) kind-postgres $(KIND_POSTGRES_SUITE)
 
 # The forged-review cases, run again with tally's webhook answering any
 # caller (no client authentication): what docs/security.md says still holds.
@@ -202,8 +202,13 @@ cluster-down:
 e2e-kind:
 	@bash hack/kind/docker.sh up
 	@trap 'bash hack/kind/docker.sh down' EXIT; \
-	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) TALLY_KIND_REPORTS_SERVER=etcd $(GO) test -v -count=1 -timeout 60m ./conformance/ -run TestConformance && \
-	TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) TALLY_KIND_REPORTS_SERVER=postgres TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -v -count=1 -timeout 30m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)'
+	$(KIND_SUITE) && $(KIND_POSTGRES_SUITE)
+
+# The two kind runs, of make e2e-kind and of make test's kind stages: the
+# whole suite with reports-server on etcd; the report cases on a second
+# cluster with reports-server on PostgreSQL and the reports in OpenReports.
+KIND_SUITE = env TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER) TALLY_KIND_REPORTS_SERVER=etcd $(GO) test -v -count=1 -timeout 60m ./conformance/ -run TestConformance
+KIND_POSTGRES_SUITE = env TALLY_CONFORMANCE_PROVIDER=kind TALLY_KIND_CLUSTER=$(KIND_CLUSTER)-postgres TALLY_KIND_REPORTS_SERVER=postgres TALLY_CONFORMANCE_REPORT_API=openreports $(GO) test -v -count=1 -timeout 30m ./conformance/ -run TestConformance -ginkgo.focus '$(REPORTS_SERVER_CASES)'
 
 # Beside the real Kyverno with reports-server storing the reports and
 # Kyverno's EphemeralReports (local control plane), the report cases and

@@ -15,9 +15,9 @@ import (
 // Env is what every component of one process of a pair (the scanner's or
 // the merger's container) takes from that process rather than making its
 // own: the clock, the metrics registry and the clients of the API server
-// (the logger is the context's). RunScanner and RunMerger each build one with newEnv and hand
-// its parts down; nothing below reads the time or the configuration on its
-// own.
+// (the logger is the context's). RunScanner and RunMerger each build one
+// with newEnv and hand its parts down; nothing below reads the time or the
+// configuration on its own.
 type Env struct {
 	Clock     clock.WithTicker
 	Registry  *prometheus.Registry

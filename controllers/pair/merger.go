@@ -31,8 +31,9 @@ type MergerOptions struct {
 // RunMerger runs a pair's merger until ctx ends or it fails: it follows
 // the scanner beside it (merging while that scanner is ready, with the
 // scanner's shard and hand-over), and serves its probes and metrics. Like
-// RunScanner it takes its clock, logger, registry and clients from one
-// environment, and returns once every goroutine it started has ended.
+// RunScanner it takes its clock, registry and clients from one
+// environment (its logger from ctx), and returns once every goroutine it
+// started has ended.
 func RunMerger(ctx context.Context, o MergerOptions) error {
 	env, err := newEnv(&o.Options, envOptions{Clock: o.Clock, SharedRateLimit: true})
 	if err != nil {
