@@ -237,12 +237,36 @@ func waitServed(ctx context.Context, c *cluster.Cluster, s *Server, timeout time
 			return nil
 		}
 	})
+	if err == nil {
+		err = waitAuthenticated(ctx, c.Config, timeout)
+	}
 	if err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.Dir, Command+".log"))
 		if len(log) > 3000 {
 			log = log[len(log)-3000:]
 		}
 		return fmt.Errorf("%w; the end of its log:\n%s", err, log)
+	}
+	return nil
+}
+
+// waitAuthenticated waits until reports-server knows the API server's
+// callers: an APIService is Available before reports-server has read the
+// front proxy's CA (the extension-apiserver-authentication ConfigMap), and
+// until then it takes every request for system:anonymous's and forbids it.
+func waitAuthenticated(ctx context.Context, cfg *rest.Config, timeout time.Duration) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	polr := schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		_, last = dyn.Resource(polr).Namespace(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		return !apierrors.IsForbidden(last), nil
+	})
+	if err != nil {
+		return fmt.Errorf("reports-server did not authenticate the API server's requests: %v", last)
 	}
 	return nil
 }
